@@ -1,0 +1,142 @@
+"""``python -m freetoken_overlay COMMAND``: the steps the nox sessions run.
+
+Commands: apply, export, build (= build-wheel --install + build-kernels),
+build-wheel, build-kernels, verify, series-hash, wheelhouse.  Settings come
+from the environment: FT_OVERLAY_WORKDIR (work directory, default
+``<repo>/.work``), FT_OVERLAY_WHEELHOUSE (offline wheelhouse; also
+``--wheelhouse``), TVM_FFI_CUDA_ARCH_LIST (kernel architectures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import pin as pins
+from . import series
+from .requirements import GPU_PYTHON
+from .util import OverlayError, Workdir, log, pip_source_args, wheelhouse_dir
+
+
+def _patches(args: argparse.Namespace) -> Path:
+    path = Path(args.patches).resolve()
+    if not path.is_dir():
+        raise OverlayError(f"--patches {args.patches!r}: no such directory")
+    return path
+
+
+def cmd_apply(args: argparse.Namespace) -> None:
+    if (args.upstream is None) != (args.rev is None):
+        raise OverlayError("--upstream PATH and --rev REV go together")
+    if args.upstream is not None:
+        series.apply_to_clone(
+            Path(args.upstream).resolve(), args.rev, patches_dir=_patches(args), branch=args.branch, force=args.force
+        )
+        return
+    series.apply(
+        pins.get_pin(args.version),
+        workdir=Workdir.from_env(),
+        patches_dir=_patches(args),
+        wheelhouse=wheelhouse_dir(args.wheelhouse),
+        force=args.force,
+    )
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    series.export(pins.get_pin(args.version), workdir=Workdir.from_env(), patches_dir=_patches(args))
+
+
+def cmd_build_wheel(args: argparse.Namespace) -> None:
+    from .wheel import build_wheel, install_wheel
+
+    wheel = build_wheel(
+        pins.get_pin(args.version),
+        workdir=Workdir.from_env(),
+        patches_dir=_patches(args),
+        wheelhouse=wheelhouse_dir(args.wheelhouse),
+    )
+    if args.install:
+        install_wheel(wheel)
+
+
+def cmd_build_kernels(args: argparse.Namespace) -> None:
+    from .kernels import build_kernel_cache
+
+    build_kernel_cache(Workdir.from_env(), pip_args=pip_source_args(wheelhouse_dir(args.wheelhouse)))
+
+
+def cmd_build(args: argparse.Namespace) -> None:
+    args.install = True
+    cmd_build_wheel(args)
+    cmd_build_kernels(args)
+
+
+def cmd_verify(args: argparse.Namespace) -> None:
+    from .upstream import load_source_tree
+
+    pin = pins.get_pin(args.version)
+    names = sorted(pin.wheels) if args.all_wheels else None
+    load_source_tree(pin, cache=Workdir.from_env().wheels, wheelhouse=wheelhouse_dir(args.wheelhouse), names=names)
+    log(f"FreeToken {pin.version}: tree {pin.tree_id}, base commit {pin.base_commit}")
+
+
+def cmd_series_hash(args: argparse.Namespace) -> None:
+    print(series.series_hash(_patches(args)))
+
+
+def cmd_wheelhouse(args: argparse.Namespace) -> None:
+    from .wheelhouse import download_wheelhouse
+
+    download_wheelhouse(
+        Path(args.dir).resolve(), pins.get_pin(args.version), workdir=Workdir.from_env(),
+        python_version=args.python_version,
+    )  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m freetoken_overlay", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, func, help: str, *, patches: bool = True, wheelhouse: bool = True):  # noqa: A002
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.set_defaults(func=func)
+        sub.add_argument(
+            "--version", default=pins.DEFAULT_VERSION, choices=sorted(pins.PINS),
+            help=f"pinned upstream release (default {pins.DEFAULT_VERSION})",
+        )  # fmt: skip
+        if patches:
+            sub.add_argument("--patches", default=str(series.PATCHES_DIR), help="patch series directory")
+        if wheelhouse:
+            sub.add_argument("--wheelhouse", help="offline wheel directory (default $FT_OVERLAY_WHEELHOUSE)")
+        return sub
+
+    apply = command("apply", cmd_apply, "build the work repo and git-am the series onto branch decode-gather")
+    apply.add_argument("--upstream", metavar="PATH", help="apply onto this upstream clone instead")
+    apply.add_argument("--rev", metavar="REV", help="with --upstream: the commit to branch off")
+    apply.add_argument("--branch", default=series.BRANCH, help=f"with --upstream: branch name (default {series.BRANCH})")
+    apply.add_argument("--force", action="store_true", help="discard unexported work / move an existing branch")
+    command("export", cmd_export, "regenerate patches/ from upstream-<version>..decode-gather", wheelhouse=False)
+    wheel = command("build-wheel", cmd_build_wheel, "build the patched wheel into <workdir>/dist/")
+    wheel.add_argument("--install", action="store_true", help="pip install --no-deps --force-reinstall it")
+    command("build-kernels", cmd_build_kernels, "build the series' AOT kernel cache (needs the patched freetoken)",
+            patches=False)  # fmt: skip
+    command("build", cmd_build, "build-wheel --install, then build-kernels")
+    verify = command("verify", cmd_verify, "check the pinned wheels' sha256 and source tree id", patches=False)
+    verify.add_argument("--all-wheels", action="store_true", help="every accepted wheel, not just one")
+    command("series-hash", cmd_series_hash, "print the series hash of patches/", wheelhouse=False)
+    house = command("wheelhouse", cmd_wheelhouse, "download the wheels the offline GPU machine lacks into DIR",
+                    patches=False, wheelhouse=False)  # fmt: skip
+    house.add_argument("dir", metavar="DIR")
+    house.add_argument("--python-version", default=GPU_PYTHON, help=f"the GPU machine's Python (default {GPU_PYTHON})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except OverlayError as exc:
+        print(f"freetoken_overlay {args.command}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0

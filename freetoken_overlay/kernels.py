@@ -1,0 +1,176 @@
+"""Build the series' AOT kernel-cache entries with upstream's own packager.
+
+Runs in an environment where the patched freetoken and its import closure are
+installed (the nox ``build`` session); it needs no GPU: the kernels are
+compiled with nvcc for every architecture in $TVM_FFI_CUDA_ARCH_LIST.
+
+Which kernels: the specs of ``freetoken.kernel.aot.default_kernel_specs()``
+whose name starts with :data:`SPEC_PREFIX`, i.e. those the series adds.  The
+cache goes to ``<workdir>/kernel-cache/`` (one ``<name>/<name>.so`` per spec,
+the layout FREETOKEN_KERNEL_CACHE_DIR expects) with a ``MANIFEST.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .requirements import NVCC_FROM_PYPI
+from .util import OverlayError, Workdir, log, run_checked
+
+#: Kernel specs of the series: names ``freetoken__decode_gather...``.
+SPEC_PREFIX = "freetoken__decode_gather"
+
+CUDA_ARCH_LIST_ENV = "TVM_FFI_CUDA_ARCH_LIST"
+DEFAULT_CUDA_ARCH_LIST = "8.0 9.0 10.0 12.0"
+_ARCH = re.compile(r"^\d+\.\d+[af]?$")
+
+#: CUDA major to fetch nvcc for when torch has no CUDA (a CPU torch): the GPU machine's.
+DEFAULT_CUDA_MAJOR = 13
+
+
+def cuda_arch_list() -> str:
+    """$TVM_FFI_CUDA_ARCH_LIST (default :data:`DEFAULT_CUDA_ARCH_LIST`), validated."""
+    raw = os.environ.get(CUDA_ARCH_LIST_ENV, "")
+    archs = raw.split() or DEFAULT_CUDA_ARCH_LIST.split()
+    bad = [a for a in archs if not _ARCH.match(a)]
+    if bad:
+        raise OverlayError(
+            f"{CUDA_ARCH_LIST_ENV}={raw!r}: {', '.join(bad)} is not a CUDA architecture; "
+            "allowed values: space-separated MAJOR.MINOR, optionally with an a or f suffix (e.g. '9.0 10.0a')"
+        )
+    return " ".join(archs)
+
+
+def _has_cudart(root: Path) -> bool:
+    return (root / "bin" / "nvcc").is_file() and (root / "lib64" / "libcudart.so").exists()
+
+
+def _nvcc_top(nvcc: str) -> Path | None:
+    """The toolkit root nvcc itself uses (``TOP`` of a dry run); sees through wrapper scripts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "probe.cu"
+        source.write_text("")
+        proc = subprocess.run(
+            [nvcc, "--dryrun", "-c", str(source), "-o", str(Path(tmp) / "probe.o")],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+    match = re.search(r"^#\$ TOP=(.+)$", proc.stdout + proc.stderr, re.MULTILINE)
+    return Path(match.group(1).strip()).resolve() if match else None
+
+
+def _shim_cuda_home(root: Path, shim: Path) -> Path:
+    """A CUDA_HOME with the layout tvm-ffi links against (``lib64/libcudart.so``), made of
+    symlinks into a toolkit laid out otherwise (PyPI's ``nvidia/cuNN`` packages)."""
+    cudart = sorted((root / "lib").glob("libcudart.so*"))
+    if not cudart:
+        raise OverlayError(f"{root} has nvcc but no lib/libcudart.so*: install nvidia-cuda-runtime")
+    if shim.exists():
+        shutil.rmtree(shim)
+    (shim / "lib64").mkdir(parents=True)
+    for sub in ("bin", "include", "nvvm"):
+        if (root / sub).exists():
+            (shim / sub).symlink_to(root / sub)
+    (shim / "lib64" / "libcudart.so").symlink_to(cudart[0])
+    return shim
+
+
+def find_cuda_home(workdir: Workdir) -> Path | None:
+    """A CUDA toolkit usable by tvm-ffi's builder: $CUDA_HOME/$CUDA_PATH, else the one
+    behind ``nvcc`` on PATH, else /usr/local/cuda, else nvcc from PyPI in this
+    environment (``nvidia/cuNN``); None when there is none."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        raw = os.environ.get(var, "").strip()
+        if raw:
+            if not (Path(raw) / "bin" / "nvcc").is_file():
+                raise OverlayError(f"{var}={raw!r}: no bin/nvcc there")
+            return Path(raw)
+    candidates: list[Path] = []
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates += [p for p in (_nvcc_top(nvcc), Path(nvcc).resolve().parent.parent) if p]
+    candidates.append(Path("/usr/local/cuda"))
+    for root in candidates:
+        if _has_cudart(root):
+            return root
+    for entry in dict.fromkeys(Path(p) for p in sys.path if p):
+        for pypi_root in sorted(entry.glob("nvidia/cu[0-9]*")):
+            if (pypi_root / "bin" / "nvcc").is_file():
+                return _shim_cuda_home(pypi_root, workdir.root / "cuda-home")
+    return None
+
+
+def _torch_cuda_major() -> int | None:
+    import torch
+
+    cuda = getattr(torch.version, "cuda", None)
+    return int(cuda.split(".")[0]) if cuda else None
+
+
+def ensure_cuda_home(workdir: Workdir, *, pip_args: list[str]) -> Path:
+    """A CUDA toolkit; where none is found, NVIDIA's compiler from PyPI is installed."""
+    home = find_cuda_home(workdir)
+    if home is not None:
+        return home
+    major = _torch_cuda_major() or DEFAULT_CUDA_MAJOR
+    packages = [spec.format(major=major) for spec in NVCC_FROM_PYPI]
+    log(f"no nvcc found (CUDA_HOME unset, none on PATH or at /usr/local/cuda); installing {' '.join(packages)}")
+    try:
+        run_checked([sys.executable, "-m", "pip", "install", *pip_args, *packages], what="installing nvcc from PyPI")
+    except OverlayError as exc:
+        raise OverlayError(
+            f"{exc}\nmissing: nvcc (CUDA {major}.x) and libcudart; set CUDA_HOME to a CUDA {major} "
+            f"toolkit, put its nvcc on PATH, or make {' '.join(packages)} installable "
+            "(add them to the offline wheelhouse)"
+        ) from None
+    home = find_cuda_home(workdir)
+    if home is None:
+        raise OverlayError(f"installed {' '.join(packages)} but found no nvcc in this environment")
+    return home
+
+
+def select_specs(prefix: str = SPEC_PREFIX) -> list[str]:
+    """Names of the installed freetoken's default kernel specs starting with ``prefix``."""
+    from freetoken.kernel.aot import default_kernel_specs
+
+    return [spec.name for spec in default_kernel_specs() if spec.name.startswith(prefix)]
+
+
+def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
+    """Build the series' kernel-cache entries; the cache directory (None: nothing to build)."""
+    import freetoken
+
+    archs = cuda_arch_list()
+    names = select_specs()
+    if not names:
+        log(
+            f"freetoken {freetoken.__version__} has no kernel spec named {SPEC_PREFIX}* in "
+            "default_kernel_specs() (the series adds none yet); skipping the kernel cache"
+        )
+        return None
+    cuda_home = ensure_cuda_home(workdir, pip_args=pip_args)
+    os.environ["CUDA_HOME"] = str(cuda_home)
+    os.environ[CUDA_ARCH_LIST_ENV] = archs
+    log(f"building {len(names)} kernel(s) for archs {archs} with {cuda_home}/bin/nvcc: {', '.join(names)}")
+
+    from freetoken.kernel.aot import compile_and_package_kernels
+
+    out = workdir.kernel_cache
+    built = compile_and_package_kernels(out_dir=out, build_dir=workdir.kernel_build, specs=names, verbose=True)
+    manifest = {
+        "freetoken": freetoken.__version__,
+        "cuda_arch_list": archs,
+        "cuda_home": str(cuda_home),
+        "kernels": {p.parent.name: p.stat().st_size for p in built},
+    }
+    (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    for path in built:
+        log(f"built {path} ({path.stat().st_size} bytes)")
+    log(f"kernel cache: {out}  (use it with FREETOKEN_KERNEL_CACHE_DIR={out})")
+    return out

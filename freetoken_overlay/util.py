@@ -1,0 +1,223 @@
+"""Small shared helpers: errors, logging, environment settings, paths, git.
+
+Everything in :mod:`freetoken_overlay` except :mod:`freetoken_overlay.kernels`
+uses the standard library only, so it runs in any Python >= 3.11 (the nox
+process itself, or a session's virtual environment) without installing
+anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The repository that holds this package (patches/, tests/, noxfile.py, ...).
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+WORKDIR_ENV = "FT_OVERLAY_WORKDIR"
+WHEELHOUSE_ENV = "FT_OVERLAY_WHEELHOUSE"
+SYSTEM_SITE_ENV = "FT_OVERLAY_SYSTEM_SITE"
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+class OverlayError(Exception):
+    """A failure with a message meant for the user; the CLI prints it and exits 1."""
+
+
+def log(message: str) -> None:
+    """Print a progress line (flushed, so it interleaves with subprocess output)."""
+    print(f"[freetoken-overlay] {message}", flush=True)
+
+
+def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Read a boolean environment variable; refuse anything but the usual spellings."""
+    raw = (os.environ if environ is None else environ).get(name, "")
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    allowed = ", ".join(repr(v) for v in (*_TRUE, *_FALSE))
+    raise OverlayError(f"{name}={raw!r} is not a boolean; allowed values: {allowed}")
+
+
+def env_dir(name: str, *, must_exist: bool, environ: Mapping[str, str] | None = None) -> Path | None:
+    """Read a directory path from an environment variable (unset or empty: None)."""
+    raw = (os.environ if environ is None else environ).get(name, "").strip()
+    if not raw:
+        return None
+    path = Path(raw).expanduser().resolve()
+    if must_exist and not path.is_dir():
+        raise OverlayError(f"{name}={raw!r}: no such directory ({path})")
+    if not must_exist and path.exists() and not path.is_dir():
+        raise OverlayError(f"{name}={raw!r}: exists and is not a directory ({path})")
+    return path
+
+
+def wheelhouse_dir(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The offline wheelhouse: ``explicit`` (from ``--wheelhouse``), else $FT_OVERLAY_WHEELHOUSE."""
+    if explicit is not None:
+        path = Path(explicit).expanduser().resolve()
+        if not path.is_dir():
+            raise OverlayError(f"--wheelhouse {str(explicit)!r}: no such directory ({path})")
+        return path
+    return env_dir(WHEELHOUSE_ENV, must_exist=True)
+
+
+def pip_source_args(wheelhouse: Path | None) -> list[str]:
+    """pip options that make it install from the offline wheelhouse only (none: its index)."""
+    return ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse is not None else []
+
+
+@dataclass(frozen=True)
+class Workdir:
+    """The ignored work directory (default ``<repo>/.work``, or $FT_OVERLAY_WORKDIR).
+
+    Layout (other tools rely on it):
+
+    * ``upstream/``       git repo: tag ``upstream-<version>``, branch ``decode-gather``
+    * ``upstream-<v>/``   the same for a non-default pinned version (e.g. 0.2.0)
+    * ``wheels/``         verified official wheels (download cache)
+    * ``dist/``           patched wheels ``freetoken-<v>+dg.<series hash>-...whl``
+    * ``kernel-cache/``   AOT kernel cache built by ``build`` (FREETOKEN_KERNEL_CACHE_DIR)
+    * ``kernel-build/``   its intermediate build files
+    * ``failed-apply/``   the last apply attempt that stopped on a patch, for inspection
+    """
+
+    root: Path
+
+    @classmethod
+    def from_env(cls) -> Workdir:
+        return cls(env_dir(WORKDIR_ENV, must_exist=False) or REPO_ROOT / ".work")
+
+    def upstream(self, version: str, default_version: str) -> Path:
+        name = "upstream" if version == default_version else f"upstream-{version}"
+        return self.root / name
+
+    @property
+    def wheels(self) -> Path:
+        return self.root / "wheels"
+
+    @property
+    def dist(self) -> Path:
+        return self.root / "dist"
+
+    @property
+    def kernel_cache(self) -> Path:
+        return self.root / "kernel-cache"
+
+    @property
+    def kernel_build(self) -> Path:
+        return self.root / "kernel-build"
+
+    @property
+    def failed_apply(self) -> Path:
+        return self.root / "failed-apply"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_sha256(path: Path, expected: str) -> None:
+    """Refuse ``path`` unless its sha256 is ``expected``."""
+    actual = sha256_file(path)
+    if actual != expected:
+        raise OverlayError(
+            f"{path}: sha256 mismatch (expected {expected}, actual {actual}); refusing to use it"
+        )
+
+
+# Fixed identity used for every commit the overlay makes, so commit ids are stable.
+OVERLAY_NAME = "freetoken-overlay"
+OVERLAY_EMAIL = "freetoken-overlay@invalid"
+
+
+def git_env(*, hermetic: bool, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for git: C locale, UTC, the overlay committer identity.
+
+    ``hermetic`` also hides the user's and the system's git configuration
+    (format.*, diff.*, am.*, init.defaultBranch, ...), so that the overlay's own
+    work repository behaves the same on every machine.
+    """
+    env = dict(os.environ)
+    env.update(
+        LC_ALL="C",
+        LANG="C",
+        TZ="UTC",
+        GIT_COMMITTER_NAME=OVERLAY_NAME,
+        GIT_COMMITTER_EMAIL=OVERLAY_EMAIL,
+        GIT_TERMINAL_PROMPT="0",
+        GIT_EDITOR="true",
+        GIT_PAGER="cat",
+    )
+    if hermetic:
+        env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        env.pop(key, None)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def git(
+    repo: Path,
+    *args: str,
+    hermetic: bool = True,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    capture: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``git -C repo args...``; on failure raise :class:`OverlayError` with git's output."""
+    proc = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        env=git_env(hermetic=hermetic, extra=env),
+        text=True,
+        stdout=subprocess.PIPE if capture else None,
+        stderr=subprocess.PIPE if capture else None,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        output = "\n".join(s.strip() for s in (proc.stdout, proc.stderr) if s and s.strip())
+        raise OverlayError(f"git {' '.join(args)} failed in {repo} (exit {proc.returncode}):\n{output}")
+    return proc
+
+
+def git_out(repo: Path, *args: str, hermetic: bool = True) -> str:
+    """``git args...`` in ``repo``; its stdout, stripped."""
+    return git(repo, *args, hermetic=hermetic).stdout.strip()
+
+
+def git_bytes(repo: Path, *args: str) -> bytes:
+    """Raw stdout of ``git args...`` in ``repo`` (for blob contents)."""
+    proc = subprocess.run(
+        ["git", "-C", str(repo), *args], env=git_env(hermetic=True), capture_output=True, check=False
+    )
+    if proc.returncode != 0:
+        raise OverlayError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.decode(errors='replace')}")
+    return proc.stdout
+
+
+def run_checked(cmd: Sequence[str], *, what: str, env: Mapping[str, str] | None = None) -> None:
+    """Run a command with inherited stdout/stderr (so its progress shows); raise on failure."""
+    log(f"$ {' '.join(cmd)}")
+    proc = subprocess.run(list(cmd), env=None if env is None else dict(env), check=False)
+    if proc.returncode != 0:
+        raise OverlayError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}")
+
+
+def python_tag(version_info: tuple[int, int] | None = None) -> str:
+    """``cp311``-style tag of the running (or given) interpreter."""
+    major, minor = version_info or sys.version_info[:2]
+    return f"cp{major}{minor}"
