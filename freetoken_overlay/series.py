@@ -33,14 +33,15 @@ SERIES_HASH_LENGTH = 12
 
 #: ``git format-patch`` flags that make the output a pure function of the commits:
 #: no commit ids (--zero-commit), no git version (--no-signature), no
-#: abbreviation-dependent index lines (--full-index), no diffstat, always
-#: ``[PATCH n/m]`` subjects.  The work repository is used with the user's and
-#: system git configuration hidden, so format.* / diff.* settings cannot leak in.
+#: abbreviation-dependent index lines (--full-index), always ``[PATCH n/m]``
+#: subjects.  The diffstat stays (reviewers read it); format-patch draws it at a
+#: fixed width whatever the terminal or $COLUMNS.  The work repository is used
+#: with the user's and system git configuration hidden, so format.* / diff.*
+#: settings cannot leak in.
 FORMAT_PATCH_FLAGS = (
     "--zero-commit",
     "--no-signature",
     "--full-index",
-    "--no-stat",
     "--numbered",
     "--subject-prefix=PATCH",
     "--no-cover-letter",
@@ -56,6 +57,12 @@ _STATE_HEAD = "overlay.appliedHead"
 
 class PatchError(OverlayError):
     """A patch of the series does not apply."""
+
+
+def work_repo(workdir: Workdir, version: str = DEFAULT_VERSION) -> Path:
+    """The work repository: ``<workdir>/upstream`` (``upstream-<version>`` for a
+    pinned release other than the default one)."""
+    return workdir.root / ("upstream" if version == DEFAULT_VERSION else f"upstream-{version}")
 
 
 def patch_files(patches_dir: Path | None = None) -> list[Path]:
@@ -215,7 +222,7 @@ def apply(
     """
     patches = patch_files(patches_dir)
     series = series_hash(patches_dir)
-    dest = workdir.upstream(pin.version, DEFAULT_VERSION)
+    dest = work_repo(workdir, pin.version)
     files = load_source_tree(pin, cache=workdir.wheels, wheelhouse=wheelhouse)
 
     workdir.root.mkdir(parents=True, exist_ok=True)
@@ -297,7 +304,7 @@ def ensure_applied(
     pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None, wheelhouse: Path | None = None
 ) -> Path:
     """The work repository, (re)applied first if missing or built from another series."""
-    dest = workdir.upstream(pin.version, DEFAULT_VERSION)
+    dest = work_repo(workdir, pin.version)
     if (dest / ".git").is_dir():
         recorded, applied = _read_state(dest)
         if recorded == series_hash(patches_dir):
@@ -321,7 +328,7 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
     untouched; other files in patches/ are kept.
     """
     patches_dir = patches_dir or PATCHES_DIR
-    repo = workdir.upstream(pin.version, DEFAULT_VERSION)
+    repo = work_repo(workdir, pin.version)
     if not (repo / ".git").is_dir():
         raise OverlayError(f"{repo} does not exist: run apply first")
     status = git_out(repo, "status", "--porcelain", "--untracked-files=no")

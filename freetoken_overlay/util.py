@@ -97,10 +97,6 @@ class Workdir:
     def from_env(cls) -> Workdir:
         return cls(env_dir(WORKDIR_ENV, must_exist=False) or REPO_ROOT / ".work")
 
-    def upstream(self, version: str, default_version: str) -> Path:
-        name = "upstream" if version == default_version else f"upstream-{version}"
-        return self.root / name
-
     @property
     def wheels(self) -> Path:
         return self.root / "wheels"
