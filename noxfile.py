@@ -1,0 +1,185 @@
+"""nox sessions for the decode-gather patch series against FreeToken.
+
+``nox -l`` lists the sessions.  The main job is ``nox -s apply build``; the
+tests are ``nox -s test`` (the default session).  The sessions run the steps of
+``python -m freetoken_overlay``; see README.md and CONTRIBUTING.md.
+
+Settings, from the environment:
+
+* FT_OVERLAY_WORKDIR       work directory (default ``.work/``)
+* FT_OVERLAY_WHEELHOUSE    offline wheel directory: pip runs ``--no-index
+                           --find-links DIR`` and the freetoken wheel is read
+                           from it (still hash-checked); also ``-- --wheelhouse DIR``
+* FT_OVERLAY_SYSTEM_SITE=1 reuse the packages of the Python running nox (a GPU
+                           machine's torch, triton, ...) instead of installing
+                           torch; implied by ``nox --no-venv``
+* TVM_FFI_CUDA_ARCH_LIST   kernel architectures for ``build`` (default "8.0 9.0 10.0 12.0")
+
+To add a session: decorate a function with ``@nox.session``, call
+``_install_patched(session, *extra_requirements)`` (the CPU dependencies and the
+patched wheel, honouring the settings above), then run commands with
+``session.run(_python(session), ...)``; ``_posargs(session)`` gives the
+session's arguments without ``--wheelhouse``.
+"""
+
+from __future__ import annotations
+
+import site
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from freetoken_overlay import requirements as req  # noqa: E402
+from freetoken_overlay.series import work_repo  # noqa: E402
+from freetoken_overlay.util import (  # noqa: E402
+    SYSTEM_SITE_ENV,
+    WHEELHOUSE_ENV,
+    OverlayError,
+    Workdir,
+    env_flag,
+    pip_source_args,
+    wheelhouse_dir,
+)
+
+nox.options.sessions = ["test"]
+nox.options.reuse_venv = "yes"
+
+_OUTER_SITE_PTH = "_ft_overlay_outer_site.pth"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _python(session: nox.Session) -> str:
+    """The session's interpreter: its venv's, or (``--no-venv``) the one running nox."""
+    return sys.executable if session.venv_backend == "none" else "python"
+
+
+def _reuse_outer_env(session: nox.Session) -> bool:
+    """Whether the session reuses the packages of the Python running nox."""
+    try:
+        return session.venv_backend == "none" or env_flag(SYSTEM_SITE_ENV)
+    except OverlayError as exc:
+        session.error(str(exc))
+
+
+def _split_wheelhouse(session: nox.Session) -> tuple[Path | None, list[str]]:
+    """``--wheelhouse DIR`` from the posargs (else $FT_OVERLAY_WHEELHOUSE), and the other posargs.
+
+    A wheelhouse given on the command line is exported to the session's
+    commands as $FT_OVERLAY_WHEELHOUSE.
+    """
+    args, explicit = list(session.posargs), None
+    for index, arg in enumerate(args):
+        if arg == "--wheelhouse" and index + 1 < len(args):
+            explicit = args[index + 1]
+            del args[index : index + 2]
+            break
+        if arg.startswith("--wheelhouse="):
+            explicit = arg.split("=", 1)[1]
+            del args[index]
+            break
+    try:
+        wheelhouse = wheelhouse_dir(explicit)
+    except OverlayError as exc:
+        session.error(str(exc))
+    if wheelhouse is not None:
+        session.env[WHEELHOUSE_ENV] = str(wheelhouse)
+    return wheelhouse, args
+
+
+def _posargs(session: nox.Session) -> list[str]:
+    return _split_wheelhouse(session)[1]
+
+
+def _pip(session: nox.Session, *args: str) -> None:
+    session.run(_python(session), "-m", "pip", "install", "--disable-pip-version-check", *args)
+
+
+def _expose_outer_site(session: nox.Session) -> None:
+    """Make the venv see the site-packages of the Python running nox, after its own.
+
+    A ``.pth`` file rather than ``--system-site-packages``: the GPU machine's
+    python3 is itself a venv, whose packages a nested venv's "system site"
+    (the base interpreter's) would not include.
+    """
+    outer = [p for p in (*site.getsitepackages(), site.getusersitepackages()) if Path(p).is_dir()]
+    purelib = session.run(
+        "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
+    ).strip()
+    (Path(purelib) / _OUTER_SITE_PTH).write_text("".join(f"{p}\n" for p in outer))
+
+
+def _install_deps(session: nox.Session, *extra: str) -> None:
+    """The import closure of the patched paths (+ ``extra``), and torch unless reused."""
+    wheelhouse, _ = _split_wheelhouse(session)
+    source = pip_source_args(wheelhouse)
+    requirements = [*req.IMPORT_CLOSURE, *extra]
+    if _reuse_outer_env(session):
+        if session.venv_backend != "none":
+            _expose_outer_site(session)
+    else:
+        if wheelhouse is not None and not any(wheelhouse.glob("torch-*.whl")):
+            session.error(
+                f"{WHEELHOUSE_ENV}={wheelhouse} has no torch wheel; set {SYSTEM_SITE_ENV}=1 "
+                "to reuse the torch of the Python running nox"
+            )
+        requirements.insert(0, req.TORCH_CPU)
+    _pip(session, *source, *requirements)
+    _pip(session, *source, "--no-deps", *req.NO_DEPS)
+
+
+def _install_patched(session: nox.Session, *extra: str) -> None:
+    """Dependencies + the patched wheel (applied and built first if missing or stale)."""
+    _install_deps(session, *extra)
+    session.run(_python(session), "-m", "freetoken_overlay", "build-wheel", "--install")
+
+
+def _overlay(session: nox.Session, command: str) -> None:
+    """``python -m freetoken_overlay COMMAND posargs...`` in nox's own Python (stdlib only)."""
+    session.run(sys.executable, "-m", "freetoken_overlay", command, *session.posargs, external=True)
+
+
+# ----------------------------------------------------------------------------- sessions
+
+
+@nox.session(python=False)
+def apply(session: nox.Session) -> None:
+    """Rebuild .work/upstream from the pinned wheel and git-am patches/ onto branch decode-gather."""
+    _overlay(session, "apply")
+
+
+@nox.session(python=False)
+def export(session: nox.Session) -> None:
+    """Regenerate patches/ from upstream-<version>..decode-gather in .work/upstream."""
+    _overlay(session, "export")
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build and install the patched wheel (.work/dist/) and the series' AOT kernel cache."""
+    _install_patched(session, *req.KERNEL_BUILD)
+    session.run(_python(session), "-m", "freetoken_overlay", "build-kernels", *_posargs(session))
+
+
+@nox.session
+def test(session: nox.Session) -> None:
+    """Run tests/, conformance/ and the series' upstream tests against the patched wheel."""
+    _install_patched(session, *req.TEST)
+    upstream_tests = work_repo(Workdir.from_env()) / "tests"
+    paths = [d for d in ("tests", "conformance") if (ROOT / d).is_dir()]
+    paths += sorted(str(p) for p in upstream_tests.glob("**/test_*.py"))
+    session.run(_python(session), "-m", "pytest", "-rs", *paths, *_posargs(session))
+
+
+@nox.session(python=False)
+def wheelhouse(session: nox.Session) -> None:
+    """Download into DIR the wheels an offline GPU machine lacks: nox -s wheelhouse -- DIR."""
+    if not session.posargs:
+        session.error("usage: nox -s wheelhouse -- DIR [--python-version 3.12]")
+    _overlay(session, "wheelhouse")
+
