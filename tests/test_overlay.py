@@ -1,0 +1,404 @@
+"""CPU tests of freetoken_overlay: the pin, apply/export, the patched wheel, settings.
+
+Most tests drive ``python -m freetoken_overlay`` in a subprocess with a
+temporary work directory (FT_OVERLAY_WORKDIR) whose wheel cache points at the
+shared, verified one, so nothing is downloaded twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import importlib.metadata
+import io
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from freetoken_overlay import kernels, series
+from freetoken_overlay.pin import DEFAULT_VERSION, PINS, get_pin
+from freetoken_overlay.series import BRANCH, FORMAT_PATCH_FLAGS, series_hash
+from freetoken_overlay.upstream import fetch_wheel, git_tree_id, source_files, verify_tree
+from freetoken_overlay.util import REPO_ROOT, OverlayError, Workdir, env_flag, python_tag, wheelhouse_dir
+from freetoken_overlay.wheel import local_version, patched_wheel_name
+
+PIN = get_pin()
+AUTHOR = {"GIT_AUTHOR_NAME": "Series Author", "GIT_AUTHOR_EMAIL": "author@example.com"}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def overlay(*args: str, workdir: Path, check: bool = True, env: dict[str, str] | None = None):
+    """Run ``python -m freetoken_overlay args...``; the completed process."""
+    full_env = {**os.environ, "FT_OVERLAY_WORKDIR": str(workdir), **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-m", "freetoken_overlay", *args],
+        cwd=REPO_ROOT, env=full_env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if check and proc.returncode != 0:
+        pytest.fail(f"freetoken_overlay {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def git(repo: Path, *args: str, date: str | None = None) -> str:
+    env = {**os.environ, **AUTHOR, "GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@example.com"}
+    if date:
+        env["GIT_AUTHOR_DATE"] = date
+    return subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+
+
+def read_dir(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.glob("*.patch"))}
+
+
+@pytest.fixture(scope="session")
+def wheel_cache() -> Path:
+    """The shared cache of verified official wheels (the default work dir's)."""
+    cache = Workdir.from_env().wheels
+    fetch_wheel(PIN, PIN.wheel_name(python_tag()), cache=cache, wheelhouse=wheelhouse_dir())
+    return cache
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, wheel_cache: Path) -> Path:
+    root = tmp_path / "work"
+    root.mkdir()
+    (root / "wheels").symlink_to(wheel_cache, target_is_directory=True)
+    return root
+
+
+@pytest.fixture
+def throwaway_series(tmp_path: Path, workdir: Path) -> Path:
+    """A small series (modify, add, delete, add an upstream test) exported to a temp patches/."""
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    overlay("apply", "--patches", str(patches), workdir=workdir)
+    repo = workdir / "upstream"
+    target = repo / "python/freetoken/moe/offload_cache.py"
+    target.write_text(target.read_text() + "\n# decode-gather: throwaway change\n")
+    (repo / "python/freetoken/kernel/decode_gather.py").write_text('"""Throwaway."""\n\nVALUE = 1\n')
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "Add decode_gather module\n\nA body line.", date="1700000000 +0000")
+    git(repo, "rm", "-q", "python/freetoken/cache_report.py")
+    (repo / "tests").mkdir()
+    (repo / "tests/test_throwaway.py").write_text("def test_nothing():\n    pass\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "Drop cache_report, add a test", date="1700000100 +0000")
+    overlay("export", "--patches", str(patches), workdir=workdir)
+    assert len(read_dir(patches)) == 2
+    overlay("apply", "--patches", str(patches), workdir=workdir)  # canonical commit ids
+    return patches
+
+
+# --------------------------------------------------------------------------- the pin
+
+
+@pytest.mark.parametrize("version", sorted(PINS))
+def test_every_accepted_wheel_gives_the_pinned_tree(version: str, wheel_cache: Path) -> None:
+    pin = PINS[version]
+    wheelhouse = wheelhouse_dir()
+    trees = set()
+    for name in sorted(pin.wheels):
+        if wheelhouse is not None and not (wheelhouse / name).is_file():
+            pytest.skip(f"offline: {name} is not in the wheelhouse {wheelhouse}")
+        wheel = fetch_wheel(pin, name, cache=wheel_cache, wheelhouse=wheelhouse)
+        files = source_files(wheel)
+        assert all(p.startswith("python/freetoken/") and not p.endswith(".so") for p in files)
+        trees.add(git_tree_id(files))
+    assert trees == {pin.tree_id}
+
+
+@pytest.mark.parametrize("version", sorted(PINS))
+def test_base_commit_is_deterministic(version: str, tmp_path: Path, wheel_cache: Path) -> None:
+    pin = PINS[version]
+    name = pin.wheel_name(python_tag())
+    if wheelhouse_dir() is not None and not (wheelhouse_dir() / name).is_file():
+        pytest.skip(f"offline: {name} is not in the wheelhouse")
+    files = source_files(fetch_wheel(pin, name, cache=wheel_cache, wheelhouse=wheelhouse_dir()))
+    commit = series.make_base_repo(pin, files, tmp_path / "repo")  # asserts tree and commit ids
+    assert commit == pin.base_commit
+    repo = tmp_path / "repo"
+    assert git(repo, "rev-parse", f"{pin.tag}^{{commit}}", f"refs/heads/{BRANCH}") == f"{commit}\n{commit}"
+    assert git(repo, "rev-parse", "HEAD^{tree}") == pin.tree_id
+    assert git(repo, "status", "--porcelain") == ""
+
+
+tree_paths = st.lists(
+    st.lists(st.sampled_from(["a", "b", "a.py", "a-b", "a_b", "z", "kernel", "0"]), min_size=1, max_size=3),
+    min_size=1, max_size=8,
+)  # fmt: skip
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(paths=tree_paths, data=st.binary(max_size=64))
+def test_git_tree_id_matches_git(paths: list[list[str]], data: bytes, tmp_path_factory) -> None:
+    files: dict[str, bytes] = {}
+    for parts in paths:
+        path = "/".join(parts)
+        if any(f.startswith(path + "/") or path.startswith(f + "/") for f in files):
+            continue  # a name cannot be both a file and a directory
+        files[path] = data + path.encode()
+    repo = tmp_path_factory.mktemp("tree")
+    git(repo, "init", "-q")
+    for path, content in files.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_bytes(content)
+    git(repo, "add", "-A")
+    assert git_tree_id(files) == git(repo, "write-tree")
+
+
+def test_tampered_wheel_is_refused_and_nothing_applied(tmp_path: Path, wheel_cache: Path) -> None:
+    name = PIN.wheel_name(python_tag())
+    house = tmp_path / "house"
+    house.mkdir()
+    data = bytearray((wheel_cache / name).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (house / name).write_bytes(bytes(data))
+    actual = hashlib.sha256(data).hexdigest()
+    proc = overlay("apply", "--wheelhouse", str(house), workdir=tmp_path / "work", check=False)
+    assert proc.returncode != 0
+    assert name in proc.stderr and PIN.wheels[name] in proc.stderr and actual in proc.stderr
+    assert not (tmp_path / "work" / "upstream").exists()
+
+
+def test_tree_mismatch_is_refused(wheel_cache: Path) -> None:
+    wheel = wheel_cache / PIN.wheel_name(python_tag())
+    files = source_files(wheel)
+    files["python/freetoken/extra.py"] = b"x = 1\n"
+    with pytest.raises(OverlayError) as info:
+        verify_tree(PIN, wheel, files)
+    message = str(info.value)
+    assert wheel.name in message and PIN.tree_id in message and git_tree_id(files) in message
+
+
+# --------------------------------------------------------------------------- apply / export
+
+
+def test_empty_series_applies_base_only(tmp_path: Path, workdir: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    overlay("apply", "--patches", str(empty), workdir=workdir)
+    repo = workdir / "upstream"
+    assert git(repo, "rev-parse", BRANCH, PIN.tag) == f"{PIN.base_commit}\n{PIN.base_commit}"
+    overlay("export", "--patches", str(empty), workdir=workdir)
+    assert read_dir(empty) == {}
+
+
+def test_throwaway_series_apply_export_fixed_point(throwaway_series: Path, tmp_path: Path, wheel_cache: Path) -> None:
+    before = read_dir(throwaway_series)
+    assert all(b"From 0000000000000000000000000000000000000000 " in p for p in before.values())
+    assert [p.split(b"\nSubject: ")[1].split(b"]")[0] for p in before.values()] == [b"[PATCH 1/2", b"[PATCH 2/2"]
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "wheels").symlink_to(wheel_cache, target_is_directory=True)
+    overlay("apply", "--patches", str(throwaway_series), workdir=fresh)
+    head = git(fresh / "upstream", "rev-parse", BRANCH)
+    (throwaway_series / "9999-stale.patch").write_text("stale\n")
+    overlay("export", "--patches", str(throwaway_series), workdir=fresh)
+    assert read_dir(throwaway_series) == before
+    # Re-applying is idempotent: same commit ids, work tree left as it was.
+    again = overlay("apply", "--patches", str(throwaway_series), workdir=fresh)
+    assert "up to date" in again.stdout
+    assert git(fresh / "upstream", "rev-parse", BRANCH) == head
+    assert (fresh / "upstream/tests/test_throwaway.py").is_file()
+
+
+def test_real_series_apply_export_fixed_point(tmp_path: Path, workdir: Path) -> None:
+    patches = tmp_path / "patches"
+    shutil.copytree(series.PATCHES_DIR, patches)
+    overlay("apply", "--patches", str(patches), workdir=workdir)
+    overlay("export", "--patches", str(patches), workdir=workdir)
+    assert read_dir(patches) == read_dir(series.PATCHES_DIR)
+
+
+def test_failing_patch_names_patch_and_file_and_keeps_work_tree(throwaway_series: Path, workdir: Path) -> None:
+    head = git(workdir / "upstream", "rev-parse", BRANCH)
+    first = sorted(throwaway_series.glob("*.patch"))[0]
+    head_part, marker, rest = first.read_text().partition("+++ b/python/freetoken/moe/offload_cache.py\n")
+    lines = rest.split("\n")
+    context = next(i for i, line in enumerate(lines) if line.startswith(" ") and line.strip())
+    lines[context] += "  # context the base does not have"
+    first.write_text(head_part + marker + "\n".join(lines))
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False)
+    assert proc.returncode != 0
+    assert first.name in proc.stderr and "python/freetoken/moe/offload_cache.py" in proc.stderr
+    assert git(workdir / "upstream", "rev-parse", BRANCH) == head
+    assert (workdir / "failed-apply").is_dir()
+
+
+def test_apply_refuses_to_discard_unexported_commits(throwaway_series: Path, workdir: Path) -> None:
+    repo = workdir / "upstream"
+    (repo / "python/freetoken/new.py").write_text("x = 1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "unexported", date="1700000200 +0000")
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False)
+    assert proc.returncode != 0 and "not exported" in proc.stderr
+    assert (repo / "python/freetoken/new.py").is_file()
+    overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir)
+    assert not (repo / "python/freetoken/new.py").exists()
+
+
+def test_apply_onto_an_upstream_clone(throwaway_series: Path, tmp_path: Path, workdir: Path) -> None:
+    clone = tmp_path / "clone"
+    shutil.copytree(workdir / "upstream", clone)
+    git(clone, "checkout", "-q", "-b", "main", PIN.tag)
+    git(clone, "branch", "-D", BRANCH)  # the copy came with one; make it anew off main
+    args = ("apply", "--patches", str(throwaway_series), "--upstream", str(clone), "--rev", "main")
+    overlay(*args, workdir=workdir)
+    assert git(clone, "rev-parse", BRANCH) == git(workdir / "upstream", "rev-parse", BRANCH)
+    assert git(clone, "rev-parse", "--abbrev-ref", "HEAD") == "main"  # its checkout untouched
+    assert "up to date" in overlay(*args, workdir=workdir).stdout
+
+
+def test_format_patch_flags_are_stable() -> None:
+    for flag in ("--zero-commit", "--no-signature", "--full-index", "--numbered"):
+        assert flag in FORMAT_PATCH_FLAGS
+
+
+def test_series_hash(tmp_path: Path) -> None:
+    assert series_hash(tmp_path) == hashlib.sha256(b"").hexdigest()[:12]
+    (tmp_path / "0001-a.patch").write_bytes(b"a")
+    (tmp_path / "0002-b.patch").write_bytes(b"b")
+    (tmp_path / "README").write_bytes(b"not part of the series")
+    assert series_hash(tmp_path) == hashlib.sha256(b"ab").hexdigest()[:12]
+    assert series_hash() == series_hash(series.PATCHES_DIR)
+
+
+# --------------------------------------------------------------------------- patched wheel
+
+
+def _record_ok(archive: zipfile.ZipFile) -> list[str]:
+    record_name = next(n for n in archive.namelist() if n.endswith(".dist-info/RECORD"))
+    rows = list(csv.reader(io.StringIO(archive.read(record_name).decode())))
+    assert sorted(r[0] for r in rows) == sorted(archive.namelist())
+    for path, digest, size in rows:
+        if path == record_name:
+            assert digest == size == ""
+            continue
+        data = archive.read(path)
+        expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        assert (digest, int(size)) == (f"sha256={expected}", len(data)), path
+    return [r[0] for r in rows]
+
+
+def test_patched_wheel(throwaway_series: Path, workdir: Path, wheel_cache: Path) -> None:
+    overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir)
+    series_id = series_hash(throwaway_series)
+    wheel = workdir / "dist" / patched_wheel_name(PIN, series_id, python_tag())
+    version = local_version(PIN, series_id)
+    assert version == f"{DEFAULT_VERSION}+dg.{series_id}"
+    official = zipfile.ZipFile(wheel_cache / PIN.wheel_name(python_tag()))
+    with zipfile.ZipFile(wheel) as archive:
+        names = _record_ok(archive)
+        assert f"freetoken-{version}.dist-info/METADATA" in names
+        assert not any(n.startswith(f"freetoken-{DEFAULT_VERSION}.dist-info/") for n in names)
+        assert f"\nVersion: {version}\n" in archive.read(f"freetoken-{version}.dist-info/METADATA").decode()
+        assert f'__version__ = "{version}"' in archive.read("freetoken/version.py").decode()
+        assert "freetoken/cache_report.py" not in names
+        assert archive.read("freetoken/kernel/decode_gather.py").startswith(b'"""Throwaway')
+        assert archive.read("freetoken/moe/offload_cache.py").endswith(b"# decode-gather: throwaway change\n")
+        for name in official.namelist():
+            if name.endswith(".so"):
+                assert archive.read(name) == official.read(name)
+    first = wheel.read_bytes()
+    wheel.unlink()
+    overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir)
+    assert wheel.read_bytes() == first  # deterministic
+
+
+def test_installed_freetoken_is_the_patched_wheel() -> None:
+    try:
+        installed = importlib.metadata.version("freetoken")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("freetoken is not installed here (run the tests with `nox -s test`)")
+    import freetoken
+
+    assert installed == freetoken.__version__ == local_version(PIN, series_hash())
+    # The import closure of the patched paths is installed (requirements.IMPORT_CLOSURE).
+    import freetoken.kernel.aot  # noqa: F401
+    import freetoken.kernel.fast_index_copy  # noqa: F401
+    import freetoken.moe.offload_cache  # noqa: F401
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def test_kernel_specs_are_selected_by_prefix() -> None:
+    pytest.importorskip("freetoken.kernel.aot", reason="needs the patched freetoken (nox -s test)")
+    assert kernels.SPEC_PREFIX == "freetoken__decode_gather"
+    assert all(name.startswith(kernels.SPEC_PREFIX) for name in kernels.select_specs())
+    assert kernels.select_specs("freetoken__fast_index_copy_update_flag") == ["freetoken__fast_index_copy_update_flag"]
+
+
+def test_aot_kernel_builds_without_gpu(tmp_path: Path) -> None:
+    pytest.importorskip("freetoken.kernel.aot", reason="needs the patched freetoken (nox -s test)")
+    if shutil.which("ninja") is None:
+        pytest.skip("no ninja on PATH (the build session installs it)")
+    home = kernels.find_cuda_home(Workdir(tmp_path))
+    if home is None:
+        pytest.skip("no CUDA toolkit (nvcc) here; `nox -s build` would install one from PyPI")
+    from freetoken.kernel.aot import compile_and_package_kernels
+
+    env = {"CUDA_HOME": str(home), kernels.CUDA_ARCH_LIST_ENV: "9.0"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        built = compile_and_package_kernels(
+            out_dir=tmp_path / "cache", build_dir=tmp_path / "build", specs=["freetoken__fast_index_copy_update_flag"]
+        )
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    assert [p.name for p in built] == ["freetoken__fast_index_copy_update_flag.so"]
+
+
+@pytest.mark.cuda
+def test_kernel_cache_loads_on_gpu() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    cache = Workdir.from_env().kernel_cache
+    built = sorted(cache.glob("*/*.so"))
+    if not built:
+        pytest.skip(f"no kernel cache at {cache} (run `nox -s build`; the series may add no kernels yet)")
+    import tvm_ffi
+
+    for path in built:
+        assert tvm_ffi.load_module(str(path)) is not None
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def test_bad_settings_are_named() -> None:
+    with pytest.raises(OverlayError, match=r"FT_OVERLAY_SYSTEM_SITE='maybe'.*allowed values"):
+        env_flag("FT_OVERLAY_SYSTEM_SITE", {"FT_OVERLAY_SYSTEM_SITE": "maybe"})
+    with pytest.raises(OverlayError, match=r"'9\.9\.9'.*allowed values: 0\.2\.0, 0\.2\.1"):
+        get_pin("9.9.9")
+    os.environ[kernels.CUDA_ARCH_LIST_ENV], old = "9.0 sm90", os.environ.get(kernels.CUDA_ARCH_LIST_ENV)
+    try:
+        with pytest.raises(OverlayError, match=r"TVM_FFI_CUDA_ARCH_LIST='9.0 sm90': sm90 .*allowed values"):
+            kernels.cuda_arch_list()
+    finally:
+        if old is None:
+            del os.environ[kernels.CUDA_ARCH_LIST_ENV]
+        else:
+            os.environ[kernels.CUDA_ARCH_LIST_ENV] = old
+
+
+def test_missing_wheelhouse_is_named(tmp_path: Path) -> None:
+    proc = overlay("apply", workdir=tmp_path, check=False, env={"FT_OVERLAY_WHEELHOUSE": str(tmp_path / "nope")})
+    assert proc.returncode == 1 and "FT_OVERLAY_WHEELHOUSE=" in proc.stderr and "no such directory" in proc.stderr
