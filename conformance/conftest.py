@@ -1,0 +1,108 @@
+"""Shared fixtures of the conformance suite: where the patched freetoken is, which tools exist.
+
+Everything here is generic (no GPU needed); conformance/gpu/ has its own conftest on top.
+
+A test that cannot run SKIPS with a reason naming what is missing, never passes vacuously.
+With ``CONFORMANCE_STRICT=1`` in the environment a missing prerequisite FAILS instead, so a CI
+job that is meant to have the toolchain cannot go green by skipping everything.
+Reports (JSON) go to ``$CONFORMANCE_REPORT_DIR`` when it is set.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from conformance import sass
+
+STRICT_ENV = "CONFORMANCE_STRICT"
+REPORT_DIR_ENV = "CONFORMANCE_REPORT_DIR"
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def strict() -> bool:
+    return os.environ.get(STRICT_ENV, "").strip().lower() in _TRUE
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip with ``reason``; under ``CONFORMANCE_STRICT=1`` fail with it instead."""
+    if strict():
+        pytest.fail(f"{reason} ({STRICT_ENV} is set, so a missing prerequisite fails)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def freetoken_dir() -> pathlib.Path:
+    """The installed freetoken package's directory (found without importing it)."""
+    root = sass.freetoken_dir()
+    if root is None:
+        skip_or_fail("freetoken is not installed (no importlib spec for 'freetoken'); install the patched freetoken")
+    return root
+
+
+@pytest.fixture(scope="session")
+def decode_gather_header(freetoken_dir: pathlib.Path) -> pathlib.Path:
+    """``<freetoken>/kernel/csrc/jit/decode_gather.cuh`` of the installed (patched) package."""
+    try:
+        return sass.decode_gather_header()
+    except LookupError as exc:
+        skip_or_fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def decode_gather_include_dirs(freetoken_dir: pathlib.Path) -> list[str]:
+    """``<freetoken>/kernel/csrc/include`` plus tvm-ffi's (and dlpack's) include directories."""
+    try:
+        return sass.decode_gather_include_dirs()
+    except LookupError as exc:
+        skip_or_fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def decode_gather_ring(decode_gather_header: pathlib.Path) -> tuple[int, int, int]:
+    """``freetoken.kernel.decode_gather.default_ring()``: the ring the AOT cache builds."""
+    try:
+        return sass.decode_gather_default_ring()
+    except LookupError as exc:
+        skip_or_fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def nvcc() -> str:
+    try:
+        found = sass.find_nvcc()
+    except sass.ToolNotFound as exc:
+        skip_or_fail(str(exc))
+    if found is None:
+        skip_or_fail(sass.NVCC_INSTALL_HINT)
+    return found
+
+
+@pytest.fixture(scope="session")
+def disassembler() -> sass.Disassembler:
+    try:
+        found = sass.find_disassembler()
+    except sass.ToolNotFound as exc:
+        skip_or_fail(str(exc))
+    if found is None:
+        skip_or_fail(sass.DISASSEMBLER_INSTALL_HINT)
+    return found
+
+
+@pytest.fixture(scope="session")
+def cuda_cflags() -> tuple[str, ...]:
+    """The nvcc flags upstream's JIT uses (the installed freetoken's DEFAULT_CUDA_CFLAGS)."""
+    return sass.upstream_cuda_cflags()[0]
+
+
+@pytest.fixture(scope="session")
+def report_dir() -> pathlib.Path | None:
+    """``$CONFORMANCE_REPORT_DIR`` (created), or None: where tests write their JSON reports."""
+    value = os.environ.get(REPORT_DIR_ENV)
+    if not value:
+        return None
+    path = pathlib.Path(value)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
