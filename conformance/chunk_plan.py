@@ -1,0 +1,559 @@
+"""A pure-Python model of decode_gather's chunk plan and TMA ring, mirroring decode_gather.cuh.
+
+The kernel (``freetoken/kernel/csrc/jit/decode_gather.cuh``) cuts one call -- ``n`` rows of
+``B`` banks -- into chunks of at most ``chunk_bytes``, each inside one bank row, and deals
+chunk ``k`` to CTA ``k % ctas``. Each CTA walks its chunks with an incremental cursor (no 64-bit
+division per chunk) and, on sm_90+, moves them through a ``stages``-deep ring of bulk copies.
+
+This module mirrors that device code statement by statement, so that property tests on the
+host can check what the GPU will do:
+
+* :func:`build_bank_table`   -- lane 0's per-bank ``first_chunk`` prefix sums,
+* :func:`clamp_count`        -- the device-side miss count, clamped to ``[0, length]``,
+* :class:`ChunkCursor`       -- ``ChunkCursor::next``: the incremental ``(row, j)`` walk with
+  ``row_step = ctas / cpr``, ``j_step = ctas % cpr`` and the bank scan
+  ``while (j >= first_chunk[b + 1]) ++b``,
+* :func:`cta_chunks` / :func:`plan` -- the kernel's prologue (``n == 0`` and
+  ``first_chunk >= total`` early exits, ``my_chunks``) and cursor loop, per CTA,
+* :class:`RingModel`         -- the TMA branch's ring (prologue, mbarrier waits and parities,
+  ``wait_group.read 1`` refills, final ``wait_group 0``), with the rules of the hardware it
+  relies on checked as it runs,
+* :func:`fallback_lane_units` -- the sub-sm_90 warp copy's 16-byte units per lane.
+
+It also has the independent references the tests compare against: :func:`direct_chunk` (the
+closed form ``row = k // cpr``, ``j = k % cpr``, bank by bisection) and the interval-arithmetic
+checker :func:`plan_problems`. :data:`KERNEL_SOURCE_ANCHORS` lists the device statements this
+model mirrors; a test asserts each is still in the installed ``.cuh``, so a kernel change that
+the model does not follow fails loudly instead of leaving the model checking an old kernel.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import re
+from collections import defaultdict
+from typing import Sequence
+
+K_MAX_BANKS = 8  # decode_gather::kMaxBanks
+K_THREADS = 32  # decode_gather::kThreads (one warp; lane 0 drives the ring)
+K_UNROLL = 4  # the fallback copy's 16-byte loads in flight per lane
+MAX_CHUNK_BYTES = 1 << 20  # static_assert(kChunkBytes < (1u << 20)): an mbarrier's tx count
+INT32_MAX = (1 << 31) - 1
+
+
+class ModelError(ValueError):
+    """An input the kernel (or the host checks in front of it) does not accept."""
+
+
+def _c_div(a: int, b: int) -> int:
+    """C++ integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def _c_mod(a: int, b: int) -> int:
+    return a - _c_div(a, b) * b
+
+
+def _int32(value: int, what: str) -> int:
+    if not -(1 << 31) <= value <= INT32_MAX:
+        raise ModelError(f"{what}={value} overflows the kernel's int32")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# the plan
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    cta: int  # the CTA that copies it (blockIdx.x)
+    k: int  # row * chunks_per_row + j, from the cursor's state
+    row: int  # index slot: the kernel copies src_indices[row] -> dst_indices[row]
+    bank: int
+    j: int  # chunk index inside the row's run of chunks (< chunks_per_row)
+    offset: int  # bytes into the bank row
+    size: int  # bytes
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+
+@dataclasses.dataclass(frozen=True)
+class BankTable:
+    """Shared-memory ``BankTable``: ``feat`` padded with None where the kernel never writes it."""
+
+    feat: tuple[int | None, ...]  # kMaxBanks entries; None = uninitialised shared memory
+    first_chunk: tuple[int, ...]  # kMaxBanks + 1 entries; [kMaxBanks] == chunks per row
+    num_banks: int
+
+    @property
+    def chunks_per_row(self) -> int:
+        return self.first_chunk[K_MAX_BANKS]
+
+
+def check_chunk_bytes(chunk_bytes: int) -> None:
+    """The kernel's static_asserts on kChunkBytes."""
+    if chunk_bytes % 16 or chunk_bytes < 16:
+        raise ModelError(f"chunk_bytes={chunk_bytes}: chunks are whole 16-byte units")
+    if chunk_bytes >= MAX_CHUNK_BYTES:
+        raise ModelError(f"chunk_bytes={chunk_bytes}: an mbarrier counts fewer than 2^20 transaction bytes")
+
+
+def build_bank_table(feat_bytes: Sequence[int], chunk_bytes: int) -> BankTable:
+    """Lanes < num_banks load the descriptor; lane 0 writes the ``first_chunk`` prefix sums."""
+    check_chunk_bytes(chunk_bytes)
+    num_banks = len(feat_bytes)
+    # host side: RuntimeCheck(num_banks in [1, kMaxBanks]) and check_decode_gather_layout
+    if not 1 <= num_banks <= K_MAX_BANKS:
+        raise ModelError(f"num_banks must be in [1, {K_MAX_BANKS}], got {num_banks}")
+    for b, feat in enumerate(feat_bytes):
+        if feat < 0 or feat % 16:
+            raise ModelError(f"feat_bytes[{b}]={feat} must be a non-negative multiple of 16")
+    feat = [None] * K_MAX_BANKS
+    for lane in range(K_THREADS):  # if (lane < num_banks) table.feat[lane] = p.feat_bytes[lane]
+        if lane < num_banks:
+            feat[lane] = int(feat_bytes[lane])
+    first_chunk = [0] * (K_MAX_BANKS + 1)
+    first = 0  # int32_t first = 0
+    for b in range(num_banks):
+        first_chunk[b] = first
+        first = _int32(first + _int32(_c_div(feat[b] + chunk_bytes - 1, chunk_bytes), "chunks of a row"), "first_chunk")
+    for b in range(num_banks, K_MAX_BANKS + 1):
+        first_chunk[b] = first
+    return BankTable(tuple(feat), tuple(first_chunk), num_banks)
+
+
+def clamp_count(length: int, valid_length: int | None) -> int:
+    """``n = p.length``, or ``valid_length[0]`` clamped to ``[0, length]``."""
+    n = length
+    if valid_length is not None:
+        v = valid_length
+        n = 0 if v < 0 else (v if v < length else length)
+    return n
+
+
+class ChunkCursor:
+    """``ChunkCursor<IdType, kChunkBytes>``: this CTA's chunks in order, by increments."""
+
+    def __init__(self, table: BankTable, chunk_bytes: int, first_chunk: int, ctas: int) -> None:
+        cpr = table.chunks_per_row
+        self.table = table
+        self.chunk_bytes = chunk_bytes
+        # ChunkCursor{&table, ..., first_chunk / cpr, first_chunk % cpr, cpr, kCtas / cpr, kCtas % cpr}
+        self.row = _c_div(first_chunk, cpr)
+        self.j = _c_mod(first_chunk, cpr)
+        self.chunks_per_row = cpr
+        self.row_step = _c_div(ctas, cpr)
+        self.j_step = _c_mod(ctas, cpr)
+
+    def bank_of(self, j: int) -> int:
+        b = 0
+        while j >= self.table.first_chunk[b + 1]:
+            b += 1
+        return b
+
+    def next(self) -> tuple[int, int, int, int, int]:
+        """(row, bank, j, offset, size) of the next chunk; then advance, as ``next()`` does."""
+        row, j = self.row, self.j
+        b = self.bank_of(j)
+        feat = self.table.feat[b]
+        if feat is None:
+            raise ModelError(f"chunk j={j} reads bank {b}'s row size, which the kernel never wrote")
+        offset = (j - self.table.first_chunk[b]) * self.chunk_bytes
+        left = feat - offset
+        size = left if left < self.chunk_bytes else self.chunk_bytes
+        self.advance()
+        return row, b, j, offset, size
+
+    def advance(self) -> None:
+        self.row += self.row_step
+        self.j += self.j_step
+        if self.j >= self.chunks_per_row:
+            self.j -= self.chunks_per_row
+            self.row += 1
+
+
+def my_chunk_count(total: int, first_chunk: int, ctas: int) -> int:
+    """``my_chunks = (total - first_chunk + kCtas - 1) / kCtas``."""
+    return _c_div(total - first_chunk + ctas - 1, ctas)
+
+
+def cta_chunks(
+    table: BankTable, chunk_bytes: int, n: int, ctas: int, cta: int, *, cursor_cls: type[ChunkCursor] = ChunkCursor
+) -> list[Chunk]:
+    """The chunks CTA ``cta`` copies, in its order: the kernel body after the table is built."""
+    if n == 0:
+        return []
+    cpr = table.chunks_per_row
+    total = n * cpr
+    first_chunk = cta  # static_cast<int32_t>(blockIdx.x)
+    if first_chunk >= total:
+        return []
+    my_chunks = my_chunk_count(total, first_chunk, ctas)
+    cursor = cursor_cls(table, chunk_bytes, first_chunk, ctas)
+    out = []
+    for _ in range(my_chunks):
+        row, bank, j, offset, size = cursor.next()
+        out.append(Chunk(cta, row * cpr + j, row, bank, j, offset, size))
+    return out
+
+
+def plan(
+    feat_bytes: Sequence[int],
+    num_indices: int | None,
+    ctas: int,
+    chunk_bytes: int,
+    *,
+    length: int | None = None,
+    cursor_cls: type[ChunkCursor] = ChunkCursor,
+) -> list[list[Chunk]]:
+    """Per CTA, the chunks it copies. ``length`` is the index capacity L (default: ``num_indices``);
+    ``num_indices`` None copies all L rows, else it is clamped to ``[0, L]`` as on the device."""
+    if ctas < 1:
+        raise ModelError(f"ctas={ctas} must be >= 1")
+    if length is None:
+        length = max(num_indices or 0, 0)
+    table = build_bank_table(feat_bytes, chunk_bytes)
+    n = clamp_count(length, num_indices)
+    return [cta_chunks(table, chunk_bytes, n, ctas, cta, cursor_cls=cursor_cls) for cta in range(ctas)]
+
+
+def direct_chunk(table: BankTable, chunk_bytes: int, k: int) -> tuple[int, int, int, int, int]:
+    """The closed form of chunk ``k``: ``row = k // cpr``, ``j = k % cpr``, bank by bisection."""
+    cpr = table.chunks_per_row
+    row, j = divmod(k, cpr)
+    bank = bisect.bisect_right(table.first_chunk, j) - 1
+    offset = (j - table.first_chunk[bank]) * chunk_bytes
+    feat = table.feat[bank]
+    assert feat is not None
+    return row, bank, j, offset, min(chunk_bytes, feat - offset)
+
+
+# --------------------------------------------------------------------------------------------
+# checks (independent of the model's internals)
+# --------------------------------------------------------------------------------------------
+
+
+def plan_problems(
+    feat_bytes: Sequence[int], n: int, ctas: int, chunk_bytes: int, cta_plans: Sequence[Sequence[Chunk]], *, limit: int = 20
+) -> list[str]:
+    """Everything wrong with ``cta_plans`` as the copy of ``n`` rows of every bank (empty: correct).
+
+    Coverage by interval arithmetic: per (bank, row < n) the chunks, sorted by offset, must tile
+    ``[0, feat)`` exactly -- no gap, no overlap, nothing outside. Plus: every chunk in one row,
+    ``0 < size <= chunk_bytes``, 16-byte multiples; CTA loads within one chunk of each other;
+    each CTA's chunks are k = cta, cta + ctas, cta + 2*ctas, ... in that order.
+    """
+    problems: list[str] = []
+
+    def bad(msg: str) -> bool:
+        problems.append(msg)
+        return len(problems) >= limit
+
+    if len(cta_plans) != ctas:
+        bad(f"{len(cta_plans)} CTA plans for {ctas} CTAs")
+        return problems
+    intervals: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for cta, chunks in enumerate(cta_plans):
+        for i, c in enumerate(chunks):
+            where = f"CTA {cta} chunk #{i} {c}"
+            if c.cta != cta and bad(f"{where}: dealt to CTA {cta} but says CTA {c.cta}"):
+                return problems
+            if not 0 <= c.bank < len(feat_bytes):
+                if bad(f"{where}: bank out of range"):
+                    return problems
+                continue
+            if not 0 <= c.row < n and bad(f"{where}: row {c.row} outside [0, {n})"):
+                return problems
+            feat = feat_bytes[c.bank]
+            if not 0 < c.size <= chunk_bytes and bad(f"{where}: size not in (0, {chunk_bytes}]"):
+                return problems
+            if (c.size % 16 or c.offset % 16) and bad(f"{where}: not whole 16-byte units"):
+                return problems
+            if (c.offset < 0 or c.end > feat) and bad(f"{where}: outside the {feat}-byte row"):
+                return problems
+            intervals[(c.bank, c.row)].append((c.offset, c.end))
+    for (bank, row), spans in intervals.items():
+        spans.sort()
+        pos = 0
+        for start, end in spans:
+            if start < pos and bad(f"bank {bank} row {row}: bytes [{start}, {min(pos, end)}) copied twice"):
+                return problems
+            if start > pos and bad(f"bank {bank} row {row}: bytes [{pos}, {start}) never copied"):
+                return problems
+            pos = max(pos, end)
+        feat = feat_bytes[bank]
+        if pos < feat and bad(f"bank {bank} row {row}: bytes [{pos}, {feat}) never copied"):
+            return problems
+    for bank, feat in enumerate(feat_bytes):
+        if feat == 0:
+            continue
+        for row in range(n):
+            if (bank, row) not in intervals and bad(f"bank {bank} row {row}: never copied"):
+                return problems
+    counts = [len(chunks) for chunks in cta_plans]
+    if counts and max(counts) - min(counts) > 1:
+        bad(f"CTA loads unbalanced: {counts}")
+    for cta, chunks in enumerate(cta_plans):
+        ks = [c.k for c in chunks]
+        want = [cta + i * ctas for i in range(len(chunks))]
+        if ks != want and bad(f"CTA {cta}: chunk order k={ks[:8]}... is not {want[:8]}..."):
+            return problems
+    return problems
+
+
+def cursor_vs_direct_problems(
+    table: BankTable, chunk_bytes: int, ctas: int, cta_plans: Sequence[Sequence[Chunk]], *, limit: int = 20
+) -> list[str]:
+    """Where the incremental cursor's chunks differ from :func:`direct_chunk` of k = cta + i*ctas."""
+    problems = []
+    for cta, chunks in enumerate(cta_plans):
+        for i, c in enumerate(chunks):
+            k = cta + i * ctas
+            want = direct_chunk(table, chunk_bytes, k)
+            got = (c.row, c.bank, c.j, c.offset, c.size)
+            if got != want:
+                problems.append(f"CTA {cta} chunk #{i} (k={k}): cursor {got} != direct {want}")
+                if len(problems) >= limit:
+                    return problems
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# the TMA ring
+# --------------------------------------------------------------------------------------------
+
+
+class RingError(AssertionError):
+    """The ring broke a rule of the hardware it runs on (a data race, a hang, a lost chunk)."""
+
+
+class RingModel:
+    """The ``FREETOKEN_DECODE_GATHER_TMA`` branch for one CTA, with the hardware's rules checked.
+
+    Kernel state mirrored: ``pending_dst``/``pending_bytes`` (here one slot holding the chunk),
+    ``load_stage``, the loop's ``stage``/``phase``. Hardware state modelled pessimistically: a
+    bulk load's bytes are only known to have landed once the thread waited for its mbarrier
+    phase; a bulk store only stops reading its stage at a ``wait_group.read`` that covers it, and
+    only completes at a ``wait_group`` that covers it.
+    """
+
+    def __init__(self, stages: int, chunks: Sequence[Chunk]) -> None:
+        if stages < 2:
+            raise ModelError("static_assert(kStages >= 2)")
+        self.stages = stages
+        self._source = list(chunks)
+        self._taken = 0
+        # kernel state
+        self.pending: list[Chunk | None] = [None] * stages  # pending_dst[s] / pending_bytes[s]
+        self.load_stage = 0
+        # hardware state
+        self.initialised = [False] * stages
+        self.fenced = False
+        self.armed = [0] * stages  # phases armed (arrive.expect_tx + bulk load) per barrier
+        self.waited = [0] * stages  # phases the thread has waited for
+        self.holds: list[Chunk | None] = [None] * stages  # whose bytes the stage holds / receives
+        self.landed = [False] * stages
+        self.groups: list[tuple[int, Chunk]] = []  # committed bulk-store groups: (stage, chunk)
+        self.read_done = 0  # groups[:read_done] have finished reading their stage
+        self.write_done = 0  # groups[:write_done] have landed in global memory
+        self.stored: set[int] = set()  # ids of chunks whose store was issued
+        self.written: list[Chunk] = []
+
+    # --- device operations -------------------------------------------------------------------
+
+    def mbar_init(self, s: int) -> None:
+        self.initialised[s] = True
+
+    def fence_proxy_async(self) -> None:
+        self.fenced = True
+
+    def cursor_next(self) -> Chunk:
+        if self._taken >= len(self._source):
+            raise RingError(f"the ring takes chunk #{self._taken} but the CTA has {len(self._source)}")
+        c = self._source[self._taken]
+        self._taken += 1
+        return c
+
+    def issue(self) -> None:
+        """The kernel's ``issue`` lambda."""
+        c = self.cursor_next()
+        s = self.load_stage
+        old = self.pending[s]
+        if old is not None and id(old) not in self.stored:
+            raise RingError(f"stage {s}: pending dst/bytes of {old} overwritten before its store was issued")
+        self.pending[s] = c
+        self.bulk_load(s, c)
+        self.load_stage = 0 if self.load_stage + 1 == self.stages else self.load_stage + 1
+
+    def bulk_load(self, s: int, c: Chunk) -> None:
+        if not self.initialised[s] or not self.fenced:
+            raise RingError(f"stage {s}: bulk load before mbarrier.init and fence.proxy.async")
+        for g in range(self.read_done, len(self.groups)):
+            stage, chunk = self.groups[g]
+            if stage == s:
+                raise RingError(f"stage {s}: loading {c} while the store of {chunk} may still read the stage")
+        old = self.holds[s]
+        if old is not None and id(old) not in self.stored:
+            raise RingError(f"stage {s}: loading {c} over the bytes of {old} before they were stored")
+        if self.armed[s] != self.waited[s]:
+            raise RingError(f"stage {s}: barrier armed twice without a wait (phase parity aliases)")
+        self.armed[s] += 1
+        self.holds[s] = c
+        self.landed[s] = False
+
+    def mbar_wait(self, s: int, parity: int) -> None:
+        if self.armed[s] == self.waited[s]:
+            raise RingError(f"stage {s}: waiting on a barrier with no load in flight (hangs)")
+        want = self.waited[s] & 1
+        if parity != want:
+            raise RingError(
+                f"stage {s}: waits parity {parity} for phase #{self.waited[s]} (parity {want}): try_wait.parity "
+                "returns at once on the previous phase, before the bytes land"
+            )
+        self.waited[s] += 1
+        self.landed[s] = True
+
+    def bulk_store(self, c: Chunk | None, s: int) -> None:
+        """``bulk_store(pending_dst[s], ring + s * kChunkBytes, pending_bytes[s])`` + commit."""
+        if c is None:
+            raise RingError(f"stage {s}: store with no pending dst")
+        if not self.landed[s]:
+            raise RingError(f"stage {s}: store of {c} before its load was waited for")
+        if self.holds[s] is not c:
+            raise RingError(f"stage {s}: stores {c}'s dst with the bytes of {self.holds[s]}")
+        if id(c) in self.stored:
+            raise RingError(f"{c} stored twice")
+        self.stored.add(id(c))
+        self.groups.append((s, c))
+
+    def wait_group_read(self, allowed: int) -> None:
+        """``cp.async.bulk.wait_group.read N``: all but the N newest groups done reading."""
+        self.read_done = max(self.read_done, len(self.groups) - allowed)
+
+    def wait_group(self, allowed: int) -> None:
+        """``cp.async.bulk.wait_group N``: all but the N newest groups complete."""
+        done = max(self.write_done, len(self.groups) - allowed)
+        self.written.extend(c for _, c in self.groups[self.write_done:done])
+        self.write_done = done
+        self.read_done = max(self.read_done, done)
+
+    def exit(self) -> None:
+        if self.write_done != len(self.groups):
+            raise RingError(f"the CTA exits with {len(self.groups) - self.write_done} bulk stores in flight")
+        if self._taken != len(self._source):
+            raise RingError(f"the ring took {self._taken} of the CTA's {len(self._source)} chunks")
+
+    # --- the kernel's loop -------------------------------------------------------------------
+
+    def run(self, my_chunks: int) -> list[Chunk]:
+        stages = self.stages
+        for s in range(stages):
+            self.mbar_init(s)
+        self.fence_proxy_async()
+        prologue = my_chunks if my_chunks < stages else stages
+        for _ in range(prologue):
+            self.issue()
+        stage = 0
+        phase = 0
+        for i in range(my_chunks):
+            self.mbar_wait(stage, phase)
+            self.bulk_store(self.pending[stage], stage)
+            if i >= 1 and i - 1 + stages < my_chunks:
+                self.wait_group_read(1)
+                self.issue()
+            stage += 1
+            if stage == stages:
+                stage = 0
+                phase ^= 1
+        self.wait_group(0)
+        self.exit()
+        return self.written
+
+
+def simulate_ring(chunks: Sequence[Chunk], stages: int, *, model_cls: type[RingModel] = RingModel) -> list[Chunk]:
+    """Run one CTA's chunks through the ring; the chunks in the order their stores completed."""
+    return model_cls(stages, chunks).run(len(chunks))
+
+
+# --------------------------------------------------------------------------------------------
+# the sub-sm_90 fallback
+# --------------------------------------------------------------------------------------------
+
+
+def fallback_lane_units(chunk_size: int, *, unit_of=None) -> dict[int, list[int]]:
+    """Per lane, the 16-byte units of one chunk it loads and stores (the warp-copy loop).
+
+    ``unit_of(base, u, lane)`` defaults to the kernel's ``base + u * kThreads + lane``.
+    """
+    unit_of = unit_of or (lambda base, u, lane: base + u * K_THREADS + lane)
+    step = K_THREADS * 16 * K_UNROLL  # kStep, bytes
+    units = chunk_size // 16
+    out: dict[int, list[int]] = {lane: [] for lane in range(K_THREADS)}
+    for lane in range(K_THREADS):
+        base = 0
+        while base < units:
+            for u in range(K_UNROLL):
+                at = unit_of(base, u, lane)
+                if at < units:
+                    out[lane].append(at)
+            base += step // 16
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the device statements this model mirrors
+# --------------------------------------------------------------------------------------------
+
+KERNEL_SOURCE_ANCHORS = (
+    "inline constexpr int kMaxBanks = 8;",
+    "inline constexpr unsigned kThreads = 32;",
+    # clamp_count
+    "n = v < 0 ? 0 : (v < p.length ? v : p.length);",
+    # build_bank_table
+    "if (lane < static_cast<unsigned>(p.num_banks)) {",
+    "first += static_cast<int32_t>((table.feat[b] + kChunkBytes - 1) / kChunkBytes);",
+    "for (int b = p.num_banks; b <= kMaxBanks; ++b) { table.first_chunk[b] = first; }",
+    "const int32_t chunks_per_row = table.first_chunk[kMaxBanks];",
+    # cta_chunks
+    "const int64_t total = n * chunks_per_row;",
+    "if (first_chunk >= total) { return; }",
+    "const int64_t my_chunks = (total - first_chunk + kCtas - 1) / kCtas;",
+    "static_cast<int64_t>(first_chunk / chunks_per_row), first_chunk % chunks_per_row, chunks_per_row, "
+    "static_cast<int64_t>(static_cast<int32_t>(kCtas) / chunks_per_row), static_cast<int32_t>(kCtas) % chunks_per_row,",
+    # ChunkCursor::next
+    "while (j >= table->first_chunk[b + 1]) { ++b; }",
+    "const int64_t offset = static_cast<int64_t>(j - table->first_chunk[b]) * kChunkBytes;",
+    "const int64_t left = feat - offset;",
+    "left < static_cast<int64_t>(kChunkBytes) ? left : kChunkBytes",
+    "row += row_step; j += j_step; if (j >= chunks_per_row) { j -= chunks_per_row; ++row; }",
+    # RingModel.run
+    "const int64_t prologue = my_chunks < static_cast<int64_t>(kStages) ? my_chunks : kStages;",
+    "mbar_wait(&full[stage], phase); bulk_store(pending_dst[stage], ring + stage * kChunkBytes, pending_bytes[stage]);",
+    "if (i >= 1 && i - 1 + static_cast<int64_t>(kStages) < my_chunks) { "
+    'asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); issue(); }',
+    "if (++stage == kStages) { stage = 0; phase ^= 1; }",
+    'asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");',
+    "load_stage = load_stage + 1 == kStages ? 0 : load_stage + 1;",
+    # fallback_lane_units
+    "constexpr int kUnroll = 4;",
+    "const int64_t at = base + u * kThreads + lane;",
+    "for (int64_t base = 0; base < units; base += kStep / 16) {",
+)
+
+
+def normalise_source(text: str) -> str:
+    """Comments dropped and whitespace collapsed, so anchors survive reformatting."""
+    text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return re.sub(r"\s+", " ", text)
+
+
+def missing_anchors(cuh_text: str) -> list[str]:
+    """The :data:`KERNEL_SOURCE_ANCHORS` not found in ``cuh_text`` (whitespace-insensitive)."""
+    src = normalise_source(cuh_text)
+    return [a for a in KERNEL_SOURCE_ANCHORS if normalise_source(a) not in src]
