@@ -64,13 +64,17 @@ def read_dir(path: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="session")
 def wheel_cache() -> Path:
     """The shared cache of verified official wheels (the default work dir's)."""
-    cache = Workdir.from_env().wheels
-    fetch_wheel(PIN, PIN.wheel_name(python_tag()), cache=cache, wheelhouse=wheelhouse_dir())
-    return cache
+    return Workdir.from_env().wheels
+
+
+@pytest.fixture(scope="session")
+def official_wheel(wheel_cache: Path) -> Path:
+    """This interpreter's verified official wheel (from the wheelhouse when offline)."""
+    return fetch_wheel(PIN, PIN.wheel_name(python_tag()), cache=wheel_cache, wheelhouse=wheelhouse_dir())
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, wheel_cache: Path) -> Path:
+def workdir(tmp_path: Path, wheel_cache: Path, official_wheel: Path) -> Path:
     root = tmp_path / "work"
     root.mkdir()
     (root / "wheels").symlink_to(wheel_cache, target_is_directory=True)
@@ -157,11 +161,11 @@ def test_git_tree_id_matches_git(paths: list[list[str]], data: bytes, tmp_path_f
     assert git_tree_id(files) == git(repo, "write-tree")
 
 
-def test_tampered_wheel_is_refused_and_nothing_applied(tmp_path: Path, wheel_cache: Path) -> None:
-    name = PIN.wheel_name(python_tag())
+def test_tampered_wheel_is_refused_and_nothing_applied(tmp_path: Path, official_wheel: Path) -> None:
+    name = official_wheel.name
     house = tmp_path / "house"
     house.mkdir()
-    data = bytearray((wheel_cache / name).read_bytes())
+    data = bytearray(official_wheel.read_bytes())
     data[len(data) // 2] ^= 0xFF
     (house / name).write_bytes(bytes(data))
     actual = hashlib.sha256(data).hexdigest()
@@ -171,8 +175,8 @@ def test_tampered_wheel_is_refused_and_nothing_applied(tmp_path: Path, wheel_cac
     assert not (tmp_path / "work" / "upstream").exists()
 
 
-def test_tree_mismatch_is_refused(wheel_cache: Path) -> None:
-    wheel = wheel_cache / PIN.wheel_name(python_tag())
+def test_tree_mismatch_is_refused(official_wheel: Path) -> None:
+    wheel = official_wheel
     files = source_files(wheel)
     files["python/freetoken/extra.py"] = b"x = 1\n"
     with pytest.raises(OverlayError) as info:
@@ -291,13 +295,13 @@ def _record_ok(archive: zipfile.ZipFile) -> list[str]:
     return [r[0] for r in rows]
 
 
-def test_patched_wheel(throwaway_series: Path, workdir: Path, wheel_cache: Path) -> None:
+def test_patched_wheel(throwaway_series: Path, workdir: Path, official_wheel: Path) -> None:
     overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir)
     series_id = series_hash(throwaway_series)
     wheel = workdir / "dist" / patched_wheel_name(PIN, series_id, python_tag())
     version = local_version(PIN, series_id)
     assert version == f"{DEFAULT_VERSION}+dg.{series_id}"
-    official = zipfile.ZipFile(wheel_cache / PIN.wheel_name(python_tag()))
+    official = zipfile.ZipFile(official_wheel)
     with zipfile.ZipFile(wheel) as archive:
         names = _record_ok(archive)
         assert f"freetoken-{version}.dist-info/METADATA" in names
