@@ -33,9 +33,9 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from freetoken_overlay import requirements as req  # noqa: E402
-from freetoken_overlay.series import work_repo  # noqa: E402
-from freetoken_overlay.util import (  # noqa: E402
+from freetoken_overlay import requirements as req
+from freetoken_overlay.series import work_repo
+from freetoken_overlay.util import (
     SYSTEM_SITE_ENV,
     WHEELHOUSE_ENV,
     OverlayError,
@@ -182,4 +182,3 @@ def wheelhouse(session: nox.Session) -> None:
     if not session.posargs:
         session.error("usage: nox -s wheelhouse -- DIR [--python-version 3.12]")
     _overlay(session, "wheelhouse")
-

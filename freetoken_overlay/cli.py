@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m freetoken_overlay", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, func, help: str, *, patches: bool = True, wheelhouse: bool = True):  # noqa: A002
+    def command(name: str, func, help: str, *, patches: bool = True, wheelhouse: bool = True):
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(func=func)
         sub.add_argument(
@@ -114,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     apply = command("apply", cmd_apply, "build the work repo and git-am the series onto branch decode-gather")
     apply.add_argument("--upstream", metavar="PATH", help="apply onto this upstream clone instead")
     apply.add_argument("--rev", metavar="REV", help="with --upstream: the commit to branch off")
-    apply.add_argument("--branch", default=series.BRANCH, help=f"with --upstream: branch name (default {series.BRANCH})")
+    apply.add_argument(
+        "--branch", default=series.BRANCH, help=f"with --upstream: branch name (default {series.BRANCH})"
+    )
     apply.add_argument("--force", action="store_true", help="discard unexported work / move an existing branch")
     command("export", cmd_export, "regenerate patches/ from upstream-<version>..decode-gather", wheelhouse=False)
     wheel = command("build-wheel", cmd_build_wheel, "build the patched wheel into <workdir>/dist/")

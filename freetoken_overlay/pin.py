@@ -61,8 +61,7 @@ class Pin:
         if name not in self.wheels:
             tags = ", ".join(sorted(w.split("-")[2] for w in self.wheels))
             raise OverlayError(
-                f"FreeToken {self.version} is pinned for Python tags {tags} only; "
-                f"this interpreter is {py_tag}"
+                f"FreeToken {self.version} is pinned for Python tags {tags} only; this interpreter is {py_tag}"
             )
         return name
 

@@ -89,8 +89,10 @@ def _failed_files(output: str) -> list[str]:
     """The files ``git am``/``git apply`` names in its error lines, in order."""
     patterns = (
         r"^error: patch failed: (.+):\d+$",
-        r"^error: (.+?): (?:patch does not apply|does not exist in index|already exists in index"
-        r"|already exists in working directory|does not match index|No such file or directory)$",
+        (
+            r"^error: (.+?): (?:patch does not apply|does not exist in index|already exists in index"
+            r"|already exists in working directory|does not match index|No such file or directory)$"
+        ),
     )
     found: list[str] = []
     for line in output.splitlines():
@@ -286,7 +288,9 @@ def apply_to_clone(
         finally:
             git(clone, "worktree", "remove", "--force", str(worktree), hermetic=False, check=False)
             git(clone, "worktree", "prune", hermetic=False, check=False)
-    current = git(clone, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", hermetic=False, check=False).stdout.strip()
+    current = git(
+        clone, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", hermetic=False, check=False
+    ).stdout.strip()
     if current == head:
         log(f"{clone}: branch {branch} is up to date at {head}")
         return head

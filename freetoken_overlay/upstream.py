@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -145,7 +144,7 @@ def preferred_wheel(pin: Pin, *, wheelhouse: Path | None, cache: Path) -> str:
         for name in sorted(pin.wheels):
             if folder is not None and (folder / name).is_file():
                 return name
-    return sorted(pin.wheels)[0]
+    return min(pin.wheels)
 
 
 def load_source_tree(
@@ -169,8 +168,3 @@ def write_tree(files: Mapping[str, bytes], dest: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         path.chmod(0o644)
-
-
-def copy_wheel(src: Path, dest_dir: Path) -> Path:
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    return Path(shutil.copy2(src, dest_dir / src.name))

@@ -130,9 +130,7 @@ def verify_sha256(path: Path, expected: str) -> None:
     """Refuse ``path`` unless its sha256 is ``expected``."""
     actual = sha256_file(path)
     if actual != expected:
-        raise OverlayError(
-            f"{path}: sha256 mismatch (expected {expected}, actual {actual}); refusing to use it"
-        )
+        raise OverlayError(f"{path}: sha256 mismatch (expected {expected}, actual {actual}); refusing to use it")
 
 
 # Fixed identity used for every commit the overlay makes, so commit ids are stable.
@@ -197,9 +195,7 @@ def git_out(repo: Path, *args: str, hermetic: bool = True) -> str:
 
 def git_bytes(repo: Path, *args: str) -> bytes:
     """Raw stdout of ``git args...`` in ``repo`` (for blob contents)."""
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args], env=git_env(hermetic=True), capture_output=True, check=False
-    )
+    proc = subprocess.run(["git", "-C", str(repo), *args], env=git_env(hermetic=True), capture_output=True, check=False)
     if proc.returncode != 0:
         raise OverlayError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.decode(errors='replace')}")
     return proc.stdout

@@ -129,10 +129,12 @@ def rewrite_wheel(official: Path, out: Path, pin: Pin, series: str, changes: Ser
     entries.append((_zipinfo(record_name, date_time, 0o100644 << 16), _record(entries, record_name)))
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=out.parent, prefix=".wheel-", delete=False) as tmp:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as dst:
-            for info, data in entries:
-                dst.writestr(info, data)
+    with (
+        tempfile.NamedTemporaryFile(dir=out.parent, prefix=".wheel-", delete=False) as tmp,
+        zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as dst,
+    ):
+        for info, data in entries:
+            dst.writestr(info, data)
     os.chmod(tmp.name, 0o644)
     os.replace(tmp.name, out)
     log(

@@ -227,7 +227,7 @@ def test_real_series_apply_export_fixed_point(tmp_path: Path, workdir: Path) -> 
 
 def test_failing_patch_names_patch_and_file_and_keeps_work_tree(throwaway_series: Path, workdir: Path) -> None:
     head = git(workdir / "upstream", "rev-parse", BRANCH)
-    first = sorted(throwaway_series.glob("*.patch"))[0]
+    first = min(throwaway_series.glob("*.patch"))
     head_part, marker, rest = first.read_text().partition("+++ b/python/freetoken/moe/offload_cache.py\n")
     lines = rest.split("\n")
     context = next(i for i, line in enumerate(lines) if line.startswith(" ") and line.strip())
@@ -329,9 +329,9 @@ def test_installed_freetoken_is_the_patched_wheel() -> None:
 
     assert installed == freetoken.__version__ == local_version(PIN, series_hash())
     # The import closure of the patched paths is installed (requirements.IMPORT_CLOSURE).
-    import freetoken.kernel.aot  # noqa: F401
-    import freetoken.kernel.fast_index_copy  # noqa: F401
-    import freetoken.moe.offload_cache  # noqa: F401
+    import freetoken.kernel.aot
+    import freetoken.kernel.fast_index_copy
+    import freetoken.moe.offload_cache
 
 
 # --------------------------------------------------------------------------- kernels
