@@ -1,0 +1,445 @@
+#!/usr/bin/env python3
+"""Host->device ceiling sweep: what a gather from pinned host memory can reach on THIS machine.
+
+    python bench/sweep.py                    # default grid, ~3-4 min on an H200 (mostly nvcc)
+    python bench/sweep.py --quick            # a few configs, ~1 min
+    python bench/sweep.py --ctas 8,16,32 --rings 4x8K,4x16K --ldg-blocks 8 --ce-sizes 64M
+    python bench/sweep.py --dry-run          # CPU: synthetic numbers -> JSON + PNG in a temp dir
+
+Three ways to move the bytes, every copy verified word-exact against a device copy of the source:
+
+* copy engine   one pinned->VRAM ``copy_`` of each size in ``--ce-sizes`` (the DMA ceiling)
+* LDG grid      upstream's fast_index_copy_multi (1024 threads x ``--ldg-blocks`` blocks per bank, one
+                16-byte load in flight per thread): "flat" = one bank of 1 MiB rows copied in order
+                (``src_indices=None``), "gather" = the NVFP4 six banks, ``--gather-n`` random experts
+* TMA ring      decode_gather_jit(ctas=, stages=, chunk_bytes=) over ``--ctas`` x ``--rings``
+                (STAGESxCHUNK per CTA), flat and gather as above
+
+Bytes in flight: ring = ctas x stages x chunk_bytes; LDG = blocks x 1024 threads x 16 B per bank.
+Rings above the module's shared-memory cap (decode_gather.MAX_RING_BYTES) are skipped. All JIT
+modules are built up front in ``--workers`` threads. Writes results/<device>/ceiling.json and
+ceiling.png (GB/s heatmaps over CTAs x ring, and GB/s against bytes in flight).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench import common as C  # noqa: E402
+
+DEFAULTS = {
+    "ctas": "1,2,4,8,16,32,64,132",
+    "rings": "2x4K,4x8K,4x16K,3x32K",
+    "ldg_blocks": "1,2,4,8,16,32",
+    "ce_sizes": "64K,256K,1M,4M,16M,64M,256M",
+}
+QUICK = {"ctas": "4,16,64", "rings": "4x8K,4x16K", "ldg_blocks": "4,8,16", "ce_sizes": "1M,64M"}
+FLAT_ROW = 1 << 20
+
+
+def parse_size(text: str) -> int:
+    t = text.strip().upper().rstrip("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    return int(float(t.rstrip("KMG")) * mult)
+
+
+def parse_rings(ctas: list[int], rings: str) -> list[C.Ring]:
+    out = []
+    for spec in rings.split(","):
+        stages, chunk = spec.lower().split("x")
+        for c in ctas:
+            out.append(C.Ring(c, int(stages), parse_size(chunk)))
+    return out
+
+
+def say(msg: str) -> None:
+    print(f"[sweep] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------
+# Measurement on the GPU
+# ---------------------------------------------------------------------------
+
+
+class Runner:
+    def __init__(self, args):
+        import torch
+
+        self.torch = torch
+        self.args = args
+        self.dev = torch.device("cuda", torch.cuda.current_device())
+        self.dgm, self.fic = C.load_kernels()
+        rng = random.Random(0)
+        self.flat_rows = max(1, parse_size(args.flat_bytes) // FLAT_ROW)
+        self.flat_banks = C.HostBanks(1, self.flat_rows, [FLAT_ROW], self.dev, seed=1)
+        self.flat_cache = C.SlotCache(self.flat_rows, [FLAT_ROW], self.dev)
+        self.flat_idx = torch.arange(self.flat_rows, dtype=torch.int32, device=self.dev)
+        self.g_banks = C.HostBanks(1, C.MODEL["experts"], C.NVFP4_ROW_BYTES, self.dev, seed=2)
+        self.g_cache = C.SlotCache(args.gather_n, C.NVFP4_ROW_BYTES, self.dev)
+        self.g_misses = C.MissList(args.gather_n, "int32", self.dev)
+        dst, src = C.random_misses(rng, args.gather_n, args.gather_n, args.gather_n, C.MODEL["experts"])
+        self.g_plan = (dst, src)
+        self.g_misses.set(dst, src, args.gather_n)
+
+    def _time(self, call, nbytes: int, check) -> dict[str, Any]:
+        """Median GB/s of ``--samples`` timed sets of ``reps`` calls (reps sized to ~``--target-ms``),
+        each set poisoned first and verified after."""
+        call()
+        est = C.time_replays(call, 1)
+        reps = C.reps_for(self.args.target_ms / 1e3, est, 2, 200)
+        samples = []
+        for i in range(self.args.samples):
+            poison = C.poison_value(i)
+            check("poison", poison)
+            s = C.time_replays(call, reps)
+            err = check("verify", poison)
+            if err:
+                raise AssertionError(err)
+            samples.append(nbytes * reps / s / 1e9)
+        return {"gbps": statistics.median(samples), "samples_gbps": samples, "reps": reps, "bytes": nbytes}
+
+    def flat(self, call) -> dict[str, Any]:
+        cache, banks = self.flat_cache, self.flat_banks
+
+        def check(what, poison):
+            if what == "poison":
+                cache.poison(poison)
+                return None
+            return C.check_slot_cache(cache, poison, [(list(range(self.flat_rows)), list(range(self.flat_rows)), banks.dev[0])])
+
+        return self._time(call, self.flat_rows * FLAT_ROW, check)
+
+    def gather(self, call) -> dict[str, Any]:
+        cache, banks = self.g_cache, self.g_banks
+        dst, src = self.g_plan
+
+        def check(what, poison):
+            if what == "poison":
+                cache.poison(poison)
+                return None
+            return C.check_slot_cache(cache, poison, [(dst, src, banks.dev[0])])
+
+        return self._time(call, len(dst) * banks.bytes_per_expert, check)
+
+    def ring_calls(self, ring: C.Ring):
+        fc, fb, gc, gb, gm = self.flat_cache, self.flat_banks, self.g_cache, self.g_banks, self.g_misses
+        flat = lambda: C.call_ours(self.dgm, fc, fb.src_ptrs[0], self.flat_idx, None, None, ring)  # noqa: E731
+        gather = lambda: C.call_ours(self.dgm, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, ring)  # noqa: E731
+        return flat, gather
+
+    def ldg_calls(self, blocks: int):
+        fc, fb, gc, gb, gm = self.flat_cache, self.flat_banks, self.g_cache, self.g_banks, self.g_misses
+        flat = lambda: C.call_upstream(self.fic, fc, fb.src_ptrs[0], self.flat_idx, None, None, blocks)  # noqa: E731
+        gather = lambda: C.call_upstream(self.fic, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, blocks)  # noqa: E731
+        return flat, gather
+
+    def busy_link(self, seconds: float = 0.5) -> None:
+        """Back-to-back 64 MiB H2D copies for about ``seconds`` (while nvidia-smi samples the link)."""
+        torch = self.torch
+        buf = C.PinnedBuffer(64 << 20)
+        dst = torch.empty(64 << 20, dtype=torch.uint8, device=self.dev)
+        for _ in range(max(1, int(seconds * 50e9 / (64 << 20)))):
+            dst.copy_(buf.tensor, non_blocking=True)
+        torch.cuda.synchronize()
+        buf.close()
+
+    def copy_engine(self, nbytes: int) -> dict[str, Any]:
+        torch = self.torch
+        buf = C.PinnedBuffer(nbytes)
+        ref = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
+        ref.random_(0, 256)
+        buf.tensor.copy_(ref)
+        dst = torch.empty_like(ref)
+
+        def check(what, poison):
+            if what == "poison":
+                dst.fill_(poison)
+                return None
+            return None if torch.equal(dst, ref) else f"copy engine {nbytes} B: mismatch"
+
+        out = self._time(lambda: dst.copy_(buf.tensor, non_blocking=True), nbytes, check)
+        buf.close()
+        return out
+
+
+# ---------------------------------------------------------------------------
+# Synthetic numbers for --dry-run (CPU): a saturating model, clearly labelled
+# ---------------------------------------------------------------------------
+
+
+def synthetic(args, rings: list[C.Ring], ldg: list[int], ce_sizes: list[int], max_ring: int) -> dict[str, Any]:
+    peak = 53.0
+
+    def model(inflight: float, eff: float = 1.0) -> float:
+        return round(peak * eff * (1 - math.exp(-inflight / (160 << 10))), 2)
+
+    doc = empty_doc(args, synthetic=True)
+    doc["copy_engine"] = [{"bytes": s, "gbps": round(peak * s / (s + (96 << 10)), 2)} for s in ce_sizes]
+    doc["ldg"] = [{"blocks_per_bank": b, "threads": C.UPSTREAM_THREADS, "bytes_in_flight": b * C.UPSTREAM_THREADS * 16,
+                   "flat_gbps": model(b * C.UPSTREAM_THREADS * 16, 0.97), "gather_gbps": model(b * C.UPSTREAM_THREADS * 16 * 0.7, 0.95)}
+                  for b in ldg]
+    for r in rings:
+        if r.ring_bytes > max_ring:
+            doc["skipped"].append({**r._asdict(), "reason": f"stages*chunk_bytes {r.ring_bytes} > {max_ring}"})
+            continue
+        doc["ring"].append({**r._asdict(), "tag": r.tag, "bytes_in_flight": r.bytes_in_flight,
+                            "flat_gbps": model(r.bytes_in_flight), "gather_gbps": model(r.bytes_in_flight, 0.98), "error": None})
+    return doc
+
+
+def empty_doc(args, synthetic: bool = False) -> dict[str, Any]:
+    return {
+        "schema": "freetoken-decode-gather-ceiling/1",
+        "generated_at": C.now_iso(),
+        "dry_run": bool(synthetic),
+        "synthetic": bool(synthetic),
+        "command": "python bench/sweep.py " + " ".join(sys.argv[1:]),
+        "flat": {"row_bytes": FLAT_ROW, "bytes": max(1, parse_size(args.flat_bytes) // FLAT_ROW) * FLAT_ROW},
+        "gather": {"experts": args.gather_n, "bytes": args.gather_n * C.NVFP4_EXPERT_BYTES, "banks": C.NVFP4_ROW_BYTES},
+        "copy_engine": [],
+        "ldg": [],
+        "ring": [],
+        "skipped": [],
+        "errors": {},
+    }
+
+
+def summarize(doc: dict[str, Any]) -> dict[str, Any]:
+    def best(rows, key):
+        rows = [r for r in rows if r.get(key)]
+        return max(rows, key=lambda r: r[key]) if rows else None
+
+    ce = max((r["gbps"] for r in doc["copy_engine"]), default=None)
+    out: dict[str, Any] = {"copy_engine_gbps": ce}
+    for name, rows in (("ring", doc["ring"]), ("ldg", doc["ldg"])):
+        for key in ("flat_gbps", "gather_gbps"):
+            b = best(rows, key)
+            if b:
+                cfg = b.get("tag") or f"{b['blocks_per_bank']}x{b['threads']}"
+                out[f"best_{name}_{key}"] = {"config": cfg, "gbps": b[key], "bytes_in_flight": b["bytes_in_flight"],
+                                             "pct_of_copy_engine": (100 * b[key] / ce) if ce else None}
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The figure
+# ---------------------------------------------------------------------------
+
+
+def render_png(doc: dict[str, Any], path: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:
+        return f"matplotlib unavailable ({e}): no PNG"
+    rings = [r for r in doc["ring"] if r.get("flat_gbps") is not None or r.get("gather_gbps") is not None]
+    ctas = sorted({r["ctas"] for r in rings})
+    shapes = sorted({(r["stages"], r["chunk_bytes"]) for r in rings}, key=lambda s: (s[0] * s[1], s))
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.2))
+    vmax = max([r.get(k) or 0 for r in rings for k in ("flat_gbps", "gather_gbps")] + [1])
+    for ax, key, title in ((axes[0], "flat_gbps", "TMA ring, flat (1 MiB rows)"), (axes[1], "gather_gbps", "TMA ring, NVFP4 gather")):
+        grid = [[math.nan for _ in ctas] for _ in shapes]
+        for r in rings:
+            v = r.get(key)
+            if v is not None:
+                grid[shapes.index((r["stages"], r["chunk_bytes"]))][ctas.index(r["ctas"])] = v
+        im = ax.imshow(grid, aspect="auto", origin="lower", cmap="viridis", vmin=0, vmax=vmax)
+        ax.set_xticks(range(len(ctas)), [str(c) for c in ctas])
+        ax.set_yticks(range(len(shapes)), [f"{s}x{C.fmt_bytes(c)}" for s, c in shapes])
+        ax.set_xlabel("CTAs")
+        ax.set_ylabel("stages x chunk (ring per CTA)")
+        ax.set_title(title)
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                if not math.isnan(v):
+                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", color="w" if v < 0.6 * vmax else "k", fontsize=8)
+        fig.colorbar(im, ax=ax, label="GB/s")
+    ax = axes[2]
+    series = [
+        ("ring flat", [(r["bytes_in_flight"], r.get("flat_gbps")) for r in rings], "o"),
+        ("ring gather", [(r["bytes_in_flight"], r.get("gather_gbps")) for r in rings], "s"),
+        ("LDG flat", [(r["bytes_in_flight"], r.get("flat_gbps")) for r in doc["ldg"]], "^"),
+        ("LDG gather", [(r["bytes_in_flight"], r.get("gather_gbps")) for r in doc["ldg"]], "v"),
+    ]
+    for label, pts, marker in series:
+        pts = sorted((x, y) for x, y in pts if y is not None)
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, label=label, alpha=0.8)
+    ce = max((r["gbps"] for r in doc["copy_engine"]), default=None)
+    if ce:
+        ax.axhline(ce, color="k", ls="--", lw=1, label=f"copy engine {ce:.1f} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes in flight")
+    ax.set_ylabel("GB/s")
+    ax.set_title("GB/s vs bytes in flight")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    m = doc.get("machine") or {}
+    title = C.machine_line(m) if m else ""
+    if doc.get("synthetic"):
+        title = "SYNTHETIC (--dry-run): not a measurement. " + title
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+# ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--out", default=None, help="output directory, {device} -> slug (default: results/{device}; "
+                                                "a temp dir with --dry-run)")
+    ap.add_argument("--ctas", default=None, help=f"CTA counts (default {DEFAULTS['ctas']})")
+    ap.add_argument("--rings", default=None, help=f"STAGESxCHUNK per CTA (default {DEFAULTS['rings']})")
+    ap.add_argument("--ldg-blocks", default=None, help=f"upstream blocks per bank (default {DEFAULTS['ldg_blocks']})")
+    ap.add_argument("--ce-sizes", default=None, help=f"copy-engine sizes (default {DEFAULTS['ce_sizes']})")
+    ap.add_argument("--flat-bytes", default="64M", help="bytes of the flat copy (1 MiB rows; default %(default)s)")
+    ap.add_argument("--gather-n", type=int, default=32, help="experts per NVFP4 gather (default %(default)s)")
+    ap.add_argument("--samples", type=int, default=3, help="timed sets per measurement (median; default %(default)s)")
+    ap.add_argument("--target-ms", type=float, default=10.0, help="length of one timed set (default %(default)s)")
+    ap.add_argument("--workers", type=int, default=8, help="parallel JIT builds (default %(default)s)")
+    ap.add_argument("--max-configs", type=int, default=0, help="cap the number of rings (0: no cap)")
+    ap.add_argument("--quick", action="store_true", help=f"small grid: {QUICK}")
+    ap.add_argument("--no-ldg", action="store_true")
+    ap.add_argument("--no-ce", action="store_true")
+    ap.add_argument("--no-png", action="store_true")
+    ap.add_argument("--dry-run", action="store_true", help="CPU: synthetic numbers, JSON + PNG into a temp dir")
+    args = ap.parse_args(argv)
+    grid = QUICK if args.quick else DEFAULTS
+    ctas = [int(x) for x in (args.ctas or grid["ctas"]).split(",") if x]
+    rings = parse_rings(ctas, args.rings or grid["rings"])
+    if args.max_configs:
+        rings = rings[: args.max_configs]
+    ldg = [] if args.no_ldg else [int(x) for x in (args.ldg_blocks or grid["ldg_blocks"]).split(",") if x]
+    ce_sizes = [] if args.no_ce else [parse_size(x) for x in (args.ce_sizes or grid["ce_sizes"]).split(",") if x]
+    t_start = time.perf_counter()
+
+    if args.dry_run:
+        out = Path(args.out.replace("{device}", "dry-run")) if args.out else Path(tempfile.mkdtemp(prefix="sweep-dry-"))
+        doc = synthetic(args, rings, ldg, ce_sizes, 96 * 1024)
+        doc["summary"] = summarize(doc)
+        doc["machine"] = {"device_name": "synthetic (dry run)"}
+        png_err = None if args.no_png else render_png(doc, out / "ceiling.png")
+        doc["png"] = None if (args.no_png or png_err) else "ceiling.png"
+        C.write_json(out / "ceiling.json", doc)
+        say(f"dry run: synthetic {len(doc['ring'])} rings, {len(doc['ldg'])} LDG widths, {len(doc['copy_engine'])} CE sizes")
+        say(f"wrote {out / 'ceiling.json'}" + (f" and {out / 'ceiling.png'}" if doc["png"] else f" ({png_err or 'no PNG'})"))
+        return 0
+
+    import torch
+
+    if not torch.cuda.is_available():
+        say("no CUDA device: nothing to measure (use --dry-run for the CPU path)")
+        return 2
+    dgm, fic = C.load_kernels()
+    max_ring = int(getattr(dgm, "MAX_RING_BYTES", 200 * 1024))
+    doc = empty_doc(args)
+    todo = []
+    for r in rings:
+        if r.ring_bytes > max_ring:
+            doc["skipped"].append({**r._asdict(), "reason": f"stages*chunk_bytes {r.ring_bytes} > MAX_RING_BYTES {max_ring}"})
+        else:
+            todo.append(r)
+    say(f"{len(todo)} rings ({len(doc['skipped'])} skipped over {max_ring} B of shared memory), "
+        f"{len(ldg)} LDG widths, {len(ce_sizes)} copy-engine sizes; building {len(todo) + len(ldg)} JIT modules "
+        f"in {args.workers} threads")
+    t0 = time.perf_counter()
+    doc["errors"] = C.precompile(dgm, fic, todo, ldg, workers=args.workers, progress=say)
+    doc["jit_seconds"] = round(time.perf_counter() - t0, 1)
+    info = C.machine_info()
+    out = C.resolve_dir(args.out or "results/{device}", info.get("device_slug", "unknown"))
+    runner = Runner(args)
+
+    def save(partial: bool) -> None:
+        doc["machine"] = {**info, **doc.get("pcie", {})}
+        doc["summary"] = summarize(doc)
+        doc["partial"] = partial
+        doc["duration_s"] = round(time.perf_counter() - t_start, 1)
+        png_err = None if args.no_png else render_png(doc, out / "ceiling.png")
+        doc["png"] = None if (args.no_png or png_err) else "ceiling.png"
+        if png_err:
+            say(png_err)
+        C.write_json(out / "ceiling.json", doc)
+
+    def healthy() -> bool:
+        try:
+            torch.cuda.synchronize()
+            return True
+        except Exception as e:  # a sticky error: the context is gone
+            say(f"CUDA context lost: {e!r}; saving partial results")
+            return False
+
+    for size in ce_sizes:
+        rec = {"bytes": size, **runner.copy_engine(size)}
+        doc["copy_engine"].append(rec)
+        say(f"copy engine {C.fmt_bytes(size):>9}: {rec['gbps']:6.2f} GB/s")
+    doc["pcie"] = C.pcie_under_load(runner.busy_link)  # an idle link may report a power-saving generation
+    for b in ldg:
+        name = f"upstream {C.UPSTREAM_THREADS}x{b}"
+        rec: dict[str, Any] = {"blocks_per_bank": b, "threads": C.UPSTREAM_THREADS, "bytes_in_flight": b * C.UPSTREAM_THREADS * 16,
+                               "flat_gbps": None, "gather_gbps": None, "error": doc["errors"].get(name)}
+        if rec["error"] is None:
+            flat, gather = runner.ldg_calls(b)
+            try:
+                rec["flat_gbps"] = runner.flat(flat)["gbps"]
+                rec["gather_gbps"] = runner.gather(gather)["gbps"]
+            except Exception as e:
+                rec["error"] = f"{type(e).__name__}: {str(e)[-300:]}"
+                if not healthy():
+                    doc["ldg"].append(rec)
+                    save(True)
+                    return 3
+        doc["ldg"].append(rec)
+        say(f"LDG {b:3d} blocks/bank ({C.fmt_bytes(rec['bytes_in_flight']):>9} in flight): flat {_g(rec['flat_gbps'])} "
+            f"gather {_g(rec['gather_gbps'])} GB/s" + (f"  ERROR {rec['error']}" if rec["error"] else ""))
+    for i, r in enumerate(todo):
+        rec = {**r._asdict(), "tag": r.tag, "bytes_in_flight": r.bytes_in_flight, "flat_gbps": None, "gather_gbps": None,
+               "error": doc["errors"].get(f"ring {r.tag}")}
+        if rec["error"] is None:
+            flat, gather = runner.ring_calls(r)
+            try:
+                rec["flat_gbps"] = runner.flat(flat)["gbps"]
+                rec["gather_gbps"] = runner.gather(gather)["gbps"]
+            except Exception as e:
+                rec["error"] = f"{type(e).__name__}: {str(e)[-300:]}"
+                if not healthy():
+                    doc["ring"].append(rec)
+                    save(True)
+                    return 3
+        doc["ring"].append(rec)
+        say(f"[{i + 1}/{len(todo)}] ring {r.tag:>12} ({C.fmt_bytes(r.bytes_in_flight):>9} in flight): flat "
+            f"{_g(rec['flat_gbps'])} gather {_g(rec['gather_gbps'])} GB/s" + (f"  ERROR {rec['error']}" if rec["error"] else ""))
+    save(False)
+    s = doc["summary"]
+    say(f"copy engine {_g(s.get('copy_engine_gbps'))} GB/s; best ring flat {s.get('best_ring_flat_gbps')}; "
+        f"best ring gather {s.get('best_ring_gather_gbps')}")
+    say(f"wrote {out / 'ceiling.json'}" + (f" and {out / 'ceiling.png'}" if doc["png"] else "") +
+        f" in {doc['duration_s']} s")
+    return 0
+
+
+def _g(x) -> str:
+    return "   n/a" if x is None else f"{x:6.2f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

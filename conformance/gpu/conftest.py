@@ -1,0 +1,240 @@
+"""GPU conformance tier for the decode-gather kernel (see conformance/gpu/README.md).
+
+Every test here is marked ``gpu`` and ``slow`` and is skipped, with the reason, where there is no
+CUDA device (or no torch). On a CUDA machine the installed ``freetoken`` must provide
+``freetoken.kernel.decode_gather``: a missing module is an error there, not a skip.
+
+Set ``CONFORMANCE_REPORT_DIR`` (``{device}`` is replaced by the device slug, e.g.
+``results/{device}/conformance``) to get ``summary.json``: verified calls and bytes per group,
+pass/fail counts per group, the machine, torch/CUDA, freetoken and the overlay's series hash.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench import common as C  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+REPORT_ENV = "CONFORMANCE_REPORT_DIR"
+# Self-test hook for the suite's OWN logic on a CPU: a Python file whose ``load()`` returns stand-ins
+# for (decode_gather module, fast_index_copy module). It proves nothing about the kernels and never
+# writes a summary; tests that need CUDA graphs, the offload cache or a subprocess skip under it.
+SELFTEST_ENV = "CONFORMANCE_SELFTEST_KERNELS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with the reason elsewhere)")
+    config.addinivalue_line("markers", "slow: takes seconds to minutes")
+
+
+# ---------------------------------------------------------------------------
+# Session state: verified calls/bytes and outcomes per group (group = test module)
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Session:
+    started: float = dataclasses.field(default_factory=time.time)
+    counts: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(collections.Counter))
+    outcomes: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(collections.Counter))
+    notes: dict = dataclasses.field(default_factory=dict)
+    failures: list = dataclasses.field(default_factory=list)
+    env: Any = None
+
+
+SESSION = _Session()
+
+
+def _group_of(nodeid: str) -> str:
+    stem = Path(nodeid.split("::", 1)[0]).stem
+    return stem.removeprefix("test_gpu_").removeprefix("test_")
+
+
+def _in_tier(path: Path) -> bool:
+    try:
+        path.resolve().relative_to(HERE)
+        return True
+    except ValueError:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _in_tier(Path(str(item.fspath))):
+            item.add_marker(pytest.mark.gpu)
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not _in_tier(Path(report.fspath)):
+        return
+    group = _group_of(report.nodeid)
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        outcome = "error" if (report.when == "setup" and report.failed) else report.outcome
+        SESSION.outcomes[group][outcome] += 1
+        if report.failed:
+            SESSION.failures.append(report.nodeid)
+
+
+# ---------------------------------------------------------------------------
+# The device
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class GpuEnv:
+    torch: Any
+    device: Any
+    dgm: Any  # freetoken.kernel.decode_gather
+    fic: Any  # freetoken.kernel.fast_index_copy
+    capability: tuple[int, int]
+    ring: C.Ring  # the module default
+    fake: bool
+    jit_errors: dict
+
+    @property
+    def rings(self) -> dict[str, C.Ring]:
+        return {"default": self.ring, **{r.tag: r for r in C.CONFORMANCE_EXTRA_RINGS}}
+
+    def sync(self) -> None:
+        C.sync(self.device)
+
+
+def _load_selftest(path: str):
+    spec = importlib.util.spec_from_file_location("_conformance_selftest_kernels", path)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod.load()
+
+
+@pytest.fixture(scope="session")
+def gpu() -> GpuEnv:
+    """The CUDA device, both kernel modules, and every ring of the tier JIT-built up front."""
+    if SESSION.env is not None:
+        return SESSION.env
+    try:
+        import torch
+    except ImportError as e:
+        pytest.skip(f"torch is not importable ({e}): the GPU tier needs torch with CUDA")
+    selftest = os.environ.get(SELFTEST_ENV)
+    if selftest:
+        dgm, fic = _load_selftest(selftest)
+        env = GpuEnv(torch, torch.device("cpu"), dgm, fic, (0, 0), C.default_ring(dgm), True, {})
+        SESSION.env = env
+        return env
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (torch.cuda.is_available() is False): GPU tier skipped")
+    if getattr(torch.version, "hip", None):
+        pytest.skip("ROCm build: the decode-gather TMA path is CUDA-only")
+    if os.environ.get("FREETOKEN_SKIP_FAST_INDEX_COPY", "").strip().lower() in {"1", "true", "yes", "on"}:
+        pytest.fail("FREETOKEN_SKIP_FAST_INDEX_COPY is set: both kernels skip their copies; unset it", pytrace=False)
+    try:
+        dgm, fic = C.load_kernels()
+    except Exception as e:  # on a CUDA machine this is a broken install, not a skip
+        pytest.fail(f"freetoken.kernel.decode_gather / fast_index_copy not importable: {e!r}", pytrace=False)
+    device = torch.device("cuda", torch.cuda.current_device())
+    cap = torch.cuda.get_device_capability(device)
+    ring = C.default_ring(dgm)
+    t0 = time.perf_counter()
+    errors = C.precompile(dgm, fic, [ring, *C.CONFORMANCE_EXTRA_RINGS],
+                          progress=lambda m: print(f"[conformance] {m}", file=sys.stderr))
+    SESSION.notes["jit_seconds"] = round(time.perf_counter() - t0, 1)
+    SESSION.notes["jit_errors"] = errors
+    env = GpuEnv(torch, device, dgm, fic, cap, ring, False, errors)
+    SESSION.env = env
+    return env
+
+
+@pytest.fixture(scope="session")
+def real_gpu(gpu: GpuEnv) -> GpuEnv:
+    """A real CUDA device (CUDA graphs, the offload cache, subprocesses): skipped under the CPU self-test."""
+    if gpu.fake:
+        pytest.skip("needs a real CUDA device (CPU self-test mode)")
+    return gpu
+
+
+@pytest.fixture(scope="session")
+def sm90(real_gpu: GpuEnv) -> GpuEnv:
+    """TMA-specific checks: the bulk-copy path and the cache switch exist only on sm_90 and newer."""
+    if real_gpu.capability < (9, 0):
+        pytest.skip(f"needs sm_90+ for the TMA path, device is sm_{real_gpu.capability[0]}{real_gpu.capability[1]}")
+    return real_gpu
+
+
+@pytest.fixture
+def tally(request: pytest.FixtureRequest):
+    """``tally(calls=1, nbytes=...)`` adds byte-verified decode_gather calls and the bytes they
+    moved to this test module's group (``kernel="upstream"`` counts control calls separately);
+    ``tally.note(key, value)`` records a fact for the summary."""
+    group = _group_of(request.node.nodeid)
+
+    def add(calls: int = 1, nbytes: int = 0, kernel: str = "ours") -> None:
+        prefix = "" if kernel == "ours" else f"{kernel}_"
+        SESSION.counts[group][f"{prefix}calls"] += int(calls)
+        SESSION.counts[group][f"{prefix}bytes"] += int(nbytes)
+
+    def note(key: str, value: Any) -> None:
+        SESSION.notes.setdefault(group, {})[key] = value
+
+    add.note = note  # type: ignore[attr-defined]
+    return add
+
+
+# ---------------------------------------------------------------------------
+# summary.json
+# ---------------------------------------------------------------------------
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    target = os.environ.get(REPORT_ENV)
+    env = SESSION.env
+    if not target or env is None:
+        return
+    ran = sum(c["passed"] + c["failed"] + c["error"] for c in SESSION.outcomes.values())
+    if env.fake or ran == 0:
+        print(f"\n[conformance] {REPORT_ENV} set but no GPU test ran here: no summary written", file=sys.stderr)
+        return
+    info = C.machine_info()
+    out_dir = C.resolve_dir(target, info.get("device_slug", "unknown"))
+    groups = {}
+    for g in sorted(set(SESSION.counts) | set(SESSION.outcomes)):
+        counts = {"calls": 0, "bytes": 0, **SESSION.counts.get(g, {})}
+        groups[g] = {**counts, "tests": dict(SESSION.outcomes.get(g, {}))}
+    totals = {
+        "verified_calls": sum(v["calls"] for v in SESSION.counts.values()),
+        "verified_bytes": sum(v["bytes"] for v in SESSION.counts.values()),
+        "upstream_control_calls": sum(v["upstream_calls"] for v in SESSION.counts.values()),
+        "tests": dict(sum((collections.Counter(c) for c in SESSION.outcomes.values()), collections.Counter())),
+    }
+    summary = {
+        "schema": "freetoken-decode-gather-conformance/1",
+        "generated_at": C.now_iso(),
+        "exitstatus": int(exitstatus),
+        "passed": int(exitstatus) == 0 and not SESSION.failures,
+        "duration_s": round(time.time() - SESSION.started, 1),
+        "groups": groups,
+        "totals": totals,
+        "failures": SESSION.failures,
+        "notes": SESSION.notes,
+        "default_ring": env.ring._asdict(),
+        "extra_rings": [r._asdict() for r in C.CONFORMANCE_EXTRA_RINGS],
+        "machine": info,
+        "command": " ".join(sys.argv),
+    }
+    path = C.write_json(out_dir / "summary.json", summary)
+    print(f"\n[conformance] wrote {path}", file=sys.stderr)

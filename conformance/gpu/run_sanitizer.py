@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Run sanitize_case.py under compute-sanitizer memcheck, racecheck and synccheck; summarize.
+
+    python conformance/gpu/run_sanitizer.py                       # writes $CONFORMANCE_REPORT_DIR/sanitizer.json
+    python conformance/gpu/run_sanitizer.py --out results/{device}/conformance
+    python conformance/gpu/run_sanitizer.py --dry-run             # CPU: show the commands, self-test the log parser
+
+First the case runs once without a sanitizer (it JIT-builds the modules and must be exact), then
+once per tool. The summary holds, per tool, the error count from the tool's closing line, its exit
+status, whether the case itself reported every copy exact, and the log file. Exit status 1 when any
+tool reports an error, a run lacks its closing summary line, or the case fails; 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench import common as C  # noqa: E402
+
+CASE = Path(__file__).resolve().parent / "sanitize_case.py"
+TOOLS = ("memcheck", "racecheck", "synccheck")
+
+_ERROR_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
+_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards? displayed\s*\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
+
+
+def parse_summary(text: str) -> dict:
+    """Errors (and racecheck's hazards/warnings) from compute-sanitizer's closing lines; errors is
+    None when no closing line was found (the tool or the process died)."""
+    out: dict = {"errors": None, "warnings": 0, "hazards": 0}
+    m = _ERROR_SUMMARY.findall(text)
+    if m:
+        out["errors"] = int(m[-1])
+    r = _RACE_SUMMARY.findall(text)
+    if r:
+        hazards, errors, warnings = (int(x) for x in r[-1])
+        out["hazards"], out["warnings"] = hazards, warnings
+        out["errors"] = max(out["errors"] or 0, errors)
+    return out
+
+
+SAMPLES = {
+    "========= ERROR SUMMARY: 0 errors\n": (0, 0),
+    "========= Invalid __global__ read of size 16 bytes\n========= ERROR SUMMARY: 3 errors\n": (3, 0),
+    "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n": (1, 1),
+    "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n": (0, 0),
+}
+
+
+def self_test() -> None:
+    for text, (errors, warnings) in SAMPLES.items():
+        got = parse_summary(text)
+        assert got["errors"] == errors and got["warnings"] == warnings, (text, got)
+    assert parse_summary("Segmentation fault\n")["errors"] is None
+
+
+def find_sanitizer(explicit: str | None) -> str | None:
+    if explicit:
+        return explicit
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for root in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]):
+        p = Path(root) / "bin" / "compute-sanitizer"
+        if p.exists():
+            return str(p)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("CONFORMANCE_REPORT_DIR", "results/{device}/conformance"),
+                    help="directory for sanitizer.json and the logs; {device} -> device slug (default: %(default)s)")
+    ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("--sanitizer", help="path of compute-sanitizer (default: PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    ap.add_argument("--case-args", default="", help="extra arguments for sanitize_case.py, e.g. '--kernel both'")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per tool run")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands and self-test the parser; run nothing")
+    args = ap.parse_args(argv)
+
+    tools = [t for t in args.tools.split(",") if t]
+    case_cmd = [sys.executable, str(CASE), *args.case_args.split()]
+    san = find_sanitizer(args.sanitizer)
+    if args.dry_run:
+        self_test()
+        print("parser self-test: ok")
+        print("plain:", " ".join(case_cmd))
+        for tool in tools:
+            print(f"{tool}:", " ".join([san or "compute-sanitizer", "--tool", tool, "--print-limit", "100", *case_cmd]))
+        sample = Path(tempfile.mkdtemp(prefix="sanitizer-dry-")) / "sanitizer.json"
+        C.write_json(sample, {"dry_run": True, "tools": {t: {"errors": 0} for t in tools}, "passed": True})
+        print(f"sample summary (not a result): {sample}")
+        return 0
+    if san is None:
+        print("run_sanitizer: compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)", file=sys.stderr)
+        return 2
+    info = C.machine_info()
+    out = C.resolve_dir(args.out, info.get("device_slug", "unknown"))
+    out.mkdir(parents=True, exist_ok=True)
+
+    summary: dict = {"schema": "freetoken-decode-gather-sanitizer/1", "generated_at": C.now_iso(),
+                     "sanitizer": san, "case": " ".join(case_cmd), "tools": {}, "machine": info}
+    ver = subprocess.run([san, "--version"], capture_output=True, text=True)
+    summary["sanitizer_version"] = (ver.stdout.strip().splitlines() or [""])[-1]
+
+    t0 = time.perf_counter()
+    plain = subprocess.run(case_cmd, capture_output=True, text=True, timeout=args.timeout)
+    (out / "sanitizer-plain.log").write_text(plain.stdout + plain.stderr)
+    summary["plain"] = {"exit_code": plain.returncode, "seconds": round(time.perf_counter() - t0, 1)}
+    ok = plain.returncode == 0
+    print(f"plain run: exit {plain.returncode} ({summary['plain']['seconds']} s)")
+    for tool in tools:
+        cmd = [san, "--tool", tool, "--print-limit", "100", *case_cmd]
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            text, rc = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            text, rc = f"{e.stdout or ''}{e.stderr or ''}\nTIMEOUT after {args.timeout}s", None
+        log = out / f"sanitizer-{tool}.log"
+        log.write_text(text if isinstance(text, str) else text.decode(errors="replace"))
+        parsed = parse_summary(text if isinstance(text, str) else "")
+        case_ok = bool(re.search(r"calls checked, 0 mismatches", text)) if isinstance(text, str) else False
+        rec = {**parsed, "exit_code": rc, "case_exact": case_ok, "seconds": round(time.perf_counter() - t0, 1), "log": log.name}
+        summary["tools"][tool] = rec
+        good = parsed["errors"] == 0 and case_ok
+        ok &= good
+        print(f"{tool}: errors={parsed['errors']} warnings={parsed['warnings']} case_exact={case_ok} "
+              f"exit={rc} ({rec['seconds']} s){'' if good else '  <-- FAIL'}")
+    summary["total_errors"] = sum((r["errors"] or 0) for r in summary["tools"].values())
+    summary["passed"] = bool(ok)
+    path = C.write_json(out / "sanitizer.json", summary)
+    print(f"wrote {path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""A small decode_gather case, eager and in a CUDA graph, for compute-sanitizer.
+
+    python conformance/gpu/sanitize_case.py            # plain run: exit 0 when every copy is exact
+    compute-sanitizer --tool memcheck python conformance/gpu/sanitize_case.py
+
+Geometry: 4 banks of 16, 48, 4096+16 and 8192+16 byte rows, 2 layers of 6 experts packed into one
+pinned allocation whose last byte is the last expert of the last layer's last bank, a 9-slot cache
+inside canaries. Eager counts 0, 1, 4, 9, 9+5 (clamped) and -3; then one captured launch replayed
+with three different miss lists. Every call is poisoned first and checked against torch indexing.
+``--kernel both`` also runs upstream's fast_index_copy_multi (counts <= capacity only: it does not
+clamp). Exit status: 0 exact, 1 a mismatch, 2 no CUDA device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench import common as C  # noqa: E402
+
+ROWS = [16, 48, 4096 + 16, 8192 + 16]
+LAYERS, EXPERTS, SLOTS = 2, 6, 9
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rings", default="default,32x2x32K",
+                    help="comma-separated rings: 'default' or CTASxSTAGESxCHUNK (default: %(default)s)")
+    ap.add_argument("--kernel", choices=["ours", "upstream", "both"], default="ours")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("sanitize_case: no CUDA device", file=sys.stderr)
+        return 2
+    dgm, fic = C.load_kernels()
+    dev = torch.device("cuda")
+    rings = [None if r == "default" else C.Ring.parse(r) for r in args.rings.split(",") if r]
+    banks = C.HostBanks(LAYERS, EXPERTS, ROWS, dev, seed=5)
+    cache = C.SlotCache(SLOTS, ROWS, dev)
+    misses = C.MissList(SLOTS, "int32", dev)
+    rng = random.Random("sanitize")
+    failures: list[str] = []
+    calls = 0
+
+    def check(what: str, poison: int, dst, src, layer: int, n: int) -> None:
+        nonlocal calls
+        k = max(0, min(n, SLOTS))
+        err = C.check_slot_cache(cache, poison, [(dst[:k], src[:k], banks.dev[layer])])
+        calls += 1
+        if err:
+            failures.append(f"{what}: {err}")
+
+    kernels = {"ours": ["ours"], "upstream": ["upstream"], "both": ["ours", "upstream"]}[args.kernel]
+    for kernel in kernels:
+        for ring in (rings if kernel == "ours" else [None]):
+            tag = kernel if kernel == "upstream" else f"ours {ring.tag if ring else 'default'}"
+
+            def launch(layer: int) -> None:
+                if kernel == "ours":
+                    C.call_ours(dgm, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num, ring)
+                else:
+                    C.call_upstream(fic, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num)
+
+            counts = (0, 1, 4, SLOTS, SLOTS + 5, -3) if kernel == "ours" else (0, 1, 4, SLOTS)
+            for layer in range(LAYERS):
+                for n in counts:
+                    dst, src = C.random_misses(rng, SLOTS, max(0, min(n, SLOTS)), SLOTS, EXPERTS)
+                    misses.set(dst, src, n)
+                    poison = C.poison_value(n + layer, rng)
+                    cache.poison(poison)
+                    launch(layer)
+                    check(f"{tag} eager layer {layer} n={n}", poison, dst, src, layer, n)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                launch(LAYERS - 1)
+            for i, n in enumerate((SLOTS, 2, 0)):
+                dst, src = C.random_misses(rng, SLOTS, n, SLOTS, EXPERTS)
+                misses.set(dst, src, n)
+                poison = C.poison_value(i, rng)
+                cache.poison(poison)
+                graph.replay()
+                check(f"{tag} graph replay {i} n={n}", poison, dst, src, LAYERS - 1, n)
+            del graph
+    torch.cuda.synchronize()
+    banks.close()
+    for f in failures:
+        print("MISMATCH " + f)
+    print(f"sanitize_case: {calls} calls checked, {len(failures)} mismatches, pinned {banks.buf.describe()}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

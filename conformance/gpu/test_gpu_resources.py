@@ -1,0 +1,89 @@
+"""The first launch of decode_gather must not change the context's resources.
+
+Background (decode_gather.cuh): on sm_120 the ``.shared::cluster`` bulk-copy form lowers to a call
+into a driver routine whose first launch raises the per-thread stack limit to ~14 KiB for good
+(~1.4 GiB of VRAM on a 70-SM card, invisible to PyTorch). The module uses only ``.shared::cta``;
+this test pins that down on the machine it runs on: in a FRESH process, after every buffer is
+allocated and the JIT module is loaded, the CUDA stack-size limit (cudaDeviceGetLimit) must be
+unchanged and the free device memory (cudaMemGetInfo) within a small tolerance across the first
+launch of each ring (the default ring, and the 64 KiB 32x2x32K ring that takes the shared-memory opt-in).
+Upstream's kernel is measured the same way, in the same process, as a control.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench import common as C
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+MEMORY_TOLERANCE = 32 << 20  # lazy module load of one small kernel is well below this
+
+CHILD = r"""
+import json, sys
+sys.path.insert(0, {root!r})
+import torch
+from bench import common as C
+
+dgm, fic = C.load_kernels()
+dev = torch.device("cuda")
+torch.cuda.init()
+rows = [16, 4096 + 16, (1 << 20) + 16]
+banks = C.HostBanks(1, 4, rows, dev, seed=3)
+cache = C.SlotCache(4, rows, dev)
+misses = C.MissList(4, "int32", dev)
+misses.set([3, 0, 1, 2], [3, 0, 2, 1], 4)
+rings = [C.default_ring(dgm), C.Ring(32, 2, 32768)]  # 64 KiB ring: the opt-in path (JIT-built by the session)
+out = {{"launches": []}}
+
+def measure(name, launch):
+    torch.cuda.synchronize()
+    s0, src0 = C.device_limit(C.CUDA_LIMIT_STACK_SIZE)
+    h0, _ = C.device_limit(C.CUDA_LIMIT_MALLOC_HEAP_SIZE)
+    f0 = torch.cuda.mem_get_info()[0]
+    cache.poison(0xA5)
+    launch()
+    torch.cuda.synchronize()
+    s1, _ = C.device_limit(C.CUDA_LIMIT_STACK_SIZE)
+    h1, _ = C.device_limit(C.CUDA_LIMIT_MALLOC_HEAP_SIZE)
+    f1 = torch.cuda.mem_get_info()[0]
+    err = C.check_slot_cache(cache, 0xA5, [([3, 0, 1, 2], [3, 0, 2, 1], banks.dev[0])])
+    out["launches"].append({{"name": name, "stack_before": s0, "stack_after": s1, "heap_before": h0, "heap_after": h1,
+                            "free_before": f0, "free_after": f1, "limit_source": src0, "copy_error": err}})
+
+for r in rings:  # load every module first: the test is about the first LAUNCH
+    dgm._jit_decode_gather_module(**r.kwargs())
+fic._jit_fast_index_copy_multi_module(num_threads=C.UPSTREAM_THREADS, blocks_per_bank=C.UPSTREAM_BLOCKS_PER_BANK)
+dgm.check_decode_gather_layout(cache.dst_ptrs, banks.src_ptrs[0], cache.feat)
+for r in rings:
+    measure("decode_gather " + r.tag, lambda r=r: C.call_ours(dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num, r))
+measure("upstream", lambda: C.call_upstream(fic, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num))
+out["device"] = torch.cuda.get_device_name()
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_first_launch_leaves_stack_limit_and_memory_alone(real_gpu, tally):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(C.REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    proc = subprocess.run([sys.executable, "-c", CHILD.format(root=str(C.REPO_ROOT))], capture_output=True, text=True,
+                          timeout=300, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, f"child failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    result = json.loads(lines[-1][len("RESULT "):])
+    tally.note("first_launch", result["launches"])
+    for rec in result["launches"]:
+        assert rec["copy_error"] is None, f"{rec['name']}: {rec['copy_error']}"
+        if rec["name"].startswith("decode_gather"):
+            assert rec["stack_after"] == rec["stack_before"], (
+                f"{rec['name']}: first launch changed the CUDA stack limit {rec['stack_before']} -> {rec['stack_after']} B")
+            assert rec["heap_after"] == rec["heap_before"], f"{rec['name']}: malloc heap limit changed"
+            lost = rec["free_before"] - rec["free_after"]
+            assert lost <= MEMORY_TOLERANCE, f"{rec['name']}: first launch took {lost / 2**20:.1f} MiB of device memory"
+            tally(1, 4 * sum([16, 4096 + 16, (1 << 20) + 16]))
