@@ -19,7 +19,6 @@ ring        decode_gather's ``(ctas, stages, chunk_bytes)`` template configurati
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import datetime as _dt
@@ -194,10 +193,12 @@ def _json_default(o: Any) -> Any:
 
 
 def fmt_bytes(n: float) -> str:
-    """1024 -> '1 KiB', 1572864 -> '1.5 MiB'."""
+    """1024 -> '1 KiB', 1572864 -> '1.5 MiB', 1069056000 -> '1020 MiB'."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+            if unit == "B" or abs(n) >= 100:
+                return f"{n:.0f} {unit}"
+            return f"{n:.3g} {unit}"
         n /= 1024
     return f"{n} B"
 
@@ -221,8 +222,9 @@ def verdict(speedup: float | None, aa_spread: float | None) -> str:
     return "faster" if speedup > 1.0 else "slower"
 
 
-def summarize_rounds(rounds_us: dict[str, list[float]], *, ours: str = "ours", base: str = "upstream",
-                     aa: str = "upstream_aa") -> dict[str, Any]:
+def summarize_rounds(
+    rounds_us: dict[str, list[float]], *, ours: str = "ours", base: str = "upstream", aa: str = "upstream_aa"
+) -> dict[str, Any]:
     """Medians of per-round times, the speedup base/ours (>1: ours faster), its paired (per-round)
     median, the A/A ratios base/aa per round and their spread max|r-1|, and the verdict."""
     med = {k: median(v) for k, v in rounds_us.items() if v}
@@ -245,8 +247,9 @@ def summarize_rounds(rounds_us: dict[str, list[float]], *, ours: str = "ours", b
 # ---------------------------------------------------------------------------
 
 
-def zipf_routing_trace(steps: int, layers: int, experts: int, top_k: int, exponent: float, *, batch: int = 1,
-                       seed: int = 0):
+def zipf_routing_trace(
+    steps: int, layers: int, experts: int, top_k: int, exponent: float, *, batch: int = 1, seed: int = 0
+):
     """``int32 [steps, layers, batch, top_k]`` CPU tensor of expert ids: every layer has its own
     popularity order (a seeded permutation), ids ~ Zipf(exponent) over ranks, distinct per token."""
     import torch
@@ -288,9 +291,21 @@ def lru_miss_rate(trace, experts: int, cache_size: int, warm_steps: int = 0) -> 
     return misses / active if active else 0.0
 
 
-def calibrate_zipf(target: float, *, steps: int, layers: int, experts: int, top_k: int, cache_size: int,
-                   warm_steps: int, batch: int = 1, seed: int = 0, lo: float = 0.0, hi: float = 4.0,
-                   iters: int = 14) -> tuple[float, float]:
+def calibrate_zipf(
+    target: float,
+    *,
+    steps: int,
+    layers: int,
+    experts: int,
+    top_k: int,
+    cache_size: int,
+    warm_steps: int,
+    batch: int = 1,
+    seed: int = 0,
+    lo: float = 0.0,
+    hi: float = 4.0,
+    iters: int = 14,
+) -> tuple[float, float]:
     """Bisect the Zipf exponent so the LRU model's miss rate is ``target``; returns (exponent, rate)."""
     best = (hi, 0.0)
     for _ in range(iters):
@@ -320,8 +335,14 @@ def _run(cmd: Sequence[str], timeout: float = 20.0) -> str | None:
 
 def nvidia_smi(gpu_id: str | None = None) -> dict[str, Any]:
     """Driver, PCIe link generation/width (current and max) of one GPU, from nvidia-smi."""
-    fields = ["name", "driver_version", "pcie.link.gen.current", "pcie.link.width.current",
-              "pcie.link.gen.max", "pcie.link.width.max"]
+    fields = [
+        "name",
+        "driver_version",
+        "pcie.link.gen.current",
+        "pcie.link.width.current",
+        "pcie.link.gen.max",
+        "pcie.link.width.max",
+    ]
     exe = shutil.which("nvidia-smi")
     if not exe:
         return {}
@@ -334,12 +355,16 @@ def nvidia_smi(gpu_id: str | None = None) -> dict[str, Any]:
     vals = [v.strip() for v in out.splitlines()[0].split(",")]
     if len(vals) != len(fields):
         return {"nvidia_smi_raw": out}
-    d = dict(zip(["smi_name", "driver", "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max"], vals))
+    d = dict(
+        zip(["smi_name", "driver", "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max"], vals)
+    )
     return d
 
 
 def nvcc_version() -> str | None:
-    exe = shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc") if os.environ.get("CUDA_HOME") else None)
+    exe = shutil.which("nvcc") or (
+        os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc") if os.environ.get("CUDA_HOME") else None
+    )
     if not exe:
         return None
     out = _run([exe, "--version"])
@@ -440,7 +465,14 @@ def machine_line(info: dict[str, Any]) -> str:
     gen = info.get("pcie_gen_under_load") or info.get("pcie_gen_current")
     width = info.get("pcie_width_under_load") or info.get("pcie_width_current")
     if gen:
-        parts.append(f"PCIe Gen{gen} x{width}" + (f" (max Gen{info.get('pcie_gen_max')} x{info.get('pcie_width_max')})" if info.get("pcie_gen_max") else ""))
+        parts.append(
+            f"PCIe Gen{gen} x{width}"
+            + (
+                f" (max Gen{info.get('pcie_gen_max')} x{info.get('pcie_width_max')})"
+                if info.get("pcie_gen_max")
+                else ""
+            )
+        )
     if info.get("driver"):
         parts.append(f"driver {info['driver']}")
     if info.get("torch"):
@@ -506,7 +538,13 @@ def cudart() -> ctypes.CDLL | None:
         except OSError:
             continue
         lib.cudaGetErrorString.restype = ctypes.c_char_p
-        lib.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        lib.cudaMemcpyAsync.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_void_p,
+        ]
         lib.cudaDeviceGetLimit.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
         lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
         lib.cudaFree.argtypes = [ctypes.c_void_p]
@@ -639,8 +677,9 @@ class PinnedBuffer:
         page = mmap.PAGESIZE
         span = align_up(max(self.nbytes, 1), page)
         total = span + (page if guard else 0)
-        self._mm = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
-                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self._mm = mmap.mmap(
+            -1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE
+        )
         full = torch.frombuffer(self._mm, dtype=torch.uint8)
         base = full.data_ptr()
         if guard:
@@ -649,7 +688,7 @@ class PinnedBuffer:
             if libc.mprotect(base + span, page, 0) != 0:
                 raise OSError(ctypes.get_errno(), "mprotect of the guard page failed")
         if not register:
-            self.tensor = full[span - self.nbytes: span]
+            self.tensor = full[span - self.nbytes : span]
             self.end_exact = True
             return
         err = int(torch.cuda.cudart().cudaHostRegister(base, span, 3))  # PORTABLE | MAPPED
@@ -662,7 +701,7 @@ class PinnedBuffer:
             if lib.cudaHostGetDevicePointer(ctypes.byref(dptr), ctypes.c_void_p(base), 0) == 0 and dptr.value != base:
                 self.close()
                 raise RuntimeError("registered host memory is not GPU-visible at its host address (no UVA identity)")
-        self.tensor = full[span - self.nbytes: span]
+        self.tensor = full[span - self.nbytes : span]
         self.end_exact = True
 
     def close(self) -> None:
@@ -692,8 +731,17 @@ class HostBanks:
     end of the allocation; plus a device copy of every source (the reference) and one int64
     ``[num_banks]`` device tensor of source base addresses per layer."""
 
-    def __init__(self, layers: int, experts: int, row_bytes: Sequence[int], device, *, seed: int = 0,
-                 align: int = 256, pinned_method: str | None = None):
+    def __init__(
+        self,
+        layers: int,
+        experts: int,
+        row_bytes: Sequence[int],
+        device,
+        *,
+        seed: int = 0,
+        align: int = 256,
+        pinned_method: str | None = None,
+    ):
         import torch
 
         self.layers, self.experts, self.row_bytes = layers, experts, list(row_bytes)
@@ -709,9 +757,16 @@ class HostBanks:
         self.total_bytes = pos
         self.buf = PinnedBuffer(pos, method=pinned_method or ("host" if self.device.type == "cpu" else None))
         flat = self.buf.tensor
-        self.host = [[flat[o: o + experts * r].view(experts, r) for o, r in zip(offs, self.row_bytes)] for offs in offsets]
-        self.dev = [[torch.empty((experts, r), dtype=torch.uint8, device=self.device) for r in self.row_bytes] for _ in range(layers)]
-        self.src_ptrs = [torch.tensor([t.data_ptr() for t in layer], dtype=torch.int64, device=self.device) for layer in self.host]
+        self.host = [
+            [flat[o : o + experts * r].view(experts, r) for o, r in zip(offs, self.row_bytes)] for offs in offsets
+        ]
+        self.dev = [
+            [torch.empty((experts, r), dtype=torch.uint8, device=self.device) for r in self.row_bytes]
+            for _ in range(layers)
+        ]
+        self.src_ptrs = [
+            torch.tensor([t.data_ptr() for t in layer], dtype=torch.int64, device=self.device) for layer in self.host
+        ]
         self.fill(seed)
 
     @property
@@ -733,7 +788,9 @@ class HostBanks:
 
     def typed(self, layer: int, banks: Sequence[BankGeom]) -> dict[str, Any]:
         """Layer ``layer``'s host sources as the nvfp4 schema's typed ``[experts, *shape]`` tensors."""
-        return {b.name: self.host[layer][k].view(b.torch_dtype()).view(self.experts, *b.shape) for k, b in enumerate(banks)}
+        return {
+            b.name: self.host[layer][k].view(b.torch_dtype()).view(self.experts, *b.shape) for k, b in enumerate(banks)
+        }
 
     @property
     def bytes_per_expert(self) -> int:
@@ -763,7 +820,7 @@ class SlotCache:
             flat.random_(0, 256, generator=g)
             self.flat.append(flat)
             self.guards.append(gb)
-            self.dst.append(flat[gb: gb + slots * r].view(slots, r))
+            self.dst.append(flat[gb : gb + slots * r].view(slots, r))
         self.canary_lo = [f[:gb].clone() for f, gb in zip(self.flat, self.guards)]
         self.canary_hi = [f[-gb:].clone() for f, gb in zip(self.flat, self.guards)]
         self.dst_ptrs = torch.tensor([d.data_ptr() for d in self.dst], dtype=torch.int64, device=self.device)
@@ -831,8 +888,10 @@ def check_slot_cache(cache: SlotCache, poison: int, writes: Sequence[tuple[Any, 
             rows_bad = diff[:8].tolist()
             written = set(torch.cat([s for s, _, _ in norm]).tolist()) if norm else set()
             kinds = ["written" if x in written else "untouched" for x in rows_bad]
-            return (f"bank {b} ({d.shape[1]} B rows): {diff.numel()} slot rows differ from the reference, "
-                    f"first {list(zip(rows_bad, kinds))} (poison {poison:#04x})")
+            return (
+                f"bank {b} ({d.shape[1]} B rows): {diff.numel()} slot rows differ from the reference, "
+                f"first {list(zip(rows_bad, kinds))} (poison {poison:#04x})"
+            )
     return cache.guard_error()
 
 
@@ -862,8 +921,9 @@ class MissList:
         self.num.fill_(int(n))
 
 
-def random_misses(rng, capacity: int, n: int, slots: int, experts: int, *,
-                  forbid_slot: int | None = None) -> tuple[list[int], list[int]]:
+def random_misses(
+    rng, capacity: int, n: int, slots: int, experts: int, *, forbid_slot: int | None = None
+) -> tuple[list[int], list[int]]:
     """``capacity`` distinct slots and as many source rows (rows may repeat), with slot ``slots-1`` /
     slot 0 at positions 0 / n-1 and row ``experts-1`` / row 0 at positions 0 / n-1, so the first
     ``n`` entries always touch the extreme slots and rows (one of each, at random, when n == 1)."""
@@ -905,8 +965,9 @@ def cache_rows(cache, name: str):
     return t.view(torch.uint8).view(t.shape[0], -1)
 
 
-def cache_reference_diff(cache, dev_of_layer: Callable[[int], Sequence[Any]], banks: Sequence[BankGeom],
-                         experts: int) -> str | None:
+def cache_reference_diff(
+    cache, dev_of_layer: Callable[[int], Sequence[Any]], banks: Sequence[BankGeom], experts: int
+) -> str | None:
     """Check a real OffloadMoeCache against its sources: every resident slot holds its (layer, expert)
     row (``dev_of_layer(layer)[k]`` is the device copy of bank k's source), every empty slot is still
     zero, and ``slot_for_id`` / ``id_of_slot`` agree. Returns None or what is wrong."""
@@ -947,8 +1008,14 @@ def default_ring(dgm) -> Ring:
     return Ring(int(dgm.DEFAULT_CTAS), int(dgm.DEFAULT_STAGES), int(dgm.DEFAULT_CHUNK_BYTES))
 
 
-def precompile(dgm, fic, rings: Iterable[Ring], upstream_blocks: Iterable[int] = (UPSTREAM_BLOCKS_PER_BANK,),
-               workers: int = 8, progress: Callable[[str], None] | None = None) -> dict[str, str]:
+def precompile(
+    dgm,
+    fic,
+    rings: Iterable[Ring],
+    upstream_blocks: Iterable[int] = (UPSTREAM_BLOCKS_PER_BANK,),
+    workers: int = 8,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, str]:
     """JIT-build every ring and upstream width in parallel threads (nvcc runs as subprocesses);
     returns {tag: error} for the builds that failed."""
     from concurrent.futures import ThreadPoolExecutor
@@ -958,7 +1025,8 @@ def precompile(dgm, fic, rings: Iterable[Ring], upstream_blocks: Iterable[int] =
         jobs[f"ring {r.tag}"] = functools.partial(dgm._jit_decode_gather_module, **r.kwargs())
     for b in dict.fromkeys(upstream_blocks):
         jobs[f"upstream {UPSTREAM_THREADS}x{b}"] = functools.partial(
-            fic._jit_fast_index_copy_multi_module, num_threads=UPSTREAM_THREADS, blocks_per_bank=b)
+            fic._jit_fast_index_copy_multi_module, num_threads=UPSTREAM_THREADS, blocks_per_bank=b
+        )
     errors: dict[str, str] = {}
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max(1, workers)) as ex:
@@ -975,6 +1043,20 @@ def precompile(dgm, fic, rings: Iterable[Ring], upstream_blocks: Iterable[int] =
     return errors
 
 
+class _CountingModule:
+    """A JIT module whose ``launch`` bumps a counter of a LaunchCounter."""
+
+    def __init__(self, inner, owner, counter: str):
+        self._inner, self._owner, self._counter = inner, owner, counter
+
+    def launch(self, *a, **k):
+        setattr(self._owner, self._counter, getattr(self._owner, self._counter) + 1)
+        return self._inner.launch(*a, **k)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
 class LaunchCounter:
     """Counts launches of both JIT modules by wrapping their ``_jit_*_module`` factories (whatever
     Python path reaches them) and, for good measure, calls of the public ``decode_gather_jit``."""
@@ -987,22 +1069,17 @@ class LaunchCounter:
         self._saved: list[tuple[Any, str, Any]] = []
 
     def _wrap_factory(self, mod, attr: str, counter: str) -> None:
+        if not hasattr(mod, attr):
+            return
         orig = getattr(mod, attr)
         owner = self
 
-        class _Proxy:
-            def __init__(self, inner):
-                self._inner = inner
-
-            def launch(self, *a, **k):
-                setattr(owner, counter, getattr(owner, counter) + 1)
-                return self._inner.launch(*a, **k)
-
-            def __getattr__(self, name):
-                return getattr(self._inner, name)
-
         def factory(*a, **k):
-            return _Proxy(orig(*a, **k))
+            m = orig(*a, **k)
+            # unwrap first: nested factories, or a wrapper an lru cache kept from an earlier counter
+            while isinstance(m, _CountingModule):
+                m = m._inner
+            return _CountingModule(m, owner, counter)
 
         for name in ("cache_info", "cache_clear"):
             if hasattr(orig, name):
@@ -1010,8 +1087,11 @@ class LaunchCounter:
         self._saved.append((mod, attr, orig))
         setattr(mod, attr, factory)
 
-    def __enter__(self) -> "LaunchCounter":
-        self._wrap_factory(self.dgm, "_jit_decode_gather_module", "decode_gather")
+    def __enter__(self) -> LaunchCounter:
+        # the lru-cached factories and the loader under them (a module cached by a caller at
+        # construction still goes through one of these first); a module is wrapped once
+        for attr in ("_jit_decode_gather_module", "load_decode_gather_module"):
+            self._wrap_factory(self.dgm, attr, "decode_gather")
         self._wrap_factory(self.fic, "_jit_fast_index_copy_multi_module", "upstream")
         orig = self.dgm.decode_gather_jit
         owner = self
@@ -1040,11 +1120,20 @@ def call_ours(dgm, cache: SlotCache, src_ptrs, dst, src, num, ring: Ring | None 
     dgm.decode_gather_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)
 
 
-def call_upstream(fic, cache: SlotCache, src_ptrs, dst, src, num,
-                  blocks_per_bank: int = UPSTREAM_BLOCKS_PER_BANK) -> None:
+def call_upstream(
+    fic, cache: SlotCache, src_ptrs, dst, src, num, blocks_per_bank: int = UPSTREAM_BLOCKS_PER_BANK
+) -> None:
     """Upstream fast_index_copy_multi_jit on the same descriptor (the cache's default grid: 1024 x 8 per bank)."""
-    fic.fast_index_copy_multi_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num,
-                                  num_threads=UPSTREAM_THREADS, blocks_per_bank=blocks_per_bank)
+    fic.fast_index_copy_multi_jit(
+        cache.dst_ptrs,
+        src_ptrs,
+        cache.feat,
+        dst,
+        src,
+        num,
+        num_threads=UPSTREAM_THREADS,
+        blocks_per_bank=blocks_per_bank,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -1120,8 +1209,16 @@ def copy_engine_ceiling(nbytes: int = 256 << 20, reps: int = 10, device="cuda") 
     load = pcie_under_load(keep_link_busy)
     med = statistics.median(times)
     buf.close()
-    return {"bytes": nbytes, "reps": reps, "seconds": times, "median_s": med, "gbps": nbytes / med / 1e9,
-            "verified": ok, "pinned": buf.describe(), **load}
+    return {
+        "bytes": nbytes,
+        "reps": reps,
+        "seconds": times,
+        "median_s": med,
+        "gbps": nbytes / med / 1e9,
+        "verified": ok,
+        "pinned": buf.describe(),
+        **load,
+    }
 
 
 def reps_for(target_s: float, est_s: float, lo: int, hi: int) -> int:

@@ -117,7 +117,9 @@ class Runner:
             if what == "poison":
                 cache.poison(poison)
                 return None
-            return C.check_slot_cache(cache, poison, [(list(range(self.flat_rows)), list(range(self.flat_rows)), banks.dev[0])])
+            return C.check_slot_cache(
+                cache, poison, [(list(range(self.flat_rows)), list(range(self.flat_rows)), banks.dev[0])]
+            )
 
         return self._time(call, self.flat_rows * FLAT_ROW, check)
 
@@ -187,15 +189,30 @@ def synthetic(args, rings: list[C.Ring], ldg: list[int], ce_sizes: list[int], ma
 
     doc = empty_doc(args, synthetic=True)
     doc["copy_engine"] = [{"bytes": s, "gbps": round(peak * s / (s + (96 << 10)), 2)} for s in ce_sizes]
-    doc["ldg"] = [{"blocks_per_bank": b, "threads": C.UPSTREAM_THREADS, "bytes_in_flight": b * C.UPSTREAM_THREADS * 16,
-                   "flat_gbps": model(b * C.UPSTREAM_THREADS * 16, 0.97), "gather_gbps": model(b * C.UPSTREAM_THREADS * 16 * 0.7, 0.95)}
-                  for b in ldg]
+    doc["ldg"] = [
+        {
+            "blocks_per_bank": b,
+            "threads": C.UPSTREAM_THREADS,
+            "bytes_in_flight": b * C.UPSTREAM_THREADS * 16,
+            "flat_gbps": model(b * C.UPSTREAM_THREADS * 16, 0.97),
+            "gather_gbps": model(b * C.UPSTREAM_THREADS * 16 * 0.7, 0.95),
+        }
+        for b in ldg
+    ]
     for r in rings:
         if r.ring_bytes > max_ring:
             doc["skipped"].append({**r._asdict(), "reason": f"stages*chunk_bytes {r.ring_bytes} > {max_ring}"})
             continue
-        doc["ring"].append({**r._asdict(), "tag": r.tag, "bytes_in_flight": r.bytes_in_flight,
-                            "flat_gbps": model(r.bytes_in_flight), "gather_gbps": model(r.bytes_in_flight, 0.98), "error": None})
+        doc["ring"].append(
+            {
+                **r._asdict(),
+                "tag": r.tag,
+                "bytes_in_flight": r.bytes_in_flight,
+                "flat_gbps": model(r.bytes_in_flight),
+                "gather_gbps": model(r.bytes_in_flight, 0.98),
+                "error": None,
+            }
+        )
     return doc
 
 
@@ -228,8 +245,12 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
             b = best(rows, key)
             if b:
                 cfg = b.get("tag") or f"{b['blocks_per_bank']}x{b['threads']}"
-                out[f"best_{name}_{key}"] = {"config": cfg, "gbps": b[key], "bytes_in_flight": b["bytes_in_flight"],
-                                             "pct_of_copy_engine": (100 * b[key] / ce) if ce else None}
+                out[f"best_{name}_{key}"] = {
+                    "config": cfg,
+                    "gbps": b[key],
+                    "bytes_in_flight": b["bytes_in_flight"],
+                    "pct_of_copy_engine": (100 * b[key] / ce) if ce else None,
+                }
     return out
 
 
@@ -251,7 +272,10 @@ def render_png(doc: dict[str, Any], path: Path) -> str | None:
     shapes = sorted({(r["stages"], r["chunk_bytes"]) for r in rings}, key=lambda s: (s[0] * s[1], s))
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.2))
     vmax = max([r.get(k) or 0 for r in rings for k in ("flat_gbps", "gather_gbps")] + [1])
-    for ax, key, title in ((axes[0], "flat_gbps", "TMA ring, flat (1 MiB rows)"), (axes[1], "gather_gbps", "TMA ring, NVFP4 gather")):
+    for ax, key, title in (
+        (axes[0], "flat_gbps", "TMA ring, flat (1 MiB rows)"),
+        (axes[1], "gather_gbps", "TMA ring, NVFP4 gather"),
+    ):
         grid = [[math.nan for _ in ctas] for _ in shapes]
         for r in rings:
             v = r.get(key)
@@ -266,7 +290,9 @@ def render_png(doc: dict[str, Any], path: Path) -> str | None:
         for i, row in enumerate(grid):
             for j, v in enumerate(row):
                 if not math.isnan(v):
-                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", color="w" if v < 0.6 * vmax else "k", fontsize=8)
+                    ax.text(
+                        j, i, f"{v:.0f}", ha="center", va="center", color="w" if v < 0.6 * vmax else "k", fontsize=8
+                    )
         fig.colorbar(im, ax=ax, label="GB/s")
     ax = axes[2]
     series = [
@@ -304,10 +330,14 @@ def render_png(doc: dict[str, Any], path: Path) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--out", default=None, help="output directory, {device} -> slug (default: results/{device}; "
-                                                "a temp dir with --dry-run)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="output directory, {device} -> slug (default: results/{device}; a temp dir with --dry-run)",
+    )
     ap.add_argument("--ctas", default=None, help=f"CTA counts (default {DEFAULTS['ctas']})")
     ap.add_argument("--rings", default=None, help=f"STAGESxCHUNK per CTA (default {DEFAULTS['rings']})")
     ap.add_argument("--ldg-blocks", default=None, help=f"upstream blocks per bank (default {DEFAULTS['ldg_blocks']})")
@@ -341,8 +371,13 @@ def main(argv: list[str] | None = None) -> int:
         png_err = None if args.no_png else render_png(doc, out / "ceiling.png")
         doc["png"] = None if (args.no_png or png_err) else "ceiling.png"
         C.write_json(out / "ceiling.json", doc)
-        say(f"dry run: synthetic {len(doc['ring'])} rings, {len(doc['ldg'])} LDG widths, {len(doc['copy_engine'])} CE sizes")
-        say(f"wrote {out / 'ceiling.json'}" + (f" and {out / 'ceiling.png'}" if doc["png"] else f" ({png_err or 'no PNG'})"))
+        say(
+            f"dry run: synthetic {len(doc['ring'])} rings, {len(doc['ldg'])} LDG widths, {len(doc['copy_engine'])} CE sizes"
+        )
+        say(
+            f"wrote {out / 'ceiling.json'}"
+            + (f" and {out / 'ceiling.png'}" if doc["png"] else f" ({png_err or 'no PNG'})")
+        )
         return 0
 
     import torch
@@ -356,12 +391,16 @@ def main(argv: list[str] | None = None) -> int:
     todo = []
     for r in rings:
         if r.ring_bytes > max_ring:
-            doc["skipped"].append({**r._asdict(), "reason": f"stages*chunk_bytes {r.ring_bytes} > MAX_RING_BYTES {max_ring}"})
+            doc["skipped"].append(
+                {**r._asdict(), "reason": f"stages*chunk_bytes {r.ring_bytes} > MAX_RING_BYTES {max_ring}"}
+            )
         else:
             todo.append(r)
-    say(f"{len(todo)} rings ({len(doc['skipped'])} skipped over {max_ring} B of shared memory), "
+    say(
+        f"{len(todo)} rings ({len(doc['skipped'])} skipped over {max_ring} B of shared memory), "
         f"{len(ldg)} LDG widths, {len(ce_sizes)} copy-engine sizes; building {len(todo) + len(ldg)} JIT modules "
-        f"in {args.workers} threads")
+        f"in {args.workers} threads"
+    )
     t0 = time.perf_counter()
     doc["errors"] = C.precompile(dgm, fic, todo, ldg, workers=args.workers, progress=say)
     doc["jit_seconds"] = round(time.perf_counter() - t0, 1)
@@ -395,8 +434,14 @@ def main(argv: list[str] | None = None) -> int:
     doc["pcie"] = C.pcie_under_load(runner.busy_link)  # an idle link may report a power-saving generation
     for b in ldg:
         name = f"upstream {C.UPSTREAM_THREADS}x{b}"
-        rec: dict[str, Any] = {"blocks_per_bank": b, "threads": C.UPSTREAM_THREADS, "bytes_in_flight": b * C.UPSTREAM_THREADS * 16,
-                               "flat_gbps": None, "gather_gbps": None, "error": doc["errors"].get(name)}
+        rec: dict[str, Any] = {
+            "blocks_per_bank": b,
+            "threads": C.UPSTREAM_THREADS,
+            "bytes_in_flight": b * C.UPSTREAM_THREADS * 16,
+            "flat_gbps": None,
+            "gather_gbps": None,
+            "error": doc["errors"].get(name),
+        }
         if rec["error"] is None:
             flat, gather = runner.ldg_calls(b)
             try:
@@ -409,11 +454,19 @@ def main(argv: list[str] | None = None) -> int:
                     save(True)
                     return 3
         doc["ldg"].append(rec)
-        say(f"LDG {b:3d} blocks/bank ({C.fmt_bytes(rec['bytes_in_flight']):>9} in flight): flat {_g(rec['flat_gbps'])} "
-            f"gather {_g(rec['gather_gbps'])} GB/s" + (f"  ERROR {rec['error']}" if rec["error"] else ""))
+        say(
+            f"LDG {b:3d} blocks/bank ({C.fmt_bytes(rec['bytes_in_flight']):>9} in flight): flat {_g(rec['flat_gbps'])} "
+            f"gather {_g(rec['gather_gbps'])} GB/s" + (f"  ERROR {rec['error']}" if rec["error"] else "")
+        )
     for i, r in enumerate(todo):
-        rec = {**r._asdict(), "tag": r.tag, "bytes_in_flight": r.bytes_in_flight, "flat_gbps": None, "gather_gbps": None,
-               "error": doc["errors"].get(f"ring {r.tag}")}
+        rec = {
+            **r._asdict(),
+            "tag": r.tag,
+            "bytes_in_flight": r.bytes_in_flight,
+            "flat_gbps": None,
+            "gather_gbps": None,
+            "error": doc["errors"].get(f"ring {r.tag}"),
+        }
         if rec["error"] is None:
             flat, gather = runner.ring_calls(r)
             try:
@@ -426,14 +479,22 @@ def main(argv: list[str] | None = None) -> int:
                     save(True)
                     return 3
         doc["ring"].append(rec)
-        say(f"[{i + 1}/{len(todo)}] ring {r.tag:>12} ({C.fmt_bytes(r.bytes_in_flight):>9} in flight): flat "
-            f"{_g(rec['flat_gbps'])} gather {_g(rec['gather_gbps'])} GB/s" + (f"  ERROR {rec['error']}" if rec["error"] else ""))
+        say(
+            f"[{i + 1}/{len(todo)}] ring {r.tag:>12} ({C.fmt_bytes(r.bytes_in_flight):>9} in flight): flat "
+            f"{_g(rec['flat_gbps'])} gather {_g(rec['gather_gbps'])} GB/s"
+            + (f"  ERROR {rec['error']}" if rec["error"] else "")
+        )
     save(False)
     s = doc["summary"]
-    say(f"copy engine {_g(s.get('copy_engine_gbps'))} GB/s; best ring flat {s.get('best_ring_flat_gbps')}; "
-        f"best ring gather {s.get('best_ring_gather_gbps')}")
-    say(f"wrote {out / 'ceiling.json'}" + (f" and {out / 'ceiling.png'}" if doc["png"] else "") +
-        f" in {doc['duration_s']} s")
+    say(
+        f"copy engine {_g(s.get('copy_engine_gbps'))} GB/s; best ring flat {s.get('best_ring_flat_gbps')}; "
+        f"best ring gather {s.get('best_ring_gather_gbps')}"
+    )
+    say(
+        f"wrote {out / 'ceiling.json'}"
+        + (f" and {out / 'ceiling.png'}" if doc["png"] else "")
+        + f" in {doc['duration_s']} s"
+    )
     return 0
 
 

@@ -95,8 +95,10 @@ class Ctx:
         assert not errors, errors
         t0 = time.perf_counter()
         self.banks = C.HostBanks(SOURCES, EXPERTS, C.NVFP4_ROW_BYTES, self.device, seed=1)
-        log(f"{SOURCES} pinned source layers ({self.banks.total_bytes / 1e9:.2f} GB, {self.banks.buf.describe()['method']}) "
-            f"in {time.perf_counter() - t0:.1f}s")
+        log(
+            f"{SOURCES} pinned source layers ({self.banks.total_bytes / 1e9:.2f} GB, {self.banks.buf.describe()['method']}) "
+            f"in {time.perf_counter() - t0:.1f}s"
+        )
         self.cache = C.SlotCache(SLOTS, C.NVFP4_ROW_BYTES, self.device)
         self.misses = C.MissList(SLOTS, "int32", self.device)
         self.ceiling = {"start": C.copy_engine_ceiling(256 << 20, device=self.device)}
@@ -130,7 +132,10 @@ class Ctx:
             },
             "geometry": {
                 "model": C.MODEL,
-                "banks": [{"name": b.name, "shape": list(b.shape), "dtype": b.dtype, "row_bytes": b.row_bytes} for b in C.nvfp4_banks()],
+                "banks": [
+                    {"name": b.name, "shape": list(b.shape), "dtype": b.dtype, "row_bytes": b.row_bytes}
+                    for b in C.nvfp4_banks()
+                ],
                 "bytes_per_expert": C.NVFP4_EXPERT_BYTES,
                 "slots": SLOTS,
                 "source_layers": SOURCES,
@@ -310,7 +315,7 @@ def test_gather_graph(benchmark, ctx, layers, n):
     pending = {}
 
     def pre(r: int) -> None:
-        for name in (others_even_pre if r % 2 == 0 else others_odd_pre):
+        for name in others_even_pre if r % 2 == 0 else others_odd_pre:
             if name in graphs:
                 timed(name)
         pending["p"] = poison()
@@ -324,12 +329,12 @@ def test_gather_graph(benchmark, ctx, layers, n):
         rounds_us["ours"].append(clock.last * 1e6)
 
     def post(r: int) -> None:
-        for name in (others_even_post if r % 2 == 0 else others_odd_post):
+        for name in others_even_post if r % 2 == 0 else others_odd_post:
             if name in graphs:
                 timed(name)
 
     mode = _paired(benchmark, clock, pre, post, target, after_target, ROUNDS)
-    del graphs
+    graphs.clear()
 
     summary = C.summarize_rounds(rounds_us)
     ceiling = ctx.ceiling_gbps
@@ -360,9 +365,11 @@ def test_gather_graph(benchmark, ctx, layers, n):
     ctx.verified_sets += verified["sets"]
     ctx.verified_bytes += verified["sets"] * layers * bytes_per_layer
     benchmark.extra_info.update({"unit": "seconds per layer (device clock)", **{k: v for k, v in row.items()}})
-    log(f"L{layers} n={n}: upstream {_f(med.get('upstream'))} us, ours {_f(med.get('ours'))} us, "
+    log(
+        f"L{layers} n={n}: upstream {_f(med.get('upstream'))} us, ours {_f(med.get('ours'))} us, "
         f"speedup {_f(summary['speedup'], 3)} (A/A spread {_f(summary['aa_spread'], 3)}: {summary['verdict']}), "
-        f"copy engine {_f(med.get('copy_engine'))} us, {verified['sets']} sets verified")
+        f"copy engine {_f(med.get('copy_engine'))} us, {verified['sets']} sets verified"
+    )
 
 
 @pytest.mark.skipif(not DECODE, reason="BENCH_DECODE=0")
@@ -373,10 +380,13 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
     layers, top_k, batch = C.MODEL["moe_layers"], C.MODEL["top_k"], 1
     cache_size = max(EXPERTS, DECODE_SLOTS_PER_LAYER * layers)
     warm, per_block = 40, 10
-    exponent, model_rate = C.calibrate_zipf(0.10, steps=150, layers=layers, experts=EXPERTS, top_k=top_k,
-                                            cache_size=cache_size, warm_steps=50, seed=3)
-    log(f"decode step: Zipf exponent {exponent:.3f} gives a modelled LRU miss rate of {model_rate:.3f} "
-        f"at {cache_size} slots")
+    exponent, model_rate = C.calibrate_zipf(
+        0.10, steps=150, layers=layers, experts=EXPERTS, top_k=top_k, cache_size=cache_size, warm_steps=50, seed=3
+    )
+    log(
+        f"decode step: Zipf exponent {exponent:.3f} gives a modelled LRU miss rate of {model_rate:.3f} "
+        f"at {cache_size} slots"
+    )
     steps = warm + ROUNDS * per_block
     trace = C.zipf_routing_trace(steps, layers, EXPERTS, top_k, exponent, batch=batch, seed=4).to(ctx.device)
     geoms = C.nvfp4_banks()
@@ -388,8 +398,9 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
             monkeypatch.delenv("FREETOKEN_DECODE_GATHER", raising=False)
         else:
             monkeypatch.setenv("FREETOKEN_DECODE_GATHER", value)
-        c = OffloadMoeCache(num_layers=layers, num_experts=EXPERTS, cache_size=cache_size, device=ctx.device,
-                            quant_format="nvfp4")
+        c = OffloadMoeCache(
+            num_layers=layers, num_experts=EXPERTS, cache_size=cache_size, device=ctx.device, quant_format="nvfp4"
+        )
         c.set_bank_sources(sources)
         c.collect_stats = True
         caches[name] = c
@@ -429,8 +440,9 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
         assert torch.equal(a.slot_for_id, b.slot_for_id), f"block {r}: slot_for_id differs"
         assert torch.equal(static["unset"], static["tma"]), f"block {r}: routed slots differ"
         for g in geoms:
-            assert torch.equal(a.bank_caches[g.name].view(torch.uint8), b.bank_caches[g.name].view(torch.uint8)), \
+            assert torch.equal(a.bank_caches[g.name].view(torch.uint8), b.bank_caches[g.name].view(torch.uint8)), (
                 f"block {r}: bank {g.name} differs"
+            )
 
     rounds_us = {"unset": [], "tma": []}
     clock = LastInterval(1.0 / per_block)
@@ -456,7 +468,7 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
     assert stats["unset"] == stats["tma"], stats
     err = C.cache_reference_diff(caches["tma"], lambda layer: ctx.banks.dev[layer % SOURCES], geoms, EXPERTS)
     assert err is None, f"decode step: {err}"
-    del graphs
+    graphs.clear()
     med = {k: C.median(v) for k, v in rounds_us.items()}
     misses_per_step = stats["tma"]["missing_per_layer"] * layers
     bytes_per_step = misses_per_step * C.NVFP4_EXPERT_BYTES
@@ -479,9 +491,11 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
         "speedup_paired": C.median([u / t for u, t in zip(rounds_us["unset"], rounds_us["tma"]) if t]),
         "ideal_copy_us_per_step": bytes_per_step / (ctx.ceiling_gbps * 1e9) * 1e6,
         "note": "step = one decode step's ensure_experts + copy_missing for every layer, in one captured graph; "
-                "includes the per-step device copy of the routed ids into the graph's static buffer",
+        "includes the per-step device copy of the routed ids into the graph's static buffer",
         "timing_mode": mode,
     }
     benchmark.extra_info.update({"unit": "seconds per decode step (device clock)", **ctx.decode})
-    log(f"decode step: unset {_f(med['unset'], 1)} us, tma {_f(med['tma'], 1)} us per step, miss rate "
-        f"{stats['tma']['miss_rate']:.3f}, {misses_per_step:.2f} misses per step")
+    log(
+        f"decode step: unset {_f(med['unset'], 1)} us, tma {_f(med['tma'], 1)} us per step, miss rate "
+        f"{stats['tma']['miss_rate']:.3f}, {misses_per_step:.2f} misses per step"
+    )

@@ -36,8 +36,18 @@ REPORT_ENV = "CONFORMANCE_REPORT_DIR"
 SELFTEST_ENV = "CONFORMANCE_SELFTEST_KERNELS"
 
 
+STRICT_ENV = "CONFORMANCE_STRICT"  # as in conformance/conftest.py: a missing prerequisite fails instead
+
+
+def _skip_or_fail(reason: str) -> None:
+    if os.environ.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}:
+        pytest.fail(f"{reason} ({STRICT_ENV} is set, so a missing prerequisite fails)", pytrace=False)
+    pytest.skip(reason)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with the reason elsewhere)")
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped with a reason elsewhere)")
     config.addinivalue_line("markers", "slow: takes seconds to minutes")
 
 
@@ -74,13 +84,15 @@ def _in_tier(path: Path) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if _in_tier(Path(str(item.fspath))):
+        path = Path(str(item.fspath))
+        if _in_tier(path) and not path.name.startswith("test_tooling"):
             item.add_marker(pytest.mark.gpu)
+            item.add_marker(pytest.mark.cuda)
             item.add_marker(pytest.mark.slow)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if not _in_tier(Path(report.fspath)):
+    if not _in_tier(Path(report.fspath)) or Path(report.fspath).name.startswith("test_tooling"):
         return
     group = _group_of(report.nodeid)
     if report.when == "call" or (report.when == "setup" and not report.passed):
@@ -130,7 +142,7 @@ def gpu() -> GpuEnv:
     try:
         import torch
     except ImportError as e:
-        pytest.skip(f"torch is not importable ({e}): the GPU tier needs torch with CUDA")
+        _skip_or_fail(f"torch is not importable ({e}): the GPU tier needs torch with CUDA")
     selftest = os.environ.get(SELFTEST_ENV)
     if selftest:
         dgm, fic = _load_selftest(selftest)
@@ -138,9 +150,9 @@ def gpu() -> GpuEnv:
         SESSION.env = env
         return env
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device (torch.cuda.is_available() is False): GPU tier skipped")
+        _skip_or_fail("no CUDA device (torch.cuda.is_available() is False): GPU tier skipped")
     if getattr(torch.version, "hip", None):
-        pytest.skip("ROCm build: the decode-gather TMA path is CUDA-only")
+        _skip_or_fail("ROCm build: the decode-gather TMA path is CUDA-only")
     if os.environ.get("FREETOKEN_SKIP_FAST_INDEX_COPY", "").strip().lower() in {"1", "true", "yes", "on"}:
         pytest.fail("FREETOKEN_SKIP_FAST_INDEX_COPY is set: both kernels skip their copies; unset it", pytrace=False)
     try:
@@ -151,8 +163,9 @@ def gpu() -> GpuEnv:
     cap = torch.cuda.get_device_capability(device)
     ring = C.default_ring(dgm)
     t0 = time.perf_counter()
-    errors = C.precompile(dgm, fic, [ring, *C.CONFORMANCE_EXTRA_RINGS],
-                          progress=lambda m: print(f"[conformance] {m}", file=sys.stderr))
+    errors = C.precompile(
+        dgm, fic, [ring, *C.CONFORMANCE_EXTRA_RINGS], progress=lambda m: print(f"[conformance] {m}", file=sys.stderr)
+    )
     SESSION.notes["jit_seconds"] = round(time.perf_counter() - t0, 1)
     SESSION.notes["jit_errors"] = errors
     env = GpuEnv(torch, device, dgm, fic, cap, ring, False, errors)
@@ -172,7 +185,7 @@ def real_gpu(gpu: GpuEnv) -> GpuEnv:
 def sm90(real_gpu: GpuEnv) -> GpuEnv:
     """TMA-specific checks: the bulk-copy path and the cache switch exist only on sm_90 and newer."""
     if real_gpu.capability < (9, 0):
-        pytest.skip(f"needs sm_90+ for the TMA path, device is sm_{real_gpu.capability[0]}{real_gpu.capability[1]}")
+        _skip_or_fail(f"needs sm_90+ for the TMA path, device is sm_{real_gpu.capability[0]}{real_gpu.capability[1]}")
     return real_gpu
 
 

@@ -33,7 +33,9 @@ CASE = Path(__file__).resolve().parent / "sanitize_case.py"
 TOOLS = ("memcheck", "racecheck", "synccheck")
 
 _ERROR_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
-_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards? displayed\s*\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
+_RACE_SUMMARY = re.compile(
+    r"RACECHECK SUMMARY:\s*(\d+)\s+hazards? displayed\s*\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)"
+)
 
 
 def parse_summary(text: str) -> dict:
@@ -81,10 +83,15 @@ def find_sanitizer(explicit: str | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("CONFORMANCE_REPORT_DIR", "results/{device}/conformance"),
-                    help="directory for sanitizer.json and the logs; {device} -> device slug (default: %(default)s)")
+    ap.add_argument(
+        "--out",
+        default=os.environ.get("CONFORMANCE_REPORT_DIR", "results/{device}/conformance"),
+        help="directory for sanitizer.json and the logs; {device} -> device slug (default: %(default)s)",
+    )
     ap.add_argument("--tools", default=",".join(TOOLS))
-    ap.add_argument("--sanitizer", help="path of compute-sanitizer (default: PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    ap.add_argument(
+        "--sanitizer", help="path of compute-sanitizer (default: PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"
+    )
     ap.add_argument("--case-args", default="", help="extra arguments for sanitize_case.py, e.g. '--kernel both'")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per tool run")
     ap.add_argument("--dry-run", action="store_true", help="print the commands and self-test the parser; run nothing")
@@ -110,8 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     out = C.resolve_dir(args.out, info.get("device_slug", "unknown"))
     out.mkdir(parents=True, exist_ok=True)
 
-    summary: dict = {"schema": "freetoken-decode-gather-sanitizer/1", "generated_at": C.now_iso(),
-                     "sanitizer": san, "case": " ".join(case_cmd), "tools": {}, "machine": info}
+    summary: dict = {
+        "schema": "freetoken-decode-gather-sanitizer/1",
+        "generated_at": C.now_iso(),
+        "sanitizer": san,
+        "case": " ".join(case_cmd),
+        "tools": {},
+        "machine": info,
+    }
     ver = subprocess.run([san, "--version"], capture_output=True, text=True)
     summary["sanitizer_version"] = (ver.stdout.strip().splitlines() or [""])[-1]
 
@@ -133,12 +146,20 @@ def main(argv: list[str] | None = None) -> int:
         log.write_text(text if isinstance(text, str) else text.decode(errors="replace"))
         parsed = parse_summary(text if isinstance(text, str) else "")
         case_ok = bool(re.search(r"calls checked, 0 mismatches", text)) if isinstance(text, str) else False
-        rec = {**parsed, "exit_code": rc, "case_exact": case_ok, "seconds": round(time.perf_counter() - t0, 1), "log": log.name}
+        rec = {
+            **parsed,
+            "exit_code": rc,
+            "case_exact": case_ok,
+            "seconds": round(time.perf_counter() - t0, 1),
+            "log": log.name,
+        }
         summary["tools"][tool] = rec
         good = parsed["errors"] == 0 and case_ok
         ok &= good
-        print(f"{tool}: errors={parsed['errors']} warnings={parsed['warnings']} case_exact={case_ok} "
-              f"exit={rc} ({rec['seconds']} s){'' if good else '  <-- FAIL'}")
+        print(
+            f"{tool}: errors={parsed['errors']} warnings={parsed['warnings']} case_exact={case_ok} "
+            f"exit={rc} ({rec['seconds']} s){'' if good else '  <-- FAIL'}"
+        )
     summary["total_errors"] = sum((r["errors"] or 0) for r in summary["tools"].values())
     summary["passed"] = bool(ok)
     path = C.write_json(out / "sanitizer.json", summary)

@@ -31,8 +31,11 @@ LAYERS, EXPERTS, SLOTS = 2, 6, 9
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rings", default="default,32x2x32K",
-                    help="comma-separated rings: 'default' or CTASxSTAGESxCHUNK (default: %(default)s)")
+    ap.add_argument(
+        "--rings",
+        default="default,32x2x32K",
+        help="comma-separated rings: 'default' or CTASxSTAGESxCHUNK (default: %(default)s)",
+    )
     ap.add_argument("--kernel", choices=["ours", "upstream", "both"], default="ours")
     args = ap.parse_args(argv)
 
@@ -61,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
 
     kernels = {"ours": ["ours"], "upstream": ["upstream"], "both": ["ours", "upstream"]}[args.kernel]
     for kernel in kernels:
-        for ring in (rings if kernel == "ours" else [None]):
+        for ring in rings if kernel == "ours" else [None]:
             tag = kernel if kernel == "upstream" else f"ours {ring.tag if ring else 'default'}"
 
-            def launch(layer: int) -> None:
+            def launch(layer: int, kernel: str = kernel, ring: C.Ring | None = ring) -> None:
                 if kernel == "ours":
                     C.call_ours(dgm, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num, ring)
                 else:

@@ -43,12 +43,17 @@ def _args(gpu, banks, cache, misses, **override):
 
 
 def _nine_banks(gpu, banks, cache, misses):
-    torch = gpu.torch
     b9 = C.HostBanks(1, EXPERTS, [16] * 9, gpu.device, seed=42)
     c9 = C.SlotCache(SLOTS, [16] * 9, gpu.device)
     _nine_banks.keep = (b9, c9)  # alive until the next case
-    return {"dst_ptrs": c9.dst_ptrs, "src_ptrs": b9.src_ptrs[0], "feat_bytes": c9.feat,
-            "dst_indices": misses.dst, "src_indices": misses.src, "num_indices": misses.num}
+    return {
+        "dst_ptrs": c9.dst_ptrs,
+        "src_ptrs": b9.src_ptrs[0],
+        "feat_bytes": c9.feat,
+        "dst_indices": misses.dst,
+        "src_indices": misses.src,
+        "num_indices": misses.num,
+    }
 
 
 def _shift(t, torch, bank, by):
@@ -60,22 +65,108 @@ def _shift(t, torch, bank, by):
 # name -> (exception, substring the message must contain, builder, needs a CUDA device)
 CASES = {
     "more_than_8_banks": (ValueError, "num_banks", _nine_banks, False),
-    "row_24_bytes": (ValueError, "feat_bytes", lambda g, b, c, m: _args(g, b, c, m, feat_bytes=lambda a, t: t.tensor([24, 4112, 48], dtype=t.int64, device=a["feat_bytes"].device)), False),
-    "row_8_bytes": (ValueError, "feat_bytes", lambda g, b, c, m: _args(g, b, c, m, feat_bytes=lambda a, t: t.tensor([16, 4112, 8], dtype=t.int64, device=a["feat_bytes"].device)), False),
-    "dst_base_misaligned": (ValueError, "dst_ptrs", lambda g, b, c, m: _args(g, b, c, m, dst_ptrs=lambda a, t: _shift(a["dst_ptrs"], t, 1, 8)), False),
-    "src_base_misaligned": (ValueError, "src_ptrs", lambda g, b, c, m: _args(g, b, c, m, src_ptrs=lambda a, t: _shift(a["src_ptrs"], t, 2, 8)), False),
-    "descriptor_int32": (ValueError, "feat_bytes", lambda g, b, c, m: _args(g, b, c, m, feat_bytes=lambda a, t: a["feat_bytes"].to(t.int32)), False),
-    "descriptor_length_mismatch": (ValueError, "src_ptrs", lambda g, b, c, m: _args(g, b, c, m, src_ptrs=lambda a, t: a["src_ptrs"][:2].clone()), False),
-    "dst_indices_float32": (ValueError, "dst_indices", lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].float(), src_indices=None), False),
-    "dst_indices_int16": (ValueError, "dst_indices", lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].to(t.int16), src_indices=None), False),
-    "dst_indices_2d": (ValueError, "dst_indices", lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].view(1, -1), src_indices=None), False),
-    "src_indices_int64_vs_int32": (ValueError, "src_indices", lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"].long()), False),
-    "src_indices_shorter": (ValueError, "src_indices", lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"][:3].clone()), False),
-    "num_indices_int32": (ValueError, "num_indices", lambda g, b, c, m: _args(g, b, c, m, num_indices=lambda a, t: a["num_indices"].to(t.int32)), False),
-    "num_indices_two_elements": (ValueError, "num_indices", lambda g, b, c, m: _args(g, b, c, m, num_indices=lambda a, t: t.zeros(2, dtype=t.int64, device=a["num_indices"].device)), False),
-    "dst_indices_on_cpu": (ValueError, "dst_indices", lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].cpu(), src_indices=None), True),
-    "src_indices_on_cpu": (ValueError, "src_indices", lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"].cpu()), True),
-    "num_indices_on_cpu": (ValueError, "num_indices", lambda g, b, c, m: _args(g, b, c, m, num_indices=lambda a, t: a["num_indices"].cpu()), True),
+    "row_24_bytes": (
+        ValueError,
+        "feat_bytes",
+        lambda g, b, c, m: _args(
+            g, b, c, m, feat_bytes=lambda a, t: t.tensor([24, 4112, 48], dtype=t.int64, device=a["feat_bytes"].device)
+        ),
+        False,
+    ),
+    "row_8_bytes": (
+        ValueError,
+        "feat_bytes",
+        lambda g, b, c, m: _args(
+            g, b, c, m, feat_bytes=lambda a, t: t.tensor([16, 4112, 8], dtype=t.int64, device=a["feat_bytes"].device)
+        ),
+        False,
+    ),
+    "dst_base_misaligned": (
+        ValueError,
+        "dst_ptrs",
+        lambda g, b, c, m: _args(g, b, c, m, dst_ptrs=lambda a, t: _shift(a["dst_ptrs"], t, 1, 8)),
+        False,
+    ),
+    "src_base_misaligned": (
+        ValueError,
+        "src_ptrs",
+        lambda g, b, c, m: _args(g, b, c, m, src_ptrs=lambda a, t: _shift(a["src_ptrs"], t, 2, 8)),
+        False,
+    ),
+    "descriptor_int32": (
+        ValueError,
+        "feat_bytes",
+        lambda g, b, c, m: _args(g, b, c, m, feat_bytes=lambda a, t: a["feat_bytes"].to(t.int32)),
+        False,
+    ),
+    "descriptor_length_mismatch": (
+        ValueError,
+        "src_ptrs",
+        lambda g, b, c, m: _args(g, b, c, m, src_ptrs=lambda a, t: a["src_ptrs"][:2].clone()),
+        False,
+    ),
+    "dst_indices_float32": (
+        ValueError,
+        "dst_indices",
+        lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].float(), src_indices=None),
+        False,
+    ),
+    "dst_indices_int16": (
+        ValueError,
+        "dst_indices",
+        lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].to(t.int16), src_indices=None),
+        False,
+    ),
+    "dst_indices_2d": (
+        ValueError,
+        "dst_indices",
+        lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].view(1, -1), src_indices=None),
+        False,
+    ),
+    "src_indices_int64_vs_int32": (
+        ValueError,
+        "src_indices",
+        lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"].long()),
+        False,
+    ),
+    "src_indices_shorter": (
+        ValueError,
+        "src_indices",
+        lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"][:3].clone()),
+        False,
+    ),
+    "num_indices_int32": (
+        ValueError,
+        "num_indices",
+        lambda g, b, c, m: _args(g, b, c, m, num_indices=lambda a, t: a["num_indices"].to(t.int32)),
+        False,
+    ),
+    "num_indices_two_elements": (
+        ValueError,
+        "num_indices",
+        lambda g, b, c, m: _args(
+            g, b, c, m, num_indices=lambda a, t: t.zeros(2, dtype=t.int64, device=a["num_indices"].device)
+        ),
+        False,
+    ),
+    "dst_indices_on_cpu": (
+        ValueError,
+        "dst_indices",
+        lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].cpu(), src_indices=None),
+        True,
+    ),
+    "src_indices_on_cpu": (
+        ValueError,
+        "src_indices",
+        lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"].cpu()),
+        True,
+    ),
+    "num_indices_on_cpu": (
+        ValueError,
+        "num_indices",
+        lambda g, b, c, m: _args(g, b, c, m, num_indices=lambda a, t: a["num_indices"].cpu()),
+        True,
+    ),
 }
 
 

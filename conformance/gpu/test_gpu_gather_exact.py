@@ -54,8 +54,17 @@ def test_every_miss_count_0_to_600(gpu, nvfp4, tally, index_dtype):
             banks.fill(seed=rng.randrange(1 << 31))
         dst, src = C.random_misses(rng, CAPACITY, n, SLOTS, EXPERTS)
         misses.set(dst, src, n)
-        _run_and_check(gpu, banks, cache, misses.dst, misses.src, misses.num, C.poison_value(n, rng),
-                       [(dst[:n], src[:n], banks.dev[0])], f"n={n} {index_dtype}")
+        _run_and_check(
+            gpu,
+            banks,
+            cache,
+            misses.dst,
+            misses.src,
+            misses.num,
+            C.poison_value(n, rng),
+            [(dst[:n], src[:n], banks.dev[0])],
+            f"n={n} {index_dtype}",
+        )
         tally(1, n * banks.bytes_per_expert)
 
 
@@ -70,8 +79,17 @@ def test_src_indices_none_copies_source_row_i(gpu, nvfp4, tally, n):
     dst, _ = C.random_misses(rng, capacity, count, SLOTS, EXPERTS)
     misses.set(dst, list(range(capacity)), count)
     num = None if n is None else misses.num
-    _run_and_check(gpu, banks, cache, misses.dst, None, num, C.poison_value(count, rng),
-                   [(dst[:count], list(range(count)), banks.dev[0])], f"src_indices=None n={n}")
+    _run_and_check(
+        gpu,
+        banks,
+        cache,
+        misses.dst,
+        None,
+        num,
+        C.poison_value(count, rng),
+        [(dst[:count], list(range(count)), banks.dev[0])],
+        f"src_indices=None n={n}",
+    )
     tally(1, count * banks.bytes_per_expert)
 
 
@@ -90,8 +108,17 @@ def test_device_count_above_capacity_copies_exactly_capacity(gpu, nvfp4, tally, 
         src = list(range(capacity))
     misses.set(dst, src, 0)
     misses.num.fill_(num)
-    _run_and_check(gpu, banks, cache, misses.dst, None if src_none else misses.src, misses.num, 0xA5,
-                   [(dst, src, banks.dev[0])], f"num={num} > capacity {capacity}")
+    _run_and_check(
+        gpu,
+        banks,
+        cache,
+        misses.dst,
+        None if src_none else misses.src,
+        misses.num,
+        0xA5,
+        [(dst, src, banks.dev[0])],
+        f"num={num} > capacity {capacity}",
+    )
     assert misses._dst_full[capacity:].eq(trap).all(), "the kernel wrote into the index buffer"
     tally(1, capacity * banks.bytes_per_expert)
 

@@ -42,8 +42,15 @@ def test_bank_counts_row_sizes_and_rings(gpu, tally, ring_tag, num_banks):
                     misses.set(dst, src, n)
                     poison = C.poison_value(n + layer, rng)
                     cache.poison(poison)
-                    C.call_ours(gpu.dgm, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num,
-                                None if ring_tag == "default" else ring)
+                    C.call_ours(
+                        gpu.dgm,
+                        cache,
+                        banks.src_ptrs[layer],
+                        misses.dst,
+                        misses.src,
+                        misses.num,
+                        None if ring_tag == "default" else ring,
+                    )
                     err = C.check_slot_cache(cache, poison, [(dst[:count], src[:count], banks.dev[layer])])
                     assert err is None, f"ring {ring.tag} rows {rows} layer {layer} n={n} {index_dtype}: {err}"
                     tally(1, count * banks.bytes_per_expert)
@@ -85,8 +92,15 @@ def test_source_ends_exactly_at_the_end_of_its_pinned_allocation(real_gpu, tally
         for ring_tag, ring in gpu.rings.items():
             misses.set([7], [7], 1)
             cache.poison(0x3C)
-            C.call_ours(gpu.dgm, cache, banks.src_ptrs[1], misses.dst, misses.src, misses.num,
-                        None if ring_tag == "default" else ring)
+            C.call_ours(
+                gpu.dgm,
+                cache,
+                banks.src_ptrs[1],
+                misses.dst,
+                misses.src,
+                misses.num,
+                None if ring_tag == "default" else ring,
+            )
             err = C.check_slot_cache(cache, 0x3C, [([7], [7], banks.dev[1])])
             assert err is None, f"ring {ring.tag}: {err}"
             tally(1, banks.bytes_per_expert)

@@ -86,7 +86,10 @@ def test_multi_layer_graph_with_per_layer_sources(real_gpu, tally, layers):
             for layer, ml in enumerate(lists):
                 C.call_ours(gpu.dgm, cache, banks.src_ptrs[layer], ml.dst, ml.src, ml.num)
         schedule = [[0] * layers, [per_layer] * layers] + [
-            [rng.choice([0, 1, 1, 2, 3, 8, per_layer]) if r % 2 else rng.randrange(per_layer + 1) for _ in range(layers)]
+            [
+                rng.choice([0, 1, 1, 2, 3, 8, per_layer]) if r % 2 else rng.randrange(per_layer + 1)
+                for _ in range(layers)
+            ]
             for r in range(20)
         ]
         for i, counts in enumerate(schedule):

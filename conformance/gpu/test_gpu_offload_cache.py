@@ -46,8 +46,9 @@ def _make_cache(gpu, banks, monkeypatch, value):
         monkeypatch.delenv(ENV, raising=False)
     else:
         monkeypatch.setenv(ENV, value)
-    cache = OffloadMoeCache(num_layers=LAYERS, num_experts=EXPERTS, cache_size=CACHE_SLOTS, device=gpu.device,
-                            quant_format="nvfp4")
+    cache = OffloadMoeCache(
+        num_layers=LAYERS, num_experts=EXPERTS, cache_size=CACHE_SLOTS, device=gpu.device, quant_format="nvfp4"
+    )
     cache.set_bank_sources(_sources(banks))
     monkeypatch.delenv(ENV, raising=False)
     assert cache._copy_fused_ok, "the nvfp4 banks must take the fused multi-bank copy plan"
@@ -94,7 +95,9 @@ def test_eager_steps_identical_and_tma_uses_decode_gather(sm90, banks, monkeypat
     with C.LaunchCounter(gpu.dgm, gpu.fic) as counter:
         base = _make_cache(gpu, banks, monkeypatch, None)
         tma = _make_cache(gpu, banks, monkeypatch, "tma")
-        assert hasattr(tma, "_decode_gather"), "OffloadMoeCache has no _decode_gather: the FREETOKEN_DECODE_GATHER wiring is missing"
+        assert hasattr(tma, "_decode_gather"), (
+            "OffloadMoeCache has no _decode_gather: the FREETOKEN_DECODE_GATHER wiring is missing"
+        )
         assert tma._decode_gather == "tma", f"tma cache recorded {tma._decode_gather!r}"
         assert base._decode_gather is None, f"unset cache recorded {base._decode_gather!r}"
         rng = random.Random("cache-eager")
@@ -123,11 +126,22 @@ def test_eager_steps_identical_and_tma_uses_decode_gather(sm90, banks, monkeypat
             assert err is None, f"step {t}: {err}"
         tally(steps * LAYERS, misses_total * banks.bytes_per_expert)
         calls = steps * LAYERS
-        tally.note("eager_launches", {"calls": calls, "tma": launches["tma"], "unset": launches["base"],
-                                      "decode_gather_jit_calls": counter.decode_gather_jit_calls,
-                                      "misses": misses_total})
-        assert launches["tma"] == [calls, 0], f"tma cache launched [decode_gather, upstream] = {launches['tma']} for {calls} copy_missing calls"
-        assert launches["base"] == [0, calls], f"unset cache launched [decode_gather, upstream] = {launches['base']} for {calls} copy_missing calls"
+        tally.note(
+            "eager_launches",
+            {
+                "calls": calls,
+                "tma": launches["tma"],
+                "unset": launches["base"],
+                "decode_gather_jit_calls": counter.decode_gather_jit_calls,
+                "misses": misses_total,
+            },
+        )
+        assert launches["tma"] == [calls, 0], (
+            f"tma cache launched [decode_gather, upstream] = {launches['tma']} for {calls} copy_missing calls"
+        )
+        assert launches["base"] == [0, calls], (
+            f"unset cache launched [decode_gather, upstream] = {launches['base']} for {calls} copy_missing calls"
+        )
         assert misses_total > 0
 
 

@@ -1,0 +1,1 @@
+"""GPU tier of the decode-gather conformance suite (see README.md here)."""
