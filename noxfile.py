@@ -176,6 +176,53 @@ def test(session: nox.Session) -> None:
     session.run(_python(session), "-m", "pytest", "-rs", *paths, *_posargs(session))
 
 
+def _results_dir(session: nox.Session) -> str:
+    """results/<device>/ for a GPU session's files ($BENCH_RESULTS_DIR overrides)."""
+    return session.env.get("BENCH_RESULTS_DIR") or str(ROOT / "results" / "{device}")
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """GPU tier only: conformance/gpu + the series' upstream tests, summary into results/<device>/conformance/."""
+    _install_patched(session, *req.TEST)
+    report_dir = session.env.get("CONFORMANCE_REPORT_DIR") or str(ROOT / "results" / "{device}" / "conformance")
+    session.env["CONFORMANCE_REPORT_DIR"] = report_dir
+    upstream_tests = sorted(str(p) for p in (work_repo(Workdir.from_env()) / "tests").glob("**/test_*.py"))
+    session.run(_python(session), "-m", "pytest", "-rs", "conformance/gpu", *upstream_tests, *_posargs(session))
+
+
+@nox.session
+def sanitize(session: nox.Session) -> None:
+    """GPU: compute-sanitizer memcheck, racecheck and synccheck on a small eager and graph case."""
+    _install_patched(session, *req.TEST)
+    out = session.env.get("CONFORMANCE_REPORT_DIR") or str(ROOT / "results" / "{device}" / "conformance")
+    session.run(_python(session), "conformance/gpu/run_sanitizer.py", "--out", out, *_posargs(session))
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """GPU: paired benchmarks (upstream, decode_gather, copy engine, A/A) -> results/<device>/bench.json."""
+    _install_patched(session, *req.TEST)
+    session.env.setdefault("BENCH_RESULTS_DIR", _results_dir(session))
+    session.run(
+        _python(session), "-m", "pytest", "bench/test_bench_gather.py", "-rs",
+        "--benchmark-save=gather", f"--benchmark-storage=file://{ROOT / '.benchmarks'}", *_posargs(session),
+    )
+
+
+@nox.session
+def sweep(session: nox.Session) -> None:
+    """GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> results/<device>/ceiling.json + .png."""
+    _install_patched(session, *req.TEST, "matplotlib")
+    session.run(_python(session), "bench/sweep.py", *_posargs(session))
+
+
+@nox.session(python=False)
+def report(session: nox.Session) -> None:
+    """Render results/ into results/REPORT.md and results/PR.md (no GPU)."""
+    session.run(sys.executable, "bench/report.py", *session.posargs, external=True)
+
+
 @nox.session(python=False)
 def wheelhouse(session: nox.Session) -> None:
     """Download into DIR the wheels an offline GPU machine lacks: nox -s wheelhouse -- DIR."""

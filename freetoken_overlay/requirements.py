@@ -64,6 +64,7 @@ GPU_WHEELS_WITH_DEPS = (
     "apache-tvm-ffi==0.1.13.post3",
     "pyzmq>=27,<28",
     "nox",
+    "matplotlib",  # the sweep session's heatmap
 )
 
 #: Distributions the GPU machine's python3 (3.12, torch 2.11 cu130) already has
