@@ -215,6 +215,38 @@ def ceiling_line(bench: dict[str, Any] | None, ceiling: dict[str, Any] | None) -
 # ---------------------------------------------------------------------------
 
 
+def decode_step_note(d: dict[str, Any]) -> str:
+    """The decode step has no A/A control: say how far its paired per-round ratios spread."""
+    r = d.get("rounds_us") or {}
+    pairs = [u / t for u, t in zip(r.get("unset") or [], r.get("tma") or []) if t]
+    if not pairs:
+        return ""
+    lo, hi = min(pairs), max(pairs)
+    resolved = "resolved" if lo > 1 or hi < 1 else "not resolved: the range spans 1.0"
+    return (
+        f"Paired per-round ratios (unset/tma) range {lo:.3f}-{hi:.3f} over {len(pairs)} rounds ({resolved}); "
+        "this benchmark has no A/A control, so read the median ratio against that range."
+    )
+
+
+def sweep_bytes_in_flight(ceiling: dict[str, Any] | None, share: float = 0.97) -> str:
+    """Open question 1, from the sweep: the fewest ring bytes in flight within ``share`` of the best ring."""
+    rings = [r for r in (ceiling or {}).get("ring") or [] if r.get("gather_gbps")]
+    if not rings:
+        return ""
+    gbps = lambda r: r["gather_gbps"]  # noqa: E731
+    best = max(gbps(r) for r in rings)
+    ok = sorted((r for r in rings if gbps(r) >= share * best), key=lambda r: r.get("bytes_in_flight") or 0)
+    if not ok:
+        return ""
+    first = ok[0]
+    return (
+        f"the fewest ring bytes in flight within {share:.0%} of the best ring ({best:.1f} GB/s) were "
+        f"{C.fmt_bytes(first.get('bytes_in_flight') or 0)} ({first.get('tag')}, {gbps(first):.1f} GB/s, NVFP4 gather); "
+        "CTA count alone does not predict it (see the heatmap)"
+    )
+
+
 def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
     out = [
         "# Decode-gather measurements",
@@ -298,6 +330,8 @@ def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
                         ],
                     ),
                     "",
+                    decode_step_note(d),
+                    "",
                     f"Routing: Zipf exponent {f(d.get('zipf_exponent'), 3)} (modelled LRU miss rate "
                     f"{f(d.get('modelled_miss_rate'), 3)}), top-{d.get('top_k')}, batch {d.get('batch')}, "
                     f"{d.get('rounds')} rounds of {d.get('steps_per_round')} steps. {d.get('note', '')}",
@@ -340,6 +374,7 @@ def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
                 out += [f"![ceiling sweep]({e['png'].relative_to(results).as_posix()})", ""]
             out += [f"Sweep command: `{ce.get('command') or SWEEP_CMD}`", ""]
         out += conformance_section(e)
+    out += open_questions_section(data)
     out += not_measured_section() + reproduce_section()
     return "\n".join(out)
 
@@ -394,6 +429,29 @@ def conformance_section(e: dict[str, Any]) -> list[str]:
     return out
 
 
+def open_questions_section(data: dict[str, dict[str, Any]]) -> list[str]:
+    """The proposal's two open questions, answered from the sweep and the series."""
+    q1 = [
+        f"   - {m.get('device_name') or slug}: {line}."
+        for slug, e in data.items()
+        for m, line in [(machine_of(e), sweep_bytes_in_flight(e.get("ceiling")))]
+        if line
+    ]
+    return [
+        "## The proposal's open questions",
+        "",
+        "1. *Per-link setting or startup probe for CTAs and stages?* Bytes in flight is the quantity that matters, "
+        "not thread or CTA count; from the ceiling sweep (`python bench/sweep.py`):",
+        *q1,
+        "   The default ring (512 KiB) sits above that point here and below the ~1 MiB where the proposal's "
+        "consumer host lost bandwidth; `FREETOKEN_DECODE_GATHER_RING` is the per-link override. No startup "
+        "probe: on the link measured here every ring past the knee ties, so a probe would have nothing to choose.",
+        "2. *A CI check against `.shared::cluster` bulk copies on sm_120?* Included as "
+        "`tests/kernels/test_bulk_copy_sass.py`; it needs nvcc and cuobjdump, not a GPU.",
+        "",
+    ]
+
+
 def not_measured_section() -> list[str]:
     return ["## Not measured", ""] + [f"- **{k}**: {v}." for k, v in NOT_MEASURED] + [""]
 
@@ -436,7 +494,10 @@ def render_pr(data: dict[str, dict[str, Any]]) -> str:
         "input before any launch.",
         "- `OffloadMoeCache` reads `FREETOKEN_DECODE_GATHER` at construction: unset keeps upstream's kernel, "
         "`tma` selects decode_gather on the decode miss path (sm_90+ with the fused copy plan), anything else "
-        "is a `ValueError`.",
+        "is a `ValueError`. `FREETOKEN_DECODE_GATHER_RING=<ctas>x<stages>x<chunk_bytes>` sets the ring per link "
+        "(default 16x4x8192, prebuilt in the AOT kernel cache).",
+        "- `tests/kernels/test_bulk_copy_sass.py` compiles every JIT header that issues `cp.async.bulk` for "
+        "sm_120 and fails on `CALL.ABS.NOINC` in its SASS (nvcc + cuobjdump, no GPU needed).",
         "",
     ]
     if not data:
@@ -468,7 +529,7 @@ def render_pr(data: dict[str, dict[str, Any]]) -> str:
                 out += [
                     f"Decode step through the real cache ({d.get('layers')} layers, miss rate {f(d.get('miss_rate'), 3)}, "
                     f"captured): unset {f(us.get('unset'), 1)} µs, tma {f(us.get('tma'), 1)} µs per step "
-                    f"(speedup {f(d.get('speedup'), 3)}).",
+                    f"(speedup {f(d.get('speedup'), 3)}). " + decode_step_note(d),
                     "",
                 ]
         s, san = e.get("summary"), e.get("sanitizer")
@@ -492,6 +553,7 @@ def render_pr(data: dict[str, dict[str, Any]]) -> str:
             v = bench["verified"]
             out += [f"- Benchmarks: every timed set byte-verified ({f(v.get('timed_sets'), 0)} sets)."]
         out += [""]
+    out += open_questions_section(data)
     out += not_measured_section() + reproduce_section()
     return "\n".join(out)
 
