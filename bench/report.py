@@ -374,6 +374,7 @@ def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
                 out += [f"![ceiling sweep]({e['png'].relative_to(results).as_posix()})", ""]
             out += [f"Sweep command: `{ce.get('command') or SWEEP_CMD}`", ""]
         out += conformance_section(e)
+    out += sass_section(results)
     out += open_questions_section(data)
     out += not_measured_section() + reproduce_section()
     return "\n".join(out)
@@ -427,6 +428,37 @@ def conformance_section(e: dict[str, Any]) -> list[str]:
             "",
         ]
     return out
+
+
+def sass_section(results: Path) -> list[str]:
+    """The compile-only SASS gate (``python -m conformance.sass --out results/sass.json``), if present."""
+    doc = _load(results / "sass.json")
+    if not doc or not doc.get("reports"):
+        return []
+    rows = []
+    for r in doc["reports"]:
+        fns = r.get("functions") or []
+        rows.append(
+            [
+                r.get("arch", "?"),
+                "/".join(sorted({str(fn.get("registers")) for fn in fns})),
+                str(r.get("max_stack_frame_bytes")),
+                str(r.get("spill_bytes")),
+                str(r.get("ldl_stl")),
+                "yes" if r.get("has_ublkcp") else "no",
+                str(len(r.get("call_abs_noinc") or [])),
+            ]
+        )
+    nvcc = (doc["reports"][0].get("nvcc") or "").split(",")[-1].strip()
+    return [
+        "## SASS of the default ring (compile only, no GPU)",
+        "",
+        f"`python -m conformance.sass --arch 80,90,100,120 --out results/sass.json --check` ({nvcc}; "
+        "int32 and int64 index kernels):",
+        "",
+        table(["arch", "registers", "stack B", "spill B", "LDL/STL", "UBLKCP", "CALL.ABS.NOINC"], rows),
+        "",
+    ]
 
 
 def open_questions_section(data: dict[str, dict[str, Any]]) -> list[str]:
