@@ -427,6 +427,25 @@ def main(argv: list[str] | None = None) -> int:
             say(f"CUDA context lost: {e!r}; saving partial results")
             return False
 
+    def measure(kind: str, rec: dict[str, Any], calls) -> bool:
+        """Flat and gather GB/s of one config into ``rec``, appended to ``doc[kind]``.
+
+        False (after saving partial results) when a failed measurement left the CUDA context unusable.
+        """
+        if rec["error"] is None:
+            flat, gather = calls()
+            try:
+                rec["flat_gbps"] = runner.flat(flat)["gbps"]
+                rec["gather_gbps"] = runner.gather(gather)["gbps"]
+            except Exception as e:
+                rec["error"] = f"{type(e).__name__}: {str(e)[-300:]}"
+                if not healthy():
+                    doc[kind].append(rec)
+                    save(True)
+                    return False
+        doc[kind].append(rec)
+        return True
+
     for size in ce_sizes:
         rec = {"bytes": size, **runner.copy_engine(size)}
         doc["copy_engine"].append(rec)
@@ -442,18 +461,8 @@ def main(argv: list[str] | None = None) -> int:
             "gather_gbps": None,
             "error": doc["errors"].get(name),
         }
-        if rec["error"] is None:
-            flat, gather = runner.ldg_calls(b)
-            try:
-                rec["flat_gbps"] = runner.flat(flat)["gbps"]
-                rec["gather_gbps"] = runner.gather(gather)["gbps"]
-            except Exception as e:
-                rec["error"] = f"{type(e).__name__}: {str(e)[-300:]}"
-                if not healthy():
-                    doc["ldg"].append(rec)
-                    save(True)
-                    return 3
-        doc["ldg"].append(rec)
+        if not measure("ldg", rec, lambda: runner.ldg_calls(b)):
+            return 3
         say(
             f"LDG {b:3d} blocks/bank ({C.fmt_bytes(rec['bytes_in_flight']):>9} in flight): flat {_g(rec['flat_gbps'])} "
             f"gather {_g(rec['gather_gbps'])} GB/s" + (f"  ERROR {rec['error']}" if rec["error"] else "")
@@ -467,18 +476,8 @@ def main(argv: list[str] | None = None) -> int:
             "gather_gbps": None,
             "error": doc["errors"].get(f"ring {r.tag}"),
         }
-        if rec["error"] is None:
-            flat, gather = runner.ring_calls(r)
-            try:
-                rec["flat_gbps"] = runner.flat(flat)["gbps"]
-                rec["gather_gbps"] = runner.gather(gather)["gbps"]
-            except Exception as e:
-                rec["error"] = f"{type(e).__name__}: {str(e)[-300:]}"
-                if not healthy():
-                    doc["ring"].append(rec)
-                    save(True)
-                    return 3
-        doc["ring"].append(rec)
+        if not measure("ring", rec, lambda: runner.ring_calls(r)):
+            return 3
         say(
             f"[{i + 1}/{len(todo)}] ring {r.tag:>12} ({C.fmt_bytes(r.bytes_in_flight):>9} in flight): flat "
             f"{_g(rec['flat_gbps'])} gather {_g(rec['gather_gbps'])} GB/s"

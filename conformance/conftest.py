@@ -69,26 +69,25 @@ def decode_gather_ring(decode_gather_header: pathlib.Path) -> tuple[int, int, in
         skip_or_fail(str(exc))
 
 
-@pytest.fixture(scope="session")
-def nvcc() -> str:
+def _require(find, install_hint: str):
+    """``find()``'s tool, or a skip (a failure under CONFORMANCE_STRICT) saying what to install."""
     try:
-        found = sass.find_nvcc()
+        found = find()
     except sass.ToolNotFound as exc:
         skip_or_fail(str(exc))
     if found is None:
-        skip_or_fail(sass.NVCC_INSTALL_HINT)
+        skip_or_fail(install_hint)
     return found
+
+
+@pytest.fixture(scope="session")
+def nvcc() -> str:
+    return _require(sass.find_nvcc, sass.NVCC_INSTALL_HINT)
 
 
 @pytest.fixture(scope="session")
 def disassembler() -> sass.Disassembler:
-    try:
-        found = sass.find_disassembler()
-    except sass.ToolNotFound as exc:
-        skip_or_fail(str(exc))
-    if found is None:
-        skip_or_fail(sass.DISASSEMBLER_INSTALL_HINT)
-    return found
+    return _require(sass.find_disassembler, sass.DISASSEMBLER_INSTALL_HINT)
 
 
 @pytest.fixture(scope="session")
