@@ -1142,30 +1142,40 @@ def call_upstream(
 
 
 class DeviceClock:
-    """A clock for pytest-benchmark that reads the DEVICE: each call synchronizes, records a CUDA event
-    on the current stream and returns the event-to-event device time accumulated since the first
-    call, times ``scale`` (so ``scale = 1 / (replays * layers)`` reports seconds per layer).
+    """A clock for pytest-benchmark that reads the DEVICE. pytest-benchmark calls its timer in pairs,
+    around each target call; the interval between a pair is the device time from an idle GPU to the
+    end of the target's work, times ``scale`` (so ``scale = 1 / (replays * layers)`` reports seconds
+    per layer). ``last`` is the latest closed interval, scaled.
 
-    Two consecutive calls around a target therefore measure exactly the device interval from an idle
-    GPU to the end of the target's work, the same interval :func:`time_replays` measures."""
+    The two calls of a pair differ on purpose, so that no host-side wait lands inside the interval:
+    the opening call drains the device and only then records its event (the target's first launch
+    follows at once); the closing call records its event right behind the target's work, in stream
+    order, and only then waits for it. Synchronizing before the closing record would add the host's
+    wake-up and event-creation time (tens of microseconds) to every interval measured this way but
+    not to :func:`time_replays`, which is what the other kernels of a paired round are timed with."""
 
     __name__ = "cuda_event_clock"
 
     def __init__(self, scale: float = 1.0):
         self.scale = scale
-        self._last = None
+        self.last: float | None = None
+        self._open = None
         self._t = 0.0
 
     def __call__(self) -> float:
         import torch
 
-        torch.cuda.synchronize()
         e = torch.cuda.Event(enable_timing=True)
-        e.record()
-        e.synchronize()
-        if self._last is not None:
-            self._t += self._last.elapsed_time(e) / 1e3 * self.scale
-        self._last = e
+        if self._open is None:
+            torch.cuda.synchronize()
+            e.record()
+            self._open = e
+        else:
+            e.record()
+            e.synchronize()
+            self.last = self._open.elapsed_time(e) / 1e3 * self.scale
+            self._t += self.last
+            self._open = None
         return self._t
 
 

@@ -216,17 +216,21 @@ def ceiling_line(bench: dict[str, Any] | None, ceiling: dict[str, Any] | None) -
 
 
 def decode_step_note(d: dict[str, Any]) -> str:
-    """The decode step has no A/A control: say how far its paired per-round ratios spread."""
+    """How to read the decode step's ratio: against its A/A control (a second unset cache, same rounds)
+    when the run had one, else against the spread of its own paired per-round ratios."""
     r = d.get("rounds_us") or {}
     pairs = [u / t for u, t in zip(r.get("unset") or [], r.get("tma") or []) if t]
     if not pairs:
         return ""
     lo, hi = min(pairs), max(pairs)
+    text = f"Paired per-round ratios (unset/tma) range {lo:.3f}-{hi:.3f} over {len(pairs)} rounds"
+    if d.get("aa_spread") is not None:
+        return (
+            f"{text}; the A/A control (a second unset cache in the same rounds) spreads "
+            f"±{d['aa_spread']:.3f}, so the median ratio {d.get('speedup'):.3f} is a {d.get('verdict')}."
+        )
     resolved = "resolved" if lo > 1 or hi < 1 else "not resolved: the range spans 1.0"
-    return (
-        f"Paired per-round ratios (unset/tma) range {lo:.3f}-{hi:.3f} over {len(pairs)} rounds ({resolved}); "
-        "this benchmark has no A/A control, so read the median ratio against that range."
-    )
+    return f"{text} ({resolved}); this run had no A/A control, so read the median ratio against that range."
 
 
 def sweep_bytes_in_flight(ceiling: dict[str, Any] | None, share: float = 0.97) -> str:
@@ -314,6 +318,8 @@ def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
                             "unset µs",
                             "tma µs",
                             "speedup (unset/tma)",
+                            "A/A spread",
+                            "verdict",
                             "ideal copy µs",
                         ],
                         [
@@ -325,6 +331,8 @@ def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
                                 f(us.get("unset"), 1),
                                 f(us.get("tma"), 1),
                                 f(d.get("speedup"), 3),
+                                ("±" + f(d["aa_spread"], 3)) if d.get("aa_spread") is not None else "–",
+                                d.get("verdict") or "–",
                                 f(d.get("ideal_copy_us_per_step"), 1),
                             ]
                         ],

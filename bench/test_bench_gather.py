@@ -227,21 +227,6 @@ def _paired(benchmark, clock, pre, post, target, after_target, rounds: int) -> s
     return "manual rounds (pytest-benchmark disabled or without a settable timer)"
 
 
-class LastInterval(C.DeviceClock):
-    """DeviceClock that also remembers the last interval (seconds, scaled)."""
-
-    def __init__(self, scale: float):
-        super().__init__(scale)
-        self.last = None
-        self._prev = None
-
-    def __call__(self) -> float:
-        t = super().__call__()
-        self.last = None if self._prev is None else t - self._prev
-        self._prev = t
-        return t
-
-
 @pytest.mark.parametrize("layers,n", CASES, ids=[f"L{layers}-n{n}" for layers, n in CASES])
 def test_gather_graph(benchmark, ctx, layers, n):
     torch = ctx.torch
@@ -311,7 +296,7 @@ def test_gather_graph(benchmark, ctx, layers, n):
 
     others_even_pre, others_even_post = ["upstream", "upstream_aa"], ["copy_engine"]
     others_odd_pre, others_odd_post = ["copy_engine"], ["upstream_aa", "upstream"]
-    clock = LastInterval(1.0 / (reps * layers))
+    clock = C.DeviceClock(1.0 / (reps * layers))
     pending = {}
 
     def pre(r: int) -> None:
@@ -393,7 +378,8 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
     typed = [ctx.banks.typed(layer % SOURCES, geoms) for layer in range(layers)]
     sources = {g.name: [typed[layer][g.name] for layer in range(layers)] for g in geoms}
     caches = {}
-    for name, value in (("unset", None), ("tma", "tma")):
+    # unset_aa is a second, identical unset cache: the A/A control of this benchmark
+    for name, value in (("unset", None), ("unset_aa", None), ("tma", "tma")):
         if value is None:
             monkeypatch.delenv("FREETOKEN_DECODE_GATHER", raising=False)
         else:
@@ -436,21 +422,26 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
             graphs[name].replay()
 
     def same_state(r: int) -> None:
-        a, b = caches["unset"], caches["tma"]
-        assert torch.equal(a.slot_for_id, b.slot_for_id), f"block {r}: slot_for_id differs"
-        assert torch.equal(static["unset"], static["tma"]), f"block {r}: routed slots differ"
-        for g in geoms:
-            assert torch.equal(a.bank_caches[g.name].view(torch.uint8), b.bank_caches[g.name].view(torch.uint8)), (
-                f"block {r}: bank {g.name} differs"
-            )
+        a = caches["unset"]
+        for other in ("unset_aa", "tma"):
+            b = caches[other]
+            assert torch.equal(a.slot_for_id, b.slot_for_id), f"block {r}: {other} slot_for_id differs"
+            assert torch.equal(static["unset"], static[other]), f"block {r}: {other} routed slots differ"
+            for g in geoms:
+                assert torch.equal(
+                    a.bank_caches[g.name].view(torch.uint8), b.bank_caches[g.name].view(torch.uint8)
+                ), f"block {r}: {other} bank {g.name} differs"
 
-    rounds_us = {"unset": [], "tma": []}
-    clock = LastInterval(1.0 / per_block)
+    rounds_us = {"unset": [], "unset_aa": [], "tma": []}
 
-    def pre(r: int) -> None:
+    def timed(name: str, r: int) -> None:
+        rounds_us[name].append(C.time_replays(lambda: block(name, r), 1) / per_block * 1e6)
+    clock = C.DeviceClock(1.0 / per_block)
+
+    def pre(r: int) -> None:  # even rounds: unset, unset_aa, tma; odd rounds: tma, unset_aa, unset
         if r % 2 == 0:
-            torch.cuda.synchronize()
-            rounds_us["unset"].append(C.time_replays(lambda: block("unset", r), 1) / per_block * 1e6)
+            timed("unset", r)
+            timed("unset_aa", r)
 
     def target(r: int) -> None:
         block("tma", r)
@@ -460,16 +451,18 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
 
     def post(r: int) -> None:
         if r % 2 == 1:
-            rounds_us["unset"].append(C.time_replays(lambda: block("unset", r), 1) / per_block * 1e6)
+            timed("unset_aa", r)
+            timed("unset", r)
         same_state(r)
 
     mode = _paired(benchmark, clock, pre, post, target, after_target, ROUNDS)
     stats = {name: c.decode_miss_stats() for name, c in caches.items()}
-    assert stats["unset"] == stats["tma"], stats
+    assert stats["unset"] == stats["tma"] == stats["unset_aa"], stats
     err = C.cache_reference_diff(caches["tma"], lambda layer: ctx.banks.dev[layer % SOURCES], geoms, EXPERTS)
     assert err is None, f"decode step: {err}"
     graphs.clear()
-    med = {k: C.median(v) for k, v in rounds_us.items()}
+    summary = C.summarize_rounds(rounds_us, ours="tma", base="unset", aa="unset_aa")
+    med = summary["median_us"]
     misses_per_step = stats["tma"]["missing_per_layer"] * layers
     bytes_per_step = misses_per_step * C.NVFP4_EXPERT_BYTES
     ctx.decode = {
@@ -487,8 +480,11 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
         "rounds": ROUNDS,
         "us_per_step": med,
         "rounds_us": rounds_us,
-        "speedup": (med["unset"] / med["tma"]) if med.get("tma") else None,
-        "speedup_paired": C.median([u / t for u, t in zip(rounds_us["unset"], rounds_us["tma"]) if t]),
+        "speedup": summary["speedup"],
+        "speedup_paired": summary["speedup_paired"],
+        "aa_ratio": summary["aa_ratio"],
+        "aa_spread": summary["aa_spread"],
+        "verdict": summary["verdict"],
         "ideal_copy_us_per_step": bytes_per_step / (ctx.ceiling_gbps * 1e9) * 1e6,
         "note": "step = one decode step's ensure_experts + copy_missing for every layer, in one captured graph; "
         "includes the per-step device copy of the routed ids into the graph's static buffer",
@@ -496,6 +492,7 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
     }
     benchmark.extra_info.update({"unit": "seconds per decode step (device clock)", **ctx.decode})
     log(
-        f"decode step: unset {_f(med['unset'], 1)} us, tma {_f(med['tma'], 1)} us per step, miss rate "
+        f"decode step: unset {_f(med['unset'], 1)} us, tma {_f(med['tma'], 1)} us per step (speedup "
+        f"{_f(summary['speedup'], 3)}, A/A spread {_f(summary['aa_spread'], 3)}: {summary['verdict']}), miss rate "
         f"{stats['tma']['miss_rate']:.3f}, {misses_per_step:.2f} misses per step"
     )

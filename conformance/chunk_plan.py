@@ -8,7 +8,7 @@ division per chunk) and, on sm_90+, moves them through a ``stages``-deep ring of
 This module mirrors that device code statement by statement, so that property tests on the
 host can check what the GPU will do:
 
-* :func:`build_bank_table`   -- lane 0's per-bank ``first_chunk`` prefix sums,
+* :func:`build_bank_table`   -- the warp scan that writes the per-bank ``first_chunk`` prefix sums,
 * :func:`clamp_count`        -- the device-side miss count, clamped to ``[0, length]``,
 * :class:`ChunkCursor`       -- ``ChunkCursor::next``: the incremental ``(row, j)`` walk with
   ``row_step = ctas / cpr``, ``j_step = ctas % cpr`` and the bank scan
@@ -104,7 +104,9 @@ def check_chunk_bytes(chunk_bytes: int) -> None:
 
 
 def build_bank_table(feat_bytes: Sequence[int], chunk_bytes: int) -> BankTable:
-    """Lanes < num_banks load the descriptor; lane 0 writes the ``first_chunk`` prefix sums."""
+    """Lanes < num_banks load the descriptor; a warp scan (``__shfl_up_sync`` by 1, 2, 4, 8) turns
+    each lane's chunk count into the exclusive prefix sums that lanes 0..kMaxBanks write to
+    ``first_chunk``, and lane kMaxBanks's inclusive sum is the chunks per row."""
     check_chunk_bytes(chunk_bytes)
     num_banks = len(feat_bytes)
     # host side: RuntimeCheck(num_banks in [1, kMaxBanks]) and check_decode_gather_layout
@@ -117,13 +119,20 @@ def build_bank_table(feat_bytes: Sequence[int], chunk_bytes: int) -> BankTable:
     for lane in range(K_THREADS):  # if (lane < num_banks) table.feat[lane] = p.feat_bytes[lane]
         if lane < num_banks:
             feat[lane] = int(feat_bytes[lane])
-    first_chunk = [0] * (K_MAX_BANKS + 1)
-    first = 0  # int32_t first = 0
-    for b in range(num_banks):
-        first_chunk[b] = first
-        first = _int32(first + _int32(_c_div(feat[b] + chunk_bytes - 1, chunk_bytes), "chunks of a row"), "first_chunk")
-    for b in range(num_banks, K_MAX_BANKS + 1):
-        first_chunk[b] = first
+    lanes = range(K_THREADS)
+    bank_chunks = [  # lanes past num_banks count no chunks
+        _int32(_c_div(feat[lane] + chunk_bytes - 1, chunk_bytes), "chunks of a row") if lane < num_banks else 0
+        for lane in lanes
+    ]
+    upto = list(bank_chunks)
+    d = 1
+    while d <= K_MAX_BANKS:  # every lane shuffles at once: each reads lane - d's value from before this step
+        below = [upto[lane - d] if lane >= d else upto[lane] for lane in lanes]
+        upto = [_int32(upto[lane] + below[lane], "first_chunk") if lane >= d else upto[lane] for lane in lanes]
+        d <<= 1
+    first_chunk = [upto[lane] - bank_chunks[lane] for lane in range(K_MAX_BANKS + 1)]
+    chunks_per_row = upto[K_MAX_BANKS]  # __shfl_sync(..., upto, kMaxBanks)
+    assert first_chunk[K_MAX_BANKS] == chunks_per_row  # lane kMaxBanks >= num_banks counts 0 chunks
     return BankTable(tuple(feat), tuple(first_chunk), num_banks)
 
 
@@ -516,9 +525,12 @@ KERNEL_SOURCE_ANCHORS = (
     "n = v < 0 ? 0 : (v < p.length ? v : p.length);",
     # build_bank_table
     "if (lane < static_cast<unsigned>(p.num_banks)) {",
-    "first += static_cast<int32_t>((table.feat[b] + kChunkBytes - 1) / kChunkBytes);",
-    "for (int b = p.num_banks; b <= kMaxBanks; ++b) { table.first_chunk[b] = first; }",
-    "const int32_t chunks_per_row = table.first_chunk[kMaxBanks];",
+    "const int32_t bank_chunks = lane < static_cast<unsigned>(p.num_banks) "
+    "? static_cast<int32_t>((bank_feat + kChunkBytes - 1) / kChunkBytes) : 0;",
+    "for (int d = 1; d <= kMaxBanks; d <<= 1) { const int32_t below = __shfl_up_sync(0xffffffffu, upto, d); "
+    "if (lane >= static_cast<unsigned>(d)) { upto += below; } }",
+    "if (lane <= static_cast<unsigned>(kMaxBanks)) { table.first_chunk[lane] = upto - bank_chunks; }",
+    "const int32_t chunks_per_row = __shfl_sync(0xffffffffu, upto, kMaxBanks);",
     # cta_chunks
     "const int64_t total = n * chunks_per_row;",
     "if (first_chunk >= total) { return; }",

@@ -1,0 +1,125 @@
+"""Variants of decode_gather.cuh for the prologue probes (``probe_variants.py``).
+
+Each variant is the INSTALLED kernel with one or more statement blocks swapped, written next to it
+(``csrc/jit/dg_<name>.cuh``) so that freetoken's ``load_jit`` builds it as its own module. The
+blocks are matched exactly; a variant whose block is not found in the installed kernel is skipped
+(and reported), so the probe never times something other than what it names.
+
+* ``current``     -- the installed kernel, unchanged;
+* ``serial_loop`` -- first_chunk[] built by a serial loop in lane 0 over the shared-memory table
+                     (the kernel before the warp scan);
+* ``serial_init`` -- the stage barriers initialised by lane 0 in a loop after the other lanes left;
+* ``old``         -- both of the above: the kernel of series 300e60d1fd1d;
+* ``early_init``  -- the barriers initialised before the miss count is known (overlapping the
+                     first global loads), the proxy fence after it;
+* ``exit_read``   -- ``cp.async.bulk.wait_group.read 0`` at exit instead of ``wait_group 0``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SCAN = """    // first_chunk[] is the exclusive prefix sum of the banks' chunk counts, taken in
+    // registers with a warp scan (lanes past num_banks count 0 chunks, so lanes
+    // num_banks..kMaxBanks all hold the row total). A serial loop in lane 0 over the
+    // table in shared memory sat between the first load's return and the first bulk
+    // request: on a one-expert step that delay is paid once per call, unhidden.
+    const int32_t bank_chunks = lane < static_cast<unsigned>(p.num_banks)
+                                    ? static_cast<int32_t>((bank_feat + kChunkBytes - 1) / kChunkBytes)
+                                    : 0;
+    int32_t upto = bank_chunks;
+#pragma unroll
+    for (int d = 1; d <= kMaxBanks; d <<= 1) {
+        const int32_t below = __shfl_up_sync(0xffffffffu, upto, d);
+        if (lane >= static_cast<unsigned>(d)) {
+            upto += below;
+        }
+    }
+    if (lane <= static_cast<unsigned>(kMaxBanks)) {
+        table.first_chunk[lane] = upto - bank_chunks;
+    }
+    const int32_t chunks_per_row = __shfl_sync(0xffffffffu, upto, kMaxBanks);
+    __syncwarp();
+"""
+SERIAL_LOOP = """    __syncwarp();
+    if (lane == 0) {
+        int32_t first = 0;
+        for (int b = 0; b < p.num_banks; ++b) {
+            table.first_chunk[b] = first;
+            first += static_cast<int32_t>((table.feat[b] + kChunkBytes - 1) / kChunkBytes);
+        }
+        for (int b = p.num_banks; b <= kMaxBanks; ++b) {
+            table.first_chunk[b] = first;
+        }
+    }
+    __syncwarp();
+    const int32_t chunks_per_row = table.first_chunk[kMaxBanks];
+"""
+INIT = """    if (lane < kStages) {
+        mbar_init(&full[lane]);
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncwarp();
+    if (lane != 0) {
+        return;
+    }
+"""
+SERIAL_INIT = """    if (lane != 0) {
+        return;
+    }
+    for (std::size_t s = 0; s < kStages; ++s) {
+        mbar_init(&full[s]);
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+"""
+FENCE_ONLY = """    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncwarp();
+    if (lane != 0) {
+        return;
+    }
+"""
+SMEM_DECL = """    __shared__ __align__(8) StaticSmem<kStages> smem;
+    BankTable& table"""
+TABLE_ONLY = """    BankTable& table"""
+ROW0 = """        row0_src = src_indices != nullptr ? static_cast<int64_t>(src_indices[0]) : 0;
+    }
+"""
+ROW0_EARLY_INIT = ROW0 + """    __shared__ __align__(8) StaticSmem<kStages> smem;
+#if FREETOKEN_DECODE_GATHER_TMA
+    if (lane < kStages) {
+        mbar_init(&smem.full[lane]);
+    }
+#endif
+"""
+EXIT_FULL = 'asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");'
+EXIT_READ = 'asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");'
+
+VARIANTS: dict[str, list[tuple[str, str]]] = {
+    "serial_loop": [(SCAN, SERIAL_LOOP)],
+    "serial_init": [(INIT, SERIAL_INIT)],
+    "old": [(SCAN, SERIAL_LOOP), (INIT, SERIAL_INIT)],
+    "early_init": [(INIT, FENCE_ONLY), (SMEM_DECL, TABLE_ONLY), (ROW0, ROW0_EARLY_INIT)],
+    "exit_read": [(EXIT_FULL, EXIT_READ)],
+}
+
+
+def make(jit_dir: Path, names: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Write the requested variants into ``jit_dir``; returns ({name: file}, {name: why skipped})."""
+    base = (jit_dir / "decode_gather.cuh").read_text()
+    files, skipped = {}, {}
+    for name in names:
+        if name == "current":
+            files[name] = "decode_gather.cuh"
+            continue
+        if name not in VARIANTS:
+            raise SystemExit(f"unknown variant {name!r}; known: current, {', '.join(VARIANTS)}")
+        text = base
+        for old, new in VARIANTS[name]:
+            if text.count(old) != 1:
+                skipped[name] = f"block not found once in the installed kernel: {old.strip().splitlines()[0]!r}"
+                break
+            text = text.replace(old, new)
+        else:
+            (jit_dir / f"dg_{name}.cuh").write_text(text)
+            files[name] = f"dg_{name}.cuh"
+    return files, skipped
