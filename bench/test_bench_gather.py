@@ -436,6 +436,7 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
 
     def timed(name: str, r: int) -> None:
         rounds_us[name].append(C.time_replays(lambda: block(name, r), 1) / per_block * 1e6)
+
     clock = C.DeviceClock(1.0 / per_block)
 
     def pre(r: int) -> None:  # even rounds: unset, unset_aa, tma; odd rounds: tma, unset_aa, unset
