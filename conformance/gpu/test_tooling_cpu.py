@@ -1,5 +1,5 @@
 """CPU checks of the GPU tier's own tooling (no GPU, not marked gpu): the shared geometry and
-statistics, the reference check, the miss-list generator, the routing model, the compute-sanitizer
+statistics, the benchmark device clock, the reference check, the miss-list generator, the routing model, the compute-sanitizer
 log parser, and the sweep / report renderers on synthetic inputs written to a temp dir."""
 
 from __future__ import annotations
@@ -162,3 +162,87 @@ def test_report_renders_only_numbers_from_the_json(tmp_path):
     assert not re.search(r"\d+\s*(GB/s|GiB|MiB|KiB|us|µs|%)", prose)
     empty = report.render_report({}, results)
     assert "No results yet" in empty
+
+
+def test_device_clock_keeps_host_waits_out_of_the_interval(monkeypatch):
+    """The opening call drains the device BEFORE recording; the closing call records BEFORE waiting,
+    so neither the host's wake-up nor pytest-benchmark's own work between calls lands in the interval."""
+    import sys
+    import types
+
+    log: list[tuple] = []
+    gpu = {"ms": 0.0}
+
+    class Event:
+        def __init__(self, enable_timing: bool = False):
+            assert enable_timing
+            self.ms = None
+
+        def record(self):
+            log.append(("record", self))
+            self.ms = gpu["ms"]
+
+        def synchronize(self):
+            log.append(("event_sync", self))
+
+        def elapsed_time(self, end):
+            return end.ms - self.ms
+
+    cuda = types.SimpleNamespace(Event=Event, synchronize=lambda: log.append(("device_sync",)))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    clock = C.DeviceClock(scale=0.5)
+    assert clock() == 0.0
+    assert [x[0] for x in log] == ["device_sync", "record"]
+    gpu["ms"] += 4.0  # the target's device work
+    log.clear()
+    t = clock()
+    assert [x[0] for x in log] == ["record", "event_sync"] and log[0][1] is log[1][1]
+    assert clock.last == pytest.approx(4.0 / 1e3 * 0.5) and t == pytest.approx(clock.last)
+    gpu["ms"] += 100.0  # between rounds: not counted
+    clock()
+    gpu["ms"] += 2.0
+    assert clock() == pytest.approx((4.0 + 2.0) / 1e3 * 0.5)
+    assert clock.last == pytest.approx(2.0 / 1e3 * 0.5)
+
+
+def _row(layers, n, up, ours, verdict, ideal=None, ceiling=55.0):
+    return {
+        "layers": layers, "n": n, "us": {"upstream": up, "ours": ours}, "speedup": up / ours,
+        "verdict": verdict, "ideal_us": ideal, "ceiling_gbps": ceiling,
+    }
+
+
+def test_targets_section_checks_each_target_from_the_rows():
+    from bench import report
+
+    rows = [
+        _row(40, 0, 1.2, 1.1, "faster"),
+        _row(40, 1, 38.0, 38.5, "slower"),
+        _row(40, 2, 73.0, 72.0, "faster"),
+        _row(40, 4, 145.0, 140.0, "faster", ideal=128.0),
+        _row(16, 1, 38.0, 39.0, "slower"),  # not the 40-layer graph: ignored
+        _row(4, 600, 20800.0, 20600.0, "faster", ideal=19000.0),
+    ]
+    data = {"x": {"bench": {"gather": rows, "machine": {"device_name": "Test GPU"}},
+                  "ceiling": {"ring": [{"gather_gbps": 51.0}], "ldg": [{"gather_gbps": 50.0}]}}}
+    text = "\n".join(report.targets_section(data))
+    assert "Test GPU, 40-layer graph (n = 600: 4 layers)" in text
+    assert "not met at n = 1 (0.987, slower)." in text
+    assert "n = 4: 1.094x, n = 600: 1.084x." in text
+    assert "exceeded 51.0 GB/s (93% of it), which alone puts any such kernel at >= 1.078x." in text
+    # one expert: 72.0 - 38.5 = 33.5 us streaming, 38.5 - 33.5 = 5.0 us fixed; 1.05x needs 38.0 / 1.05
+    assert "33.5 µs of streaming (n = 2 minus n = 1) plus 5.0 µs fixed, 1.10 µs of which" in text
+    assert f"needs {38.0 / 1.05:.1f} µs, i.e. a fixed part of {38.0 / 1.05 - 33.5:.1f} µs" in text
+    rows[1] = _row(40, 1, 38.0, 37.9, "tie")
+    assert "Speedup >= 1.00 at every n: met at every n." in "\n".join(report.targets_section(data))
+    assert report.targets_section({"y": {}}) == []
+
+
+def test_decode_step_note_reads_the_ratio_against_its_aa_control():
+    from bench import report
+
+    d = {"rounds_us": {"unset": [100.0, 110.0], "tma": [101.0, 108.0]}, "speedup": 0.99, "verdict": "tie"}
+    old = report.decode_step_note(d)
+    assert "0.990-1.019 over 2 rounds (not resolved: the range spans 1.0)" in old and "no A/A control" in old
+    new = report.decode_step_note({**d, "aa_spread": 0.02})
+    assert "spreads ±0.020, so the median ratio 0.990 is a tie." in new and "no A/A" not in new
