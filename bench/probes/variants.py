@@ -12,7 +12,9 @@ blocks are matched exactly; a variant whose block is not found in the installed 
 * ``old``         -- both of the above: the kernel of series 300e60d1fd1d;
 * ``early_init``  -- the barriers initialised before the miss count is known (overlapping the
                      first global loads), the proxy fence after it;
-* ``exit_read``   -- ``cp.async.bulk.wait_group.read 0`` at exit instead of ``wait_group 0``.
+* ``exit_read``   -- ``cp.async.bulk.wait_group.read 0`` at exit instead of ``wait_group 0``;
+* ``lane_sum``    -- first_chunk[] without shuffles: after the table is in shared memory, every lane
+                     sums the chunk counts of the banks below it (independent loads, no serial chain).
 """
 
 from __future__ import annotations
@@ -54,6 +56,25 @@ SERIAL_LOOP = """    __syncwarp();
     }
     __syncwarp();
     const int32_t chunks_per_row = table.first_chunk[kMaxBanks];
+"""
+LANE_SUM = """    // every lane sums the chunk counts of the banks below it: independent shared-memory
+    // loads, no loop-carried chain through one lane, no warp shuffles
+    __syncwarp();
+    int32_t below = 0;
+    int32_t row_total = 0;
+#pragma unroll
+    for (int b = 0; b < kMaxBanks; ++b) {
+        if (b < p.num_banks) {
+            const int32_t c = static_cast<int32_t>((table.feat[b] + kChunkBytes - 1) / kChunkBytes);
+            below += b < static_cast<int>(lane) ? c : 0;
+            row_total += c;
+        }
+    }
+    if (lane <= static_cast<unsigned>(kMaxBanks)) {
+        table.first_chunk[lane] = below;
+    }
+    const int32_t chunks_per_row = row_total;
+    __syncwarp();
 """
 INIT = """    if (lane < kStages) {
         mbar_init(&full[lane]);
@@ -100,6 +121,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "old": [(SCAN, SERIAL_LOOP), (INIT, SERIAL_INIT)],
     "early_init": [(INIT, FENCE_ONLY), (SMEM_DECL, TABLE_ONLY), (ROW0, ROW0_EARLY_INIT)],
     "exit_read": [(EXIT_FULL, EXIT_READ)],
+    "lane_sum": [(SCAN, LANE_SUM)],
 }
 
 
