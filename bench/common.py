@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO_ROOT / "results"
 
 # ---------------------------------------------------------------------------
 # Geometry

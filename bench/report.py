@@ -137,6 +137,18 @@ def gather_rows(bench: dict[str, Any], layers: int | None = None) -> list[dict[s
     return [r for r in rows if layers is None or r["layers"] == layers]
 
 
+def layer_groups(bench: dict[str, Any]):
+    """``(layers, rows)`` for each graph size in the run, the 40-layer graph first."""
+    for layers in sorted({r["layers"] for r in gather_rows(bench)}, key=lambda x: (x != 40, x)):
+        yield layers, gather_rows(bench, layers)
+
+
+def default_ring_text(bench: dict[str, Any]) -> str:
+    """The measured default ring as CTAs x stages x chunk, e.g. ``16x4x8 KiB``."""
+    ring = (bench.get("kernel") or {}).get("decode_gather_default_ring") or {}
+    return f"{ring.get('ctas')}x{ring.get('stages')}x{C.fmt_bytes(ring.get('chunk_bytes') or 0)}"
+
+
 def gather_table(rows: list[dict[str, Any]], *, copy_engine: bool = True) -> str:
     header = [
         "n / layer",
@@ -279,13 +291,11 @@ def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
         out += [f"## {m.get('device_name') or slug}", "", f"Machine: {C.machine_line(m)}", ""]
         bench = e.get("bench")
         if bench:
-            k = bench.get("kernel") or {}
-            ring = k.get("decode_gather_default_ring") or {}
-            up = k.get("upstream") or {}
+            up = (bench.get("kernel") or {}).get("upstream") or {}
             out += [
                 "### Gather in a captured CUDA graph (time per layer)",
                 "",
-                f"decode_gather ring {ring.get('ctas')}x{ring.get('stages')}x{C.fmt_bytes(ring.get('chunk_bytes') or 0)} "
+                f"decode_gather ring {default_ring_text(bench)} "
                 f"(CTAs x stages x chunk) against upstream fast_index_copy_multi "
                 f"{up.get('num_threads')} threads x {up.get('blocks_per_bank')} blocks per bank; "
                 f"NVFP4 experts of {f((bench.get('geometry') or {}).get('bytes_per_expert'), 0)} B; "
@@ -294,8 +304,7 @@ def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
                 + ".",
                 "",
             ]
-            for layers in sorted({r["layers"] for r in gather_rows(bench)}, key=lambda x: (x != 40, x)):
-                rows = gather_rows(bench, layers)
+            for layers, rows in layer_groups(bench):
                 out += [f"#### {layers}-layer graph", "", gather_table(rows), "", verdict_sentence(rows, layers), ""]
             ver = bench.get("verified") or {}
             out += [
@@ -609,14 +618,12 @@ def render_pr(data: dict[str, dict[str, Any]]) -> str:
         bench = e.get("bench")
         out += [f"## Results: {m.get('device_name') or slug}", "", f"{C.machine_line(m)}", ""]
         if bench:
-            k = (bench.get("kernel") or {}).get("decode_gather_default_ring") or {}
             out += [
-                f"Per-layer time of the gather in a captured graph, default ring {k.get('ctas')}x{k.get('stages')}x"
-                f"{C.fmt_bytes(k.get('chunk_bytes') or 0)}; " + ceiling_line(bench, e.get("ceiling")) + ".",
+                f"Per-layer time of the gather in a captured graph, default ring {default_ring_text(bench)}; "
+                + ceiling_line(bench, e.get("ceiling")) + ".",
                 "",
             ]
-            for layers in sorted({r["layers"] for r in gather_rows(bench)}, key=lambda x: (x != 40, x)):
-                rows = gather_rows(bench, layers)
+            for layers, rows in layer_groups(bench):
                 out += [
                     f"**{layers} layers**",
                     "",

@@ -16,21 +16,9 @@ import pathlib
 import pytest
 
 from conformance import sass
+from conformance.prereq import skip_or_fail
 
-STRICT_ENV = "CONFORMANCE_STRICT"
 REPORT_DIR_ENV = "CONFORMANCE_REPORT_DIR"
-_TRUE = {"1", "true", "yes", "on"}
-
-
-def strict() -> bool:
-    return os.environ.get(STRICT_ENV, "").strip().lower() in _TRUE
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip with ``reason``; under ``CONFORMANCE_STRICT=1`` fail with it instead."""
-    if strict():
-        pytest.fail(f"{reason} ({STRICT_ENV} is set, so a missing prerequisite fails)", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

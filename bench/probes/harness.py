@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -31,61 +32,42 @@ def paired(times: dict[Any, list[float]], base: Any) -> dict[Any, float]:
 
 
 class Gather:
-    """NVFP4 banks of SOURCES layers x EXPERTS experts in pinned host memory (plus a device copy, the
-    reference), a SLOTS-row slot cache, and one device miss list that every layer of a graph uses."""
+    """The benchmark's own buffers (bench/common.py): NVFP4 banks of SOURCES layers x EXPERTS experts
+    in pinned host memory with their device reference, a guarded SLOTS-row slot cache, and one device
+    miss list that every layer of a graph uses (so the last layer's rows are what the cache must hold)."""
 
     def __init__(self, dev: torch.device):
-        self.dev = dev
-        rows = C.NVFP4_ROW_BYTES
-        self.gsrc = [
-            [torch.randint(0, 256, (EXPERTS, f), dtype=torch.uint8, device=dev) for f in rows] for _ in range(SOURCES)
-        ]
-        self.hsrc = [[t.cpu().pin_memory() for t in layer] for layer in self.gsrc]
-        self.dst = [torch.empty((SLOTS, f), dtype=torch.uint8, device=dev) for f in rows]
-        self.dst_ptrs = torch.tensor([t.data_ptr() for t in self.dst], dtype=torch.int64, device=dev)
-        self.src_ptrs = [
-            torch.tensor([t.data_ptr() for t in layer], dtype=torch.int64, device=dev) for layer in self.hsrc
-        ]
-        self.feat = torch.tensor(rows, dtype=torch.int64, device=dev)
-        self.evict = torch.empty(SLOTS, dtype=torch.int32, device=dev)
-        self.srci = torch.empty(SLOTS, dtype=torch.int32, device=dev)
-        self.num = torch.zeros(1, dtype=torch.int64, device=dev)
+        self.banks = C.HostBanks(SOURCES, EXPERTS, C.NVFP4_ROW_BYTES, dev, seed=1)
+        self.cache = C.SlotCache(SLOTS, C.NVFP4_ROW_BYTES, dev)
+        self.misses = C.MissList(SLOTS, "int32", dev)
         self.n = 0
+        self.writes: list = []
+        self.sets = 0
 
-    def args(self, layer: int) -> tuple:
-        return (self.dst_ptrs, self.src_ptrs[layer % SOURCES], self.feat, self.evict, self.srci, self.num)
+    def _call(self, layer: int) -> tuple:
+        m = self.misses
+        return self.cache, self.banks.src_ptrs[layer % SOURCES], m.dst, m.src, m.num
 
     def upstream(self, fic) -> Callable[[int], None]:
-        return lambda layer: fic.fast_index_copy_multi_jit(
-            *self.args(layer), num_threads=C.UPSTREAM_THREADS, blocks_per_bank=C.UPSTREAM_BLOCKS_PER_BANK
-        )
+        return lambda layer: C.call_upstream(fic, *self._call(layer))
 
     def ring(self, dgm, ring: C.Ring) -> Callable[[int], None]:
-        return lambda layer: dgm.decode_gather_jit(*self.args(layer), **ring.kwargs())
+        return lambda layer: C.call_ours(dgm, *self._call(layer), ring)
 
     def module(self, module) -> Callable[[int], None]:
-        return lambda layer: module.launch(*self.args(layer))
+        """A JIT module with decode_gather's launch signature (a kernel variant)."""
+
+        def launch(layer: int) -> None:
+            cache, src_ptrs, dst, src, num = self._call(layer)
+            module.launch(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num)
+
+        return launch
 
     def set_misses(self, n: int) -> None:
-        g = torch.Generator(device=self.dev)
-        g.manual_seed(n)
-        perm = torch.randperm(SLOTS, device=self.dev, generator=g)[: max(n, 1)].to(torch.int32)
-        self.evict.zero_()
-        self.srci.zero_()
-        self.evict[:n] = perm[:n]
-        self.srci[:n] = torch.randint(0, EXPERTS, (n,), device=self.dev, dtype=torch.int32, generator=g)
-        self.num.fill_(n)
+        dst, src = C.random_misses(random.Random(f"probe-{n}"), SLOTS, n, SLOTS, EXPERTS)
+        self.misses.set(dst, src, n)
         self.n = n
-
-    def verify(self) -> bool:
-        """Every miss row of every bank holds the last layer's source row (all layers write the same slots)."""
-        torch.cuda.synchronize()
-        n = self.n
-        if n == 0:
-            return True
-        e, s = self.evict[:n].long(), self.srci[:n].long()
-        last = self.gsrc[(layers_for(n) - 1) % SOURCES]
-        return all(torch.equal(d[e], ref[s]) for d, ref in zip(self.dst, last))
+        self.writes = [(dst[:n], src[:n], self.banks.dev[(layers_for(n) - 1) % SOURCES])]
 
     def graph(self, fn: Callable[[int], None] | None, before: Callable[[], None] | None = None) -> torch.cuda.CUDAGraph:
         """A captured graph of layers_for(n) layers: ``before()`` (if any) then ``fn(layer)`` (if any)."""
@@ -105,19 +87,22 @@ class Gather:
         return g
 
     def time_rounds(self, graphs: dict[Any, torch.cuda.CUDAGraph], copies: Callable[[Any], bool], rounds: int = 7):
-        """µs per layer of every graph, ``rounds`` alternating rounds; sets of graphs that copy are verified."""
+        """µs per layer of every graph, ``rounds`` alternating rounds. Before each timed set the slot cache
+        is poisoned and the graph replayed once; for graphs that copy, every byte is then checked."""
         n = self.n
         reps = 20 if n <= 2 else (10 if n <= 32 else 2)
         times: dict[Any, list[float]] = {k: [] for k in graphs}
         for r in range(rounds):
             for key in list(graphs) if r % 2 == 0 else list(graphs)[::-1]:
-                g = graphs[key]
-                for t in self.dst:
-                    t.fill_(0xA5)
-                g.replay()
+                poison = C.poison_value(self.sets)
+                self.sets += 1
+                self.cache.poison(poison)
+                graphs[key].replay()
                 if copies(key):
-                    assert self.verify(), f"n={n} {key}: slot cache differs from the reference"
-                times[key].append(C.time_replays(g.replay, reps) / reps / layers_for(n) * 1e6)
+                    torch.cuda.synchronize()
+                    err = C.check_slot_cache(self.cache, poison, self.writes)
+                    assert err is None, f"n={n} {key}: {err}"
+                times[key].append(C.time_replays(graphs[key].replay, reps) / reps / layers_for(n) * 1e6)
         return times
 
 

@@ -27,6 +27,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench import common as C  # noqa: E402
+from conformance.prereq import skip_or_fail  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPORT_ENV = "CONFORMANCE_REPORT_DIR"
@@ -34,15 +35,6 @@ REPORT_ENV = "CONFORMANCE_REPORT_DIR"
 # for (decode_gather module, fast_index_copy module). It proves nothing about the kernels and never
 # writes a summary; tests that need CUDA graphs, the offload cache or a subprocess skip under it.
 SELFTEST_ENV = "CONFORMANCE_SELFTEST_KERNELS"
-
-
-STRICT_ENV = "CONFORMANCE_STRICT"  # as in conformance/conftest.py: a missing prerequisite fails instead
-
-
-def _skip_or_fail(reason: str) -> None:
-    if os.environ.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}:
-        pytest.fail(f"{reason} ({STRICT_ENV} is set, so a missing prerequisite fails)", pytrace=False)
-    pytest.skip(reason)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -116,7 +108,6 @@ class GpuEnv:
     capability: tuple[int, int]
     ring: C.Ring  # the module default
     fake: bool
-    jit_errors: dict
 
     @property
     def rings(self) -> dict[str, C.Ring]:
@@ -142,23 +133,23 @@ def gpu() -> GpuEnv:
     try:
         import torch
     except ImportError as e:
-        _skip_or_fail(f"torch is not importable ({e}): the GPU tier needs torch with CUDA")
+        skip_or_fail(f"torch is not importable ({e}): the GPU tier needs torch with CUDA")
     selftest = os.environ.get(SELFTEST_ENV)
     if selftest:
         dgm, fic = _load_selftest(selftest)
-        env = GpuEnv(torch, torch.device("cpu"), dgm, fic, (0, 0), C.default_ring(dgm), True, {})
+        env = GpuEnv(torch, torch.device("cpu"), dgm, fic, (0, 0), C.default_ring(dgm), True)
         SESSION.env = env
         return env
     if not torch.cuda.is_available():
-        _skip_or_fail("no CUDA device (torch.cuda.is_available() is False): GPU tier skipped")
+        skip_or_fail("no CUDA device (torch.cuda.is_available() is False): GPU tier skipped")
     if getattr(torch.version, "hip", None):
-        _skip_or_fail("ROCm build: the decode-gather TMA path is CUDA-only")
-    if os.environ.get("FREETOKEN_SKIP_FAST_INDEX_COPY", "").strip().lower() in {"1", "true", "yes", "on"}:
-        pytest.fail("FREETOKEN_SKIP_FAST_INDEX_COPY is set: both kernels skip their copies; unset it", pytrace=False)
+        skip_or_fail("ROCm build: the decode-gather TMA path is CUDA-only")
     try:
         dgm, fic = C.load_kernels()
     except Exception as e:  # on a CUDA machine this is a broken install, not a skip
         pytest.fail(f"freetoken.kernel.decode_gather / fast_index_copy not importable: {e!r}", pytrace=False)
+    if fic._skip_fast_index_copy_enabled():  # upstream's own reading of the variable
+        pytest.fail(f"{fic.SKIP_FAST_INDEX_COPY_ENV} is set: both kernels skip their copies; unset it", pytrace=False)
     device = torch.device("cuda", torch.cuda.current_device())
     cap = torch.cuda.get_device_capability(device)
     ring = C.default_ring(dgm)
@@ -168,7 +159,7 @@ def gpu() -> GpuEnv:
     )
     SESSION.notes["jit_seconds"] = round(time.perf_counter() - t0, 1)
     SESSION.notes["jit_errors"] = errors
-    env = GpuEnv(torch, device, dgm, fic, cap, ring, False, errors)
+    env = GpuEnv(torch, device, dgm, fic, cap, ring, False)
     SESSION.env = env
     return env
 
@@ -185,7 +176,7 @@ def real_gpu(gpu: GpuEnv) -> GpuEnv:
 def sm90(real_gpu: GpuEnv) -> GpuEnv:
     """TMA-specific checks: the bulk-copy path and the cache switch exist only on sm_90 and newer."""
     if real_gpu.capability < (9, 0):
-        _skip_or_fail(f"needs sm_90+ for the TMA path, device is sm_{real_gpu.capability[0]}{real_gpu.capability[1]}")
+        skip_or_fail(f"needs sm_90+ for the TMA path, device is sm_{real_gpu.capability[0]}{real_gpu.capability[1]}")
     return real_gpu
 
 

@@ -62,25 +62,18 @@ def _shift(t, torch, bank, by):
     return out
 
 
+def _with_rows(*row_bytes):
+    """A builder whose descriptor has these per-bank row sizes (bytes)."""
+    return lambda g, b, c, m: _args(
+        g, b, c, m, feat_bytes=lambda a, t: t.tensor(row_bytes, dtype=t.int64, device=a["feat_bytes"].device)
+    )
+
+
 # name -> (exception, substring the message must contain, builder, needs a CUDA device)
 CASES = {
     "more_than_8_banks": (ValueError, "num_banks", _nine_banks, False),
-    "row_24_bytes": (
-        ValueError,
-        "feat_bytes",
-        lambda g, b, c, m: _args(
-            g, b, c, m, feat_bytes=lambda a, t: t.tensor([24, 4112, 48], dtype=t.int64, device=a["feat_bytes"].device)
-        ),
-        False,
-    ),
-    "row_8_bytes": (
-        ValueError,
-        "feat_bytes",
-        lambda g, b, c, m: _args(
-            g, b, c, m, feat_bytes=lambda a, t: t.tensor([16, 4112, 8], dtype=t.int64, device=a["feat_bytes"].device)
-        ),
-        False,
-    ),
+    "row_24_bytes": (ValueError, "feat_bytes", _with_rows(24, 4112, 48), False),
+    "row_8_bytes": (ValueError, "feat_bytes", _with_rows(16, 4112, 8), False),
     "dst_base_misaligned": (
         ValueError,
         "dst_ptrs",
