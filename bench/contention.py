@@ -1,0 +1,209 @@
+"""Two links at once: each GPU gathers from its own pinned banks while the other does too.
+
+A server runs one FreeToken rank per GPU, each feeding its slot cache over its own PCIe link
+from the same host memory. Here one process per GPU builds a real ``OffloadMoeCache`` per kernel
+(unset: fast_index_copy_multi; ``tma``: decode_gather) over its own pinned NVFP4 banks, stages
+a miss list of n experts per layer, and replays a captured 40-layer ``copy_missing`` graph.
+Every round times, for each kernel and n, GPU 0 alone, GPU 1 alone, then both at once (started
+together at a barrier); each timed set is byte-verified against the host banks. The result is
+each GPU's concurrent rate against its solo rate, and the NUMA node of each GPU and of the pages
+of its banks (``/proc/self/numa_maps``).
+
+Run on a machine with two CUDA GPUs and the patched freetoken: ``python -m bench.contention --out DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+KERNELS = ("upstream", "tma")
+NVFP4_FEATS = [1048576, 131072, 4096, 524288, 65536, 8192]
+POISON = 0x5A
+
+
+def log(msg: str) -> None:
+    print(f"[contention] {msg}", file=sys.stderr, flush=True)
+
+
+def numa_of(addr: int) -> str | None:
+    """The numa_maps page counts (``N0=.. N1=..``) of the mapping holding ``addr``."""
+    try:
+        lines = Path("/proc/self/numa_maps").read_text().splitlines()
+    except OSError:
+        return None
+    best = None
+    for line in lines:
+        start = int(line.split()[0], 16)
+        if start <= addr and (best is None or start > best[0]):
+            best = (start, line)
+    if best is None:
+        return None
+    return " ".join(f for f in best[1].split() if f.startswith("N") and "=" in f) or best[1]
+
+
+def gpu_numa_node(torch, device: int) -> str | None:
+    bus = torch.cuda.get_device_properties(device).pci_bus_id.lower()
+    for cand in (bus, bus[4:] if bus.count(":") == 2 and len(bus.split(":")[0]) == 8 else bus):
+        p = Path("/sys/bus/pci/devices") / cand / "numa_node"
+        if p.exists():
+            return p.read_text().strip()
+    return None
+
+
+def worker(rank: int, args, barrier, queue) -> None:
+    import torch
+
+    from freetoken.moe.offload_cache import OffloadMoeCache
+
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    layers, experts = args.layers, 256
+    gen = torch.Generator(device=dev).manual_seed(10 + rank)
+    host = []
+    for _ in range(args.sources):
+        host.append([torch.randint(0, 256, (experts, f), dtype=torch.uint8, device=dev, generator=gen).cpu().pin_memory()
+                     for f in NVFP4_FEATS])
+    caches = {}
+    for kernel in KERNELS:
+        os.environ["FREETOKEN_DECODE_GATHER"] = "tma" if kernel == "tma" else ""
+        c = OffloadMoeCache(num_layers=layers, num_experts=experts, cache_size=experts, device=dev,
+                            quant_format="nvfp4", prefill_overlap=False)
+        c.set_bank_sources({name: [host[layer % args.sources][k] for layer in range(layers)]
+                            for k, name in enumerate(c.bank_schema)})
+        assert (c._decode_gather is not None) == (kernel == "tma")
+        caches[kernel] = c
+    info = {"rank": rank, "gpu": torch.cuda.get_device_name(dev), "gpu_numa_node": gpu_numa_node(torch, rank),
+            "banks_numa_pages": numa_of(host[0][0].data_ptr()), "cpu_affinity": sorted(os.sched_getaffinity(0))[:4]}
+    rows = []
+    for n in args.ns:
+        dst = torch.randperm(experts, device=dev, generator=gen)[:n].to(torch.int32)
+        src = torch.randperm(experts, device=dev, generator=gen)[:n].to(torch.int32)
+        last = host[(layers - 1) % args.sources]
+        expected = []
+        for k, f in enumerate(NVFP4_FEATS):
+            e = torch.full((experts, f), POISON, dtype=torch.uint8, device=dev)
+            e[dst.long()] = last[k][src.cpu().long()].to(dev)
+            expected.append(e)
+        graphs = {}
+        for kernel, c in caches.items():
+            c.evict_slots[:n].copy_(dst), c.src_indices[:n].copy_(src), c.num_indices.fill_(n)
+
+            def calls(c=c):
+                for layer in range(layers):
+                    c._pending_src_layer, c._pending_whole_layer = layer, False  # as ensure_experts leaves them
+                    c.copy_missing()
+
+            calls()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                calls()
+            graphs[kernel] = g
+        torch.cuda.synchronize()
+        per_replay = {}
+        for kernel, g in graphs.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(), g.replay(), b.record(), b.synchronize()
+            per_replay[kernel] = a.elapsed_time(b) / 1e3
+        # the same replay count on both GPUs, sized by GPU 0's upstream time, so the concurrent sets overlap
+        reps_box = [max(2, round(args.target_s / per_replay["upstream"]))]
+        queue.put(("reps", rank, n, reps_box[0]))
+        for r in range(args.rounds):
+            for kernel in KERNELS if r % 2 == 0 else KERNELS[::-1]:
+                for phase in ("solo0", "solo1", "both"):
+                    active = phase == "both" or phase == f"solo{rank}"
+                    c = caches[kernel]
+                    if active:
+                        for name in c.bank_schema:
+                            c.bank_caches[name].view(torch.uint8).fill_(POISON)
+                        torch.cuda.synchronize()
+                    barrier.wait()
+                    if active:
+                        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        t0 = time.perf_counter()
+                        a.record()
+                        for _ in range(reps_box[0]):
+                            graphs[kernel].replay()
+                        b.record()
+                        b.synchronize()
+                        wall = time.perf_counter() - t0
+                        secs = a.elapsed_time(b) / 1e3
+                        ok = all(torch.equal(c.bank_caches[name].view(torch.uint8).reshape(experts, -1), e)
+                                 for name, e in zip(c.bank_schema, expected))
+                        rows.append({"n": n, "kernel": kernel, "phase": phase, "round": r, "seconds": secs,
+                                     "wall_s": wall, "reps": reps_box[0], "verified": ok,
+                                     "gbps": n * sum(NVFP4_FEATS) * layers * reps_box[0] / secs / 1e9})
+                    barrier.wait()
+        del graphs, expected
+    queue.put(("done", rank, info, rows))
+
+
+def summarize(rows: list[dict], ns, ranks=(0, 1)) -> list[dict]:
+    out = []
+    for n in ns:
+        for kernel in KERNELS:
+            for rank in ranks:
+                sel = [x for x in rows if x["rank"] == rank and x["n"] == n and x["kernel"] == kernel]
+                solo = [x["gbps"] for x in sel if x["phase"] == f"solo{rank}"]
+                both = [x["gbps"] for x in sel if x["phase"] == "both"]
+                if not solo or not both:
+                    continue
+                s, b = statistics.median(solo), statistics.median(both)
+                out.append({"n": n, "kernel": kernel, "rank": rank, "solo_gbps": s, "both_gbps": b,
+                            "kept": b / s, "rounds": len(both)})
+    return out
+
+
+def main() -> int:
+    import torch
+    import torch.multiprocessing as mp
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--ns", type=int, nargs="*", default=[1, 4, 32])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--layers", type=int, default=40)
+    p.add_argument("--sources", type=int, default=2)
+    p.add_argument("--target-s", type=float, default=0.25, help="device seconds per timed set")
+    args = p.parse_args()
+    if torch.cuda.device_count() < 2:
+        log(f"needs two GPUs, found {torch.cuda.device_count()}")
+        return 2
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(rank, args, barrier, queue)) for rank in (0, 1)]
+    for proc in procs:
+        proc.start()
+    infos, rows, done = {}, [], 0
+    while done < 2:
+        msg = queue.get(timeout=900)
+        if msg[0] == "reps":
+            log(f"rank {msg[1]} n={msg[2]}: {msg[3]} replays per set")
+        else:
+            _, rank, info, worker_rows = msg
+            infos[rank] = info
+            rows += [dict(x, rank=rank) for x in worker_rows]
+            done += 1
+    for proc in procs:
+        proc.join()
+    summary = summarize(rows, args.ns)
+    for s in summary:
+        log(f"n={s['n']:>2} {s['kernel']:>8} GPU{s['rank']}: solo {s['solo_gbps']:.1f} GB/s, "
+            f"both {s['both_gbps']:.1f} GB/s, kept {s['kept']:.3f}")
+    wrong = [x for x in rows if not x["verified"]]
+    doc = {"schema": "freetoken-decode-gather-contention/1", "gpus": infos, "args": vars(args),
+           "summary": summary, "rows": rows, "wrong_sets": len(wrong), "torch": torch.__version__}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "contention.json").write_text(json.dumps(doc, indent=1))
+    log(f"{len(rows)} timed sets, {len(wrong)} wrong; wrote {out / 'contention.json'}")
+    return 1 if wrong or any(proc.exitcode for proc in procs) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
