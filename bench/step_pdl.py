@@ -65,7 +65,7 @@ def upstream_pdl_launcher():
         cuda_wrappers=[("launch", f"&MultiIndexCopyKernel<{args}>::run")],
     )
 
-    def launch_fn(dst_ptrs, src_ptrs, feat_bytes, dst_indices, src_indices, num_indices=None, *, blocks_per_bank=None, wait_flag=0, **_):
+    def launch_fn(dst_ptrs, src_ptrs, feat_bytes, dst_indices, src_indices, num_indices=None, *, wait_flag=0, **_):
         module.launch(dst_ptrs, src_ptrs, feat_bytes, dst_indices, src_indices, num_indices, int(wait_flag or 0))
 
     return launch_fn
@@ -210,7 +210,7 @@ def decode_step(args, banks, launcher, monkey_env) -> dict:
     out |= {"zipf_exponent": exponent, "model_miss_rate": model_rate, "cache_size": cache_size,
             "misses_per_step": stats["tma"]["missing_per_layer"] * layers, "per_block": per_block,
             "rounds": args.rounds, "miss_stats": stats["tma"]}
-    del graphs
+    graphs.clear()
     return out
 
 
