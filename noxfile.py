@@ -212,8 +212,9 @@ def _install_deps(session: nox.Session, *extra: str) -> None:
     if not missing and not no_deps:
         session.log(f"dependencies already installed in {venv} (as its {_STAMP} records)")
         return
-    what = ("CPU torch + " if req.TORCH_CPU in missing else "") + "import closure"
-    session.log(f"installing {what}: {' '.join(missing + no_deps)} ...")
+    what = ["CPU torch"] * (req.TORCH_CPU in missing)
+    what += ["import closure"] * any(r in missing for r in req.IMPORT_CLOSURE) + [r for r in extra if r in missing]
+    session.log(f"installing {' + '.join(what or ['import closure'])} ...")
     if missing:
         _pip(session, *source, *missing)
     if no_deps:
