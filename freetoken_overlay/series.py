@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .pin import BASE_AUTHOR_EMAIL, BASE_AUTHOR_NAME, BASE_DATE, DEFAULT_VERSION, Pin
 from .upstream import load_source_tree, write_tree
-from .util import REPO_ROOT, OverlayError, Workdir, git, git_out, hint, log
+from .util import OVERLAY_EMAIL, OVERLAY_NAME, REPO_ROOT, OverlayError, Workdir, git, git_out, hint, log
 
 BRANCH = "decode-gather"
 PATCHES_DIR = REPO_ROOT / "patches"
@@ -241,8 +241,9 @@ def _refusal(repo: Path, saved: Path, kind: str, reason: str, args: list[str]) -
         keep = f"to keep them, run {export}"
     else:
         keep = f"to keep it, move {repo} elsewhere"
-    discard = f"to discard it, run {hint('apply', *args, '--force')} (it is saved in {saved}/ first)"
-    return f"{reason}\n{keep}; {discard}"
+    them = "them" if kind == "unexported" else "it"
+    discard = f"to discard {them}, run {hint('apply', *args, '--force')} (saved in {saved}/ first)"
+    return f"{reason}\n{keep}\n{discard}"
 
 
 def save_work(repo: Path, workdir: Workdir) -> str:
@@ -266,8 +267,7 @@ def save_work(repo: Path, workdir: Workdir) -> str:
     restore = [f"git -C {repo} fetch {bundle} 'refs/*:refs/saved/*'"]
     if git_out(repo, "status", "--porcelain"):
         index = repo / ".git" / "overlay-save-index"
-        env = {"GIT_INDEX_FILE": str(index), "GIT_AUTHOR_NAME": "freetoken-overlay",
-               "GIT_AUTHOR_EMAIL": "freetoken-overlay@invalid"}  # fmt: skip
+        env = {"GIT_INDEX_FILE": str(index), "GIT_AUTHOR_NAME": OVERLAY_NAME, "GIT_AUTHOR_EMAIL": OVERLAY_EMAIL}
         git(repo, "read-tree", "HEAD", env=env)
         git(repo, "add", "-A", env=env)
         tree = git(repo, "write-tree", env=env).stdout.strip()
