@@ -1,29 +1,40 @@
-"""nox sessions for the decode-gather patch series against FreeToken.
+"""nox sessions for the decode-gather patch series against FreeToken (README.md says how to use them)."""
 
-``nox -l`` lists the sessions.  The main job is ``nox -s apply build``; the
-tests are ``nox -s test`` (the default session).  The sessions run the steps of
-``python -m freetoken_overlay``; see README.md and CONTRIBUTING.md.
-
-Settings, from the environment:
-
-* FT_OVERLAY_WORKDIR       work directory (default ``.work/``)
-* FT_OVERLAY_WHEELHOUSE    offline wheel directory: pip runs ``--no-index
-                           --find-links DIR`` and the freetoken wheel is read
-                           from it (still hash-checked); also ``-- --wheelhouse DIR``
-* FT_OVERLAY_SYSTEM_SITE=1 reuse the packages of the Python running nox (a GPU
-                           machine's torch, triton, ...) instead of installing
-                           torch; implied by ``nox --no-venv``
-* TVM_FFI_CUDA_ARCH_LIST   kernel architectures for ``build`` (default "8.0 9.0 10.0 12.0")
-
-To add a session: decorate a function with ``@nox.session``, call
-``_install_patched(session, *extra_requirements)`` (the CPU dependencies and the
-patched wheel, honouring the settings above), then run commands with
-``session.run(_python(session), ...)``; ``_posargs(session)`` gives the
-session's arguments without ``--wheelhouse``.
-"""
+# Developer notes (not in the docstring, which ``nox -l`` prints).
+#
+# The main job is ``nox -s apply build``; the tests are ``nox -s test`` (the
+# default session).  The sessions run the steps of ``python -m freetoken_overlay``.  Settings, from
+# the environment:
+#
+# * FT_OVERLAY_WORKDIR       work directory (default ``.work/``)
+# * FT_OVERLAY_WHEELHOUSE    offline wheel directory: pip runs ``--no-index
+#                            --find-links DIR`` and the freetoken wheel is read
+#                            from it (still hash-checked); also ``-- --wheelhouse DIR``
+# * FT_OVERLAY_SYSTEM_SITE=1 reuse the packages of the Python running nox (a GPU
+#                            machine's torch, triton, ...) instead of installing
+#                            torch; implied by ``nox --no-venv``
+# * FT_OVERLAY_VERBOSE=1     show pip's own output (``nox -v`` shows it for the
+#                            sessions' pip runs too)
+# * TVM_FFI_CUDA_ARCH_LIST   kernel architectures for ``build`` (default "8.0 9.0 10.0 12.0")
+#
+# The installing sessions share one virtual environment, ``.nox/patched/``:
+# ``build`` fills it, ``test`` and the GPU sessions reuse it, and a stamp in it
+# lists what pip installed there, so pip runs only for what is missing (delete
+# the directory to start afresh).  ``nox --no-venv`` installs into the Python
+# running nox instead; ``nox -db virtualenv`` gives each session its own.
+#
+# To add a session: decorate a function with ``@nox.session``, call
+# ``_install_patched(session, *extra_requirements)`` (the CPU dependencies and the
+# patched wheel, honouring the settings above), then run commands with
+# ``session.run(_python(session), ...)``; ``_posargs(session)`` gives the
+# session's arguments without ``--wheelhouse``.
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
+import shutil
 import site
 import sys
 from pathlib import Path
@@ -36,7 +47,9 @@ sys.path.insert(0, str(ROOT))
 from freetoken_overlay import requirements as req
 from freetoken_overlay.series import work_repo
 from freetoken_overlay.util import (
+    NOX_ENV,
     SYSTEM_SITE_ENV,
+    VERBOSE_ENV,
     WHEELHOUSE_ENV,
     OverlayError,
     Workdir,
@@ -47,22 +60,74 @@ from freetoken_overlay.util import (
 
 nox.options.sessions = ["test"]
 nox.options.reuse_venv = "yes"
+nox.options.default_venv_backend = "none"  # the sessions share SHARED_VENV instead (see _venv)
+os.environ[NOX_ENV] = "1"  # the steps' advice names nox sessions
 
 _OUTER_SITE_PTH = "_ft_overlay_outer_site.pth"
+#: The virtual environment the installing sessions share, and its record of what pip installed.
+SHARED_VENV = ROOT / ".nox" / "patched"
+_STAMP = "ft-overlay-installed.json"
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
+def _no_venv() -> bool:
+    """Whether nox runs with ``--no-venv`` or ``-fb none``: install into the Python running nox.
+
+    (The sessions' own backend is "none" either way, so nox's arguments tell.)
+    """
+    args = sys.argv[1:]
+    forced = [b for a, b in itertools.pairwise(args) if a in ("-fb", "--force-venv-backend")]
+    forced += [a.split("=", 1)[1] for a in args if a.startswith("--force-venv-backend=")]
+    return "--no-venv" in args or "none" in forced
+
+
+def _venv(session: nox.Session) -> Path | None:
+    """The session's virtual environment: one nox made for it, else SHARED_VENV; None with ``--no-venv``."""
+    if session.venv_backend != "none":
+        return Path(session.virtualenv.location)
+    return None if _no_venv() else SHARED_VENV
+
+
 def _python(session: nox.Session) -> str:
-    """The session's interpreter: its venv's, or (``--no-venv``) the one running nox."""
-    return sys.executable if session.venv_backend == "none" else "python"
+    """The session's interpreter: its virtual environment's, or (``--no-venv``) the one running nox."""
+    venv = _venv(session)
+    return sys.executable if venv is None else str(venv / "bin" / "python")
+
+
+def _verbose(session: nox.Session) -> bool:
+    try:
+        return env_flag(VERBOSE_ENV)
+    except OverlayError as exc:
+        session.error(str(exc))
+
+
+def _activate_shared_venv(session: nox.Session, key: dict[str, object]) -> None:
+    """Create SHARED_VENV if missing (afresh if made for another ``key``) and run the session in it."""
+    stamp = _read_stamp()
+    if stamp is not None and stamp["key"] != key:
+        session.log(f"{SHARED_VENV.relative_to(ROOT)} was set up for {stamp['key']}; recreating it")
+        shutil.rmtree(SHARED_VENV)
+    if not (SHARED_VENV / "bin" / "python").is_file():
+        session.log(f"creating the shared virtual environment {SHARED_VENV.relative_to(ROOT)}")
+        session.run(sys.executable, "-m", "virtualenv", "-q", "-p", sys.executable, str(SHARED_VENV),
+                    silent=not _verbose(session))  # fmt: skip
+    session.env["VIRTUAL_ENV"] = str(SHARED_VENV)
+    session.env["PATH"] = os.pathsep.join([str(SHARED_VENV / "bin"), os.environ.get("PATH", "")])
+
+
+def _read_stamp(venv: Path = SHARED_VENV) -> dict | None:
+    try:
+        return json.loads((venv / _STAMP).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _reuse_outer_env(session: nox.Session) -> bool:
     """Whether the session reuses the packages of the Python running nox."""
     try:
-        return session.venv_backend == "none" or env_flag(SYSTEM_SITE_ENV)
+        return _venv(session) is None or env_flag(SYSTEM_SITE_ENV)
     except OverlayError as exc:
         session.error(str(exc))
 
@@ -97,7 +162,9 @@ def _posargs(session: nox.Session) -> list[str]:
 
 
 def _pip(session: nox.Session, *args: str) -> None:
-    session.run(_python(session), "-m", "pip", "install", "--disable-pip-version-check", *args)
+    """``pip install args...``; pip's own output shows only with FT_OVERLAY_VERBOSE=1, ``nox -v`` or on failure."""
+    session.run(_python(session), "-m", "pip", "install", "--disable-pip-version-check", *args,
+                silent=not _verbose(session))  # fmt: skip
 
 
 def _expose_outer_site(session: nox.Session) -> None:
@@ -109,28 +176,52 @@ def _expose_outer_site(session: nox.Session) -> None:
     """
     outer = [p for p in (*site.getsitepackages(), site.getusersitepackages()) if Path(p).is_dir()]
     purelib = session.run(
-        "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
+        _python(session), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
     ).strip()
     (Path(purelib) / _OUTER_SITE_PTH).write_text("".join(f"{p}\n" for p in outer))
 
 
 def _install_deps(session: nox.Session, *extra: str) -> None:
-    """The import closure of the patched paths (+ ``extra``), and torch unless reused."""
+    """The import closure of the patched paths (+ ``extra``), and torch unless reused.
+
+    In a virtual environment, a stamp there records what was installed (with
+    the Python, the package source and whether torch is reused): what it lists
+    is not installed again.
+    """
     wheelhouse, _ = _split_wheelhouse(session)
     source = pip_source_args(wheelhouse)
+    reuse = _reuse_outer_env(session)
     requirements = [*req.IMPORT_CLOSURE, *extra]
-    if _reuse_outer_env(session):
-        if session.venv_backend != "none":
-            _expose_outer_site(session)
-    else:
+    if not reuse:
         if wheelhouse is not None and not any(wheelhouse.glob("torch-*.whl")):
             session.error(
                 f"{WHEELHOUSE_ENV}={wheelhouse} has no torch wheel; set {SYSTEM_SITE_ENV}=1 "
                 "to reuse the torch of the Python running nox"
             )
         requirements.insert(0, req.TORCH_CPU)
-    _pip(session, *source, *requirements)
-    _pip(session, *source, "--no-deps", *req.NO_DEPS)
+    venv = _venv(session)
+    key = {"python": sys.version.split()[0], "reuse_outer_site": reuse, "source": source}
+    if venv == SHARED_VENV:
+        _activate_shared_venv(session, key)
+    if reuse and venv is not None:
+        _expose_outer_site(session)
+    stamp = _read_stamp(venv) if venv is not None else None
+    done = set(stamp["installed"]) if stamp is not None and stamp["key"] == key else set()
+    missing = [r for r in requirements if r not in done]
+    no_deps = [r for r in req.NO_DEPS if f"--no-deps {r}" not in done]
+    if not missing and not no_deps:
+        session.log(f"dependencies already installed in {venv} (as its {_STAMP} records)")
+        return
+    what = ["CPU torch"] * (req.TORCH_CPU in missing)
+    what += ["import closure"] * any(r in missing for r in req.IMPORT_CLOSURE) + [r for r in extra if r in missing]
+    session.log(f"installing {' + '.join(what or ['import closure'])} ...")
+    if missing:
+        _pip(session, *source, *missing)
+    if no_deps:
+        _pip(session, *source, "--no-deps", *no_deps)
+    if venv is not None:
+        installed = sorted(done | set(missing) | {f"--no-deps {r}" for r in no_deps})
+        (venv / _STAMP).write_text(json.dumps({"key": key, "installed": installed}, indent=1) + "\n")
 
 
 def _install_patched(session: nox.Session, *extra: str) -> None:

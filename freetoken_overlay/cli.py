@@ -4,19 +4,23 @@ Commands: apply, export, build (= build-wheel --install + build-kernels),
 build-wheel, build-kernels, verify, series-hash, wheelhouse.  Settings come
 from the environment: FT_OVERLAY_WORKDIR (work directory, default
 ``<repo>/.work``), FT_OVERLAY_WHEELHOUSE (offline wheelhouse; also
-``--wheelhouse``), TVM_FFI_CUDA_ARCH_LIST (kernel architectures).
+``--wheelhouse``), FT_OVERLAY_VERBOSE=1 (pip's own output; also ``-v``),
+TVM_FFI_CUDA_ARCH_LIST (kernel architectures).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import os
 import sys
+import tomllib
 from pathlib import Path
 
 from . import pin as pins
 from . import series
 from .requirements import GPU_PYTHON
-from .util import OverlayError, Workdir, log, pip_source_args, wheelhouse_dir
+from .util import REPO_ROOT, VERBOSE_ENV, OverlayError, Workdir, log, pip_source_args, wheelhouse_dir
 
 
 def _patches(args: argparse.Namespace) -> Path:
@@ -35,7 +39,7 @@ def cmd_apply(args: argparse.Namespace) -> None:
         )
         return
     series.apply(
-        pins.get_pin(args.version),
+        pins.get_pin(args.release),
         workdir=Workdir.from_env(),
         patches_dir=_patches(args),
         wheelhouse=wheelhouse_dir(args.wheelhouse),
@@ -44,14 +48,14 @@ def cmd_apply(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    series.export(pins.get_pin(args.version), workdir=Workdir.from_env(), patches_dir=_patches(args))
+    series.export(pins.get_pin(args.release), workdir=Workdir.from_env(), patches_dir=_patches(args))
 
 
 def cmd_build_wheel(args: argparse.Namespace) -> None:
     from .wheel import build_wheel, install_wheel
 
     wheel = build_wheel(
-        pins.get_pin(args.version),
+        pins.get_pin(args.release),
         workdir=Workdir.from_env(),
         patches_dir=_patches(args),
         wheelhouse=wheelhouse_dir(args.wheelhouse),
@@ -75,7 +79,7 @@ def cmd_build(args: argparse.Namespace) -> None:
 def cmd_verify(args: argparse.Namespace) -> None:
     from .upstream import load_source_tree
 
-    pin = pins.get_pin(args.version)
+    pin = pins.get_pin(args.release)
     names = sorted(pin.wheels) if args.all_wheels else None
     load_source_tree(pin, cache=Workdir.from_env().wheels, wheelhouse=wheelhouse_dir(args.wheelhouse), names=names)
     log(f"FreeToken {pin.version}: tree {pin.tree_id}, base commit {pin.base_commit}")
@@ -89,24 +93,40 @@ def cmd_wheelhouse(args: argparse.Namespace) -> None:
     from .wheelhouse import download_wheelhouse
 
     download_wheelhouse(
-        Path(args.dir).resolve(), pins.get_pin(args.version), workdir=Workdir.from_env(),
+        Path(args.dir).resolve(), pins.get_pin(args.release), workdir=Workdir.from_env(),
         python_version=args.python_version,
     )  # fmt: skip
 
 
+def tool_version() -> str:
+    """This tool's version: the checkout's pyproject.toml, else the installed distribution's."""
+    try:
+        with (REPO_ROOT / "pyproject.toml").open("rb") as handle:
+            return tomllib.load(handle)["project"]["version"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return importlib.metadata.version("freetoken-overlay")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m freetoken_overlay", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--version", action="version",
+        version=f"freetoken_overlay {tool_version()} (pinned FreeToken {pins.DEFAULT_VERSION})",
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, func, help: str, *, patches: bool = True, wheelhouse: bool = True):
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(func=func)
         sub.add_argument(
-            "--version", default=pins.DEFAULT_VERSION, choices=sorted(pins.PINS),
-            help=f"pinned upstream release (default {pins.DEFAULT_VERSION})",
+            "--release", default=pins.DEFAULT_VERSION, choices=sorted(pins.PINS),
+            help=f"pinned upstream FreeToken release (default {pins.DEFAULT_VERSION})",
         )  # fmt: skip
+        sub.add_argument("-v", "--verbose", action="store_true", help=f"show pip's own output (or ${VERBOSE_ENV}=1)")
         if patches:
-            sub.add_argument("--patches", default=str(series.PATCHES_DIR), help="patch series directory")
+            sub.add_argument(
+                "--patches", default=str(series.PATCHES_DIR), help="patch series directory (default: %(default)s)"
+            )
         if wheelhouse:
             sub.add_argument("--wheelhouse", help="offline wheel directory (default $FT_OVERLAY_WHEELHOUSE)")
         return sub
@@ -117,7 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument(
         "--branch", default=series.BRANCH, help=f"with --upstream: branch name (default {series.BRANCH})"
     )
-    apply.add_argument("--force", action="store_true", help="discard unexported work / move an existing branch")
+    apply.add_argument(
+        "--force",
+        action="store_true",
+        help="save unexported work to <workdir>/saved/ and replace it / move an existing branch",
+    )
     command("export", cmd_export, "regenerate patches/ from upstream-<version>..decode-gather", wheelhouse=False)
     wheel = command("build-wheel", cmd_build_wheel, "build the patched wheel into <workdir>/dist/")
     wheel.add_argument("--install", action="store_true", help="pip install --no-deps --force-reinstall it")
@@ -136,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"
     try:
         args.func(args)
     except OverlayError as exc:

@@ -9,8 +9,10 @@ are all fixed, the same series always gives the same commit ids, and
 
 The repository records what it was built from in its git config:
 ``overlay.seriesHash`` (the series applied) and ``overlay.appliedHead`` (the
-branch tip that series gave).  ``apply`` refuses to throw away a work tree
-with uncommitted changes or with commits not yet exported (unless ``force``).
+branch tip that series gave, or that ``export`` wrote).  ``apply`` refuses to
+throw away a work tree with uncommitted changes, untracked files or commits not
+yet exported; with ``force`` it saves them to a git bundle in
+``<workdir>/saved/`` first, kept until the next export.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from .pin import BASE_AUTHOR_EMAIL, BASE_AUTHOR_NAME, BASE_DATE, DEFAULT_VERSION, Pin
 from .upstream import load_source_tree, write_tree
-from .util import REPO_ROOT, OverlayError, Workdir, git, git_out, log
+from .util import OVERLAY_EMAIL, OVERLAY_NAME, REPO_ROOT, OverlayError, Workdir, git, git_out, hint, log
 
 BRANCH = "decode-gather"
 PATCHES_DIR = REPO_ROOT / "patches"
@@ -54,9 +57,21 @@ _WORK_EXCLUDES = ("__pycache__/", "*.pyc", ".pytest_cache/", ".hypothesis/", ".b
 _STATE_SERIES = "overlay.seriesHash"
 _STATE_HEAD = "overlay.appliedHead"
 
+#: In a saved bundle: the commit holding the work tree's uncommitted and untracked files.
+SAVED_UNCOMMITTED_REF = "refs/overlay/uncommitted"
+
+# git am's own advice (``Patch failed at 0001``, ``git am --continue``, hints) is about
+# its one-patch run in a temporary repository, not about what to do here.
+_AM_NOISE = re.compile(r"^(Applying: |Patch failed at |hint: |When you have resolved |If you prefer to skip "
+                       r"|To restore the original branch |The copy of the patch )")  # fmt: skip
+
 
 class PatchError(OverlayError):
-    """A patch of the series does not apply."""
+    """A patch of the series does not apply: ``patch`` (the file), ``index`` (1-based) of ``count``."""
+
+    def __init__(self, message: str, patch: Path, index: int, count: int) -> None:
+        super().__init__(message)
+        self.patch, self.index, self.count = patch, index, count
 
 
 def work_repo(workdir: Workdir, version: str = DEFAULT_VERSION) -> Path:
@@ -117,7 +132,11 @@ def am_series(repo: Path, patches: Sequence[Path], *, hermetic: bool = True) -> 
         if proc.returncode != 0:
             files = _failed_files(output)
             where = f" at {', '.join(files)}" if files else ""
-            raise PatchError(f"patch {patch.name} does not apply{where}\n{output}")
+            errors = "\n".join(line for line in output.splitlines() if not _AM_NOISE.match(line))
+            raise PatchError(
+                f"patch {patch.name} ({index} of {len(patches)}) does not apply{where}\n{errors}",
+                patch, index, len(patches),
+            )  # fmt: skip
         log(f"[{index}/{len(patches)}] {patch.name}: {output.splitlines()[0] if output else 'applied'}")
     return git_out(repo, "rev-parse", "HEAD", hermetic=hermetic)
 
@@ -180,21 +199,95 @@ def _branch_tip(repo: Path) -> str | None:
     return proc.stdout.strip() or None
 
 
-def unexported_work(repo: Path) -> str | None:
-    """Why replacing ``repo`` would lose work (None when it would not)."""
+def _series_args(pin: Pin, patches_dir: Path | None) -> list[str]:
+    """The CLI options that select this release and series, for advice."""
+    args = [] if pin.version == DEFAULT_VERSION else ["--release", pin.version]
+    if patches_dir is not None and Path(patches_dir).resolve() != PATCHES_DIR.resolve():
+        args += ["--patches", str(patches_dir)]
+    return args
+
+
+def unexported_work(repo: Path) -> tuple[str, str] | None:
+    """What replacing ``repo`` would lose: (kind, description), kind one of ``not-git``,
+    ``uncommitted`` (changes or untracked files) and ``unexported`` (commits); None when nothing."""
     if not (repo / ".git").is_dir():
-        return f"{repo} exists but is not a git repository"
+        return "not-git", f"{repo} exists but is not a git repository"
     status = git_out(repo, "status", "--porcelain")
     if status:
-        return f"{repo} has uncommitted changes:\n{status}"
+        return "uncommitted", f"{repo} has {_dirt(status)} (export takes commits only):\n{status}"
     _, applied = _read_state(repo)
     tip = _branch_tip(repo)
     if applied is None or tip != applied:
-        return (
-            f"{repo}: branch {BRANCH} ({tip}) is not what apply made ({applied}); "
+        return "unexported", (
+            f"{repo}: branch {BRANCH} ({tip}) is not what apply or export left ({applied}); "
             "it has commits not exported to patches/"
         )
     return None
+
+
+def _dirt(status: str) -> str:
+    """What ``git status --porcelain`` output lists: uncommitted changes, untracked files or both."""
+    lines = status.splitlines()
+    kinds = ["uncommitted changes"] * any(not x.startswith("??") for x in lines)
+    return " and ".join(kinds + ["untracked files"] * any(x.startswith("??") for x in lines))
+
+
+def _refusal(repo: Path, saved: Path, kind: str, reason: str, args: list[str]) -> str:
+    """``reason`` and the steps that keep the work, or discard it."""
+    export = hint("export", *args)
+    if kind == "uncommitted":
+        keep = f"to keep it, commit it there (git -C {repo} add -A && git -C {repo} commit), then run {export}"
+    elif kind == "unexported":
+        keep = f"to keep them, run {export}"
+    else:
+        keep = f"to keep it, move {repo} elsewhere"
+    them = "them" if kind == "unexported" else "it"
+    discard = f"to discard {them}, run {hint('apply', *args, '--force')} (saved in {saved}/ first)"
+    return f"{reason}\n{keep}\n{discard}"
+
+
+def save_work(repo: Path, workdir: Workdir) -> str:
+    """Save what replacing ``repo`` would lose into ``<workdir>/saved/``; how to get it back.
+
+    A git repository becomes a bundle of all its refs, its uncommitted and
+    untracked files as one more commit (:data:`SAVED_UNCOMMITTED_REF`); anything
+    else is moved there as it is.  ``export`` removes the saves of its repository.
+    """
+    workdir.saved.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = workdir.saved / f"{repo.name}.{stamp}"
+    for n in range(2, 1000):
+        if not target.with_name(f"{target.name}.bundle").exists() and not target.exists():
+            break
+        target = workdir.saved / f"{repo.name}.{stamp}-{n}"
+    if not (repo / ".git").is_dir():
+        os.replace(repo, target)
+        return f"moved {repo} to {target}"
+    bundle = target.with_name(f"{target.name}.bundle")
+    restore = [f"git -C {repo} fetch {bundle} 'refs/*:refs/saved/*'"]
+    if git_out(repo, "status", "--porcelain"):
+        index = repo / ".git" / "overlay-save-index"
+        env = {"GIT_INDEX_FILE": str(index), "GIT_AUTHOR_NAME": OVERLAY_NAME, "GIT_AUTHOR_EMAIL": OVERLAY_EMAIL}
+        git(repo, "read-tree", "HEAD", env=env)
+        git(repo, "add", "-A", env=env)
+        tree = git(repo, "write-tree", env=env).stdout.strip()
+        message = "apply --force: the uncommitted and untracked files"
+        commit = git(repo, "commit-tree", tree, "-p", "HEAD", "-m", message, env=env).stdout.strip()
+        index.unlink()
+        git(repo, "update-ref", SAVED_UNCOMMITTED_REF, commit)
+        restore.append(f"git -C {repo} checkout saved/overlay/uncommitted -- .   (the uncommitted files)")
+    git(repo, "bundle", "create", "-q", str(bundle), "--all")
+    restore.insert(1, f"git -C {repo} reset --hard saved/heads/{BRANCH}   (the branch as it was)")
+    steps = "".join(f"\n  {step}" for step in restore)
+    return f"saved the work of {repo} to {bundle} (kept until the next export); to restore it:{steps}"
+
+
+def _up_to_date(repo: Path, series: str) -> str | None:
+    """The branch tip when ``repo`` holds ``series`` as applied or exported, nothing more."""
+    if not repo.exists() or unexported_work(repo) is not None:
+        return None
+    recorded, applied = _read_state(repo)
+    return applied if recorded == series else None
 
 
 def _replace_dir(dest: Path, new: Path) -> None:
@@ -218,13 +311,25 @@ def apply(
 ) -> Path:
     """Build the work repository for ``pin`` and apply the series; its path.
 
-    Everything is built in a temporary directory first: a patch that does not
-    apply leaves the previous work repository as it was (the failed attempt is
-    kept at ``<workdir>/failed-apply/`` for inspection).
+    A work repository that already holds the series (applied, or exported and
+    clean) is left as it is.  Work it holds that patches/ does not (uncommitted
+    changes, untracked files, unexported commits) stops ``apply``; with
+    ``force`` it is saved (:func:`save_work`) and replaced.  The new repository
+    is built in a temporary directory first: a patch that does not apply
+    leaves the previous one as it was (the failed attempt is kept at
+    ``<workdir>/failed-apply/`` for inspection).
     """
     patches = patch_files(patches_dir)
     series = series_hash(patches_dir)
     dest = work_repo(workdir, pin.version)
+    args = _series_args(pin, patches_dir)
+    head = _up_to_date(dest, series)
+    if head is not None:
+        log(f"{dest} is up to date: {BRANCH} at {head} (series {series}); nothing to do")
+        return dest
+    risk = unexported_work(dest) if dest.exists() else None
+    if risk is not None and not force:
+        raise OverlayError(_refusal(dest, workdir.saved, *risk, args))
     files = load_source_tree(pin, cache=workdir.wheels, wheelhouse=wheelhouse)
 
     workdir.root.mkdir(parents=True, exist_ok=True)
@@ -234,28 +339,38 @@ def apply(
         log(f"base commit {pin.base_commit} tagged {pin.tag}; applying {len(patches)} patch(es)")
         head = am_series(tmp, patches)
         _write_state(tmp, series, head)
-    except PatchError:
+    except PatchError as exc:
         shutil.rmtree(workdir.failed_apply, ignore_errors=True)
         os.replace(tmp, workdir.failed_apply)
-        log(f"the failed attempt is kept at {workdir.failed_apply}; {dest} is unchanged")
-        raise
+        raise PatchError(_patch_advice(exc, dest, workdir, args), exc.patch, exc.index, exc.count) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
-    if dest.exists():
-        reason = unexported_work(dest)
-        if reason is None and _branch_tip(dest) == head and _read_state(dest)[0] == series:
-            shutil.rmtree(tmp)
-            log(f"{dest} is up to date: {BRANCH} at {head} (series {series})")
-            return dest
-        if reason is not None and not force:
-            shutil.rmtree(tmp)
-            raise OverlayError(f"{reason}\nrun export first, or apply --force to discard it")
+    if risk is not None:
+        log(save_work(dest, workdir))
     _replace_dir(dest, tmp)
     shutil.rmtree(workdir.failed_apply, ignore_errors=True)
     log(f"{dest}: {BRANCH} at {head} (series {series}, {len(patches)} patch(es))")
     return dest
+
+
+def _patch_advice(exc: PatchError, dest: Path, workdir: Workdir, args: list[str]) -> str:
+    """``exc``'s message, what was kept and what to do next."""
+    failed = workdir.failed_apply
+    kept = f"{dest} is unchanged" if dest.exists() else f"nothing was written to {dest}"
+    before = f"patches 1-{exc.index - 1} applied, " if exc.index > 1 else ""
+    inspect = (
+        f"{kept}; the attempt is kept in {failed} ({before}{exc.patch.name} stopped; "
+        f"git -C {failed} am --show-current-patch=diff shows it)"
+    )
+    how = "edit it"
+    if dest.exists():
+        how += (
+            f", or make it as commits in {dest} (it holds the last series that applied) and run {hint('export', *args)}"
+        )
+    step = f"next: make {exc.patch} apply on top of the patches before it ({how}), then run {hint('apply', *args)}"
+    return f"{exc}\n{inspect}\n{step}"
 
 
 def apply_to_clone(
@@ -285,6 +400,15 @@ def apply_to_clone(
         try:
             log(f"applying {len(patches)} patch(es) onto {rev} ({base}) of {clone}")
             head = am_series(worktree, patches, hermetic=False)
+        except PatchError as exc:
+            raise PatchError(
+                f"{exc}\nnothing in {clone} changed; to resolve it there by hand: "
+                f"git -C {clone} switch -c {branch} {base} && git -C {clone} am -3 {exc.patch.parent}/*.patch, "
+                "fix the files it names, git add them, git am --continue",
+                exc.patch,
+                exc.index,
+                exc.count,
+            ) from None
         finally:
             git(clone, "worktree", "remove", "--force", str(worktree), hermetic=False, check=False)
             git(clone, "worktree", "prune", hermetic=False, check=False)
@@ -297,9 +421,12 @@ def apply_to_clone(
     if current and not force:
         raise OverlayError(
             f"{clone}: branch {branch} exists at {current}, not at the series' result {head}; "
-            "pass --force to move it (or --branch NAME)"
+            f"to move it, run {hint('apply', '--upstream', str(clone), '--rev', rev, '--branch', branch, '--force')} "
+            "(or pick another --branch NAME)"
         )
     git(clone, "branch", "-f", branch, head, hermetic=False)
+    if current:
+        log(f"{clone}: moved branch {branch} from {current} (git -C {clone} branch -f {branch} {current} restores it)")
     log(f"{clone}: branch {branch} at {head} ({len(patches)} patch(es) on {rev})")
     return head
 
@@ -315,7 +442,8 @@ def ensure_applied(
             if _branch_tip(dest) != applied:
                 raise OverlayError(
                     f"{dest}: branch {BRANCH} has commits not exported to patches/; "
-                    "run export (then build again) so the wheel matches the series"
+                    f"run {hint('export', *_series_args(pin, patches_dir))}, then build again, "
+                    "so the wheel matches the series"
                 )
             return dest
         log(f"{dest} holds series {recorded}, patches/ is {series_hash(patches_dir)}: applying")
@@ -335,9 +463,12 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
     repo = work_repo(workdir, pin.version)
     if not (repo / ".git").is_dir():
         raise OverlayError(f"{repo} does not exist: run apply first")
-    status = git_out(repo, "status", "--porcelain", "--untracked-files=no")
+    status = git_out(repo, "status", "--porcelain")
     if status:
-        log(f"warning: uncommitted changes in {repo} are not exported:\n{status}")
+        log(
+            f"warning: {_dirt(status)} in {repo} are not exported "
+            f"(commit them there first: git -C {repo} add -A && git -C {repo} commit):\n{status}"
+        )
     head = git_out(repo, "rev-parse", f"refs/heads/{BRANCH}")
     patches_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=workdir.root, prefix=".export-") as tmp:
@@ -355,4 +486,10 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
     series = series_hash(patches_dir)
     _write_state(repo, series, head)
     log(f"exported {len(new)} patch(es) from {pin.tag}..{BRANCH} ({head}); series {series}")
+    for saved in sorted(workdir.saved.glob(f"{repo.name}.*")):
+        if saved.is_dir():
+            shutil.rmtree(saved)
+        else:
+            saved.unlink()
+        log(f"removed {saved} (work apply --force saved; exported since)")
     return patch_files(patches_dir)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .pin import PLATFORM_TAG, Pin
-from .util import OverlayError, log, python_tag, verify_sha256
+from .util import OverlayError, log, python_tag, verbose, verify_sha256
 
 #: Where the package lives in the upstream repository (and in our work repo).
 SOURCE_PREFIX = "python/"
@@ -102,11 +102,14 @@ def _pip_download(pin: Pin, name: str, dest: Path) -> Path:
         "--platform", PLATFORM_TAG, "-d", str(dest), f"freetoken=={pin.version}",
     ]  # fmt: skip
     log(f"downloading {name} ...")
-    proc = subprocess.run(cmd, check=False)
+    quiet = not verbose()
+    proc = subprocess.run(cmd, check=False, stdout=subprocess.PIPE if quiet else None,
+                          stderr=subprocess.STDOUT if quiet else None, text=True)  # fmt: skip
     path = dest / name
     if proc.returncode != 0 or not path.is_file():
         got = ", ".join(p.name for p in dest.iterdir()) or "nothing"
-        raise OverlayError(f"pip download of {name} failed (exit {proc.returncode}; got {got})")
+        output = f"\n{proc.stdout.strip()}" if quiet and proc.stdout else ""
+        raise OverlayError(f"pip download of {name} failed (exit {proc.returncode}; got {got}){output}")
     return path
 
 
@@ -117,12 +120,20 @@ def fetch_wheel(pin: Pin, name: str, *, cache: Path, wheelhouse: Path | None = N
         path = wheelhouse / name
         if not path.is_file():
             raise OverlayError(f"offline wheelhouse {wheelhouse} has no {name}")
-        verify_sha256(path, expected)
+        try:
+            verify_sha256(path, expected)
+        except OverlayError as exc:
+            raise OverlayError(f"{exc}\nreplace it with the official {name} (sha256 {expected})") from None
         return path
 
     path = cache / name
     if path.is_file():
-        verify_sha256(path, expected)  # a tampered or truncated cache file is refused, not replaced
+        try:
+            verify_sha256(path, expected)  # a tampered or truncated cache file is refused, not replaced
+        except OverlayError as exc:
+            raise OverlayError(
+                f"{exc}\nto recover, delete it (rm {path}); the next run downloads and verifies a fresh copy"
+            ) from None
         return path
 
     cache.mkdir(parents=True, exist_ok=True)

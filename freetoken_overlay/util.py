@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKDIR_ENV = "FT_OVERLAY_WORKDIR"
 WHEELHOUSE_ENV = "FT_OVERLAY_WHEELHOUSE"
 SYSTEM_SITE_ENV = "FT_OVERLAY_SYSTEM_SITE"
+VERBOSE_ENV = "FT_OVERLAY_VERBOSE"
+#: Set by the nox sessions: advice names ``python3 -m nox -s ...`` rather than this CLI.
+NOX_ENV = "FT_OVERLAY_NOX"
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -46,6 +50,20 @@ def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
         return False
     allowed = ", ".join(repr(v) for v in (*_TRUE, *_FALSE))
     raise OverlayError(f"{name}={raw!r} is not a boolean; allowed values: {allowed}")
+
+
+def verbose() -> bool:
+    """Whether pip and the other tools show their own output ($FT_OVERLAY_VERBOSE, or ``-v``)."""
+    return env_flag(VERBOSE_ENV)
+
+
+def hint(command: str, *args: str) -> str:
+    """How to run the step ``command args...`` here: ``python3 -m nox -s COMMAND -- ARGS``
+    under nox ($FT_OVERLAY_NOX), else ``python3 -m freetoken_overlay COMMAND ARGS``."""
+    quoted = [shlex.quote(a) for a in args]
+    if env_flag(NOX_ENV):
+        return " ".join(["python3 -m nox -s", command, *(["--", *quoted] if quoted else [])])
+    return " ".join(["python3 -m freetoken_overlay", command, *quoted])
 
 
 def env_dir(name: str, *, must_exist: bool, environ: Mapping[str, str] | None = None) -> Path | None:
@@ -89,6 +107,7 @@ class Workdir:
     * ``kernel-cache/``   AOT kernel cache built by ``build`` (FREETOKEN_KERNEL_CACHE_DIR)
     * ``kernel-build/``   its intermediate build files
     * ``failed-apply/``   the last apply attempt that stopped on a patch, for inspection
+    * ``saved/``          work ``apply --force`` discarded (git bundles), kept until the next export
     """
 
     root: Path
@@ -116,6 +135,10 @@ class Workdir:
     @property
     def failed_apply(self) -> Path:
         return self.root / "failed-apply"
+
+    @property
+    def saved(self) -> Path:
+        return self.root / "saved"
 
 
 def sha256_file(path: Path) -> str:
@@ -202,10 +225,16 @@ def git_bytes(repo: Path, *args: str) -> bytes:
 
 
 def run_checked(cmd: Sequence[str], *, what: str, env: Mapping[str, str] | None = None) -> None:
-    """Run a command with inherited stdout/stderr (so its progress shows); raise on failure."""
+    """Run a command; raise on failure.  Its output shows only when verbose or when it fails."""
     log(f"$ {' '.join(cmd)}")
-    proc = subprocess.run(list(cmd), env=None if env is None else dict(env), check=False)
+    quiet = not verbose()
+    proc = subprocess.run(
+        list(cmd), env=None if env is None else dict(env), check=False,
+        stdout=subprocess.PIPE if quiet else None, stderr=subprocess.STDOUT if quiet else None, text=True,
+    )  # fmt: skip
     if proc.returncode != 0:
+        if quiet and proc.stdout:
+            print(proc.stdout, end="" if proc.stdout.endswith("\n") else "\n", file=sys.stderr, flush=True)
         raise OverlayError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}")
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import importlib.metadata
 import io
 import os
 import re
@@ -187,7 +188,17 @@ def build_wheel(
 
 
 def install_wheel(wheel: Path) -> None:
-    """``pip install --no-deps --force-reinstall`` the wheel into this interpreter."""
+    """``pip install --no-deps --force-reinstall`` the wheel into this interpreter, unless
+    its version (which names the series) is installed already."""
+    version = wheel.name.split("-")[1]
+    try:
+        installed = importlib.metadata.version(PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed == version:
+        log(f"{PACKAGE} {version} is installed already: {wheel.name}")
+        return
+    log(f"installing {wheel.name}")
     run_checked(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall",
          "--disable-pip-version-check", str(wheel)],

@@ -13,6 +13,7 @@ import hashlib
 import importlib.metadata
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,11 +24,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from freetoken_overlay import kernels, series
+from freetoken_overlay import kernels, series, upstream
 from freetoken_overlay.pin import DEFAULT_VERSION, PINS, get_pin
 from freetoken_overlay.series import BRANCH, FORMAT_PATCH_FLAGS, series_hash
 from freetoken_overlay.upstream import fetch_wheel, git_tree_id, source_files, verify_tree
-from freetoken_overlay.util import REPO_ROOT, OverlayError, Workdir, env_flag, python_tag, wheelhouse_dir
+from freetoken_overlay.util import (
+    NOX_ENV,
+    REPO_ROOT,
+    VERBOSE_ENV,
+    OverlayError,
+    Workdir,
+    env_flag,
+    python_tag,
+    wheelhouse_dir,
+)
 from freetoken_overlay.wheel import local_version, patched_wheel_name
 
 PIN = get_pin()
@@ -38,8 +48,9 @@ AUTHOR = {"GIT_AUTHOR_NAME": "Series Author", "GIT_AUTHOR_EMAIL": "author@exampl
 
 
 def overlay(*args: str, workdir: Path, check: bool = True, env: dict[str, str] | None = None):
-    """Run ``python -m freetoken_overlay args...``; the completed process."""
-    full_env = {**os.environ, "FT_OVERLAY_WORKDIR": str(workdir), **(env or {})}
+    """Run ``python -m freetoken_overlay args...`` (as outside nox, unless ``env`` says); the completed process."""
+    outer = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, VERBOSE_ENV)}
+    full_env = {**outer, "FT_OVERLAY_WORKDIR": str(workdir), **(env or {})}
     proc = subprocess.run(
         [sys.executable, "-m", "freetoken_overlay", *args],
         cwd=REPO_ROOT, env=full_env, capture_output=True, text=True, check=False,
@@ -100,7 +111,8 @@ def throwaway_series(tmp_path: Path, workdir: Path) -> Path:
     git(repo, "commit", "-q", "-m", "Drop cache_report, add a test", date="1700000100 +0000")
     overlay("export", "--patches", str(patches), workdir=workdir)
     assert len(read_dir(patches)) == 2
-    overlay("apply", "--patches", str(patches), workdir=workdir)  # canonical commit ids
+    shutil.rmtree(repo)
+    overlay("apply", "--patches", str(patches), workdir=workdir)  # a fresh apply: canonical commit ids
     return patches
 
 
@@ -175,6 +187,22 @@ def test_tampered_wheel_is_refused_and_nothing_applied(tmp_path: Path, official_
     assert not (tmp_path / "work" / "upstream").exists()
 
 
+def test_tampered_cached_wheel_says_how_to_recover(tmp_path: Path, official_wheel: Path, monkeypatch) -> None:
+    work = tmp_path / "work"
+    cached = work / "wheels" / official_wheel.name
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(official_wheel.read_bytes()[:-100])  # truncated
+    proc = overlay("apply", workdir=work, check=False)
+    assert proc.returncode != 0 and "sha256 mismatch" in proc.stderr
+    assert f"delete it (rm {cached}); the next run downloads and verifies a fresh copy" in proc.stderr
+    assert not (work / "upstream").exists()
+    # Following the advice: the next fetch downloads (here: a stand-in for pip) and verifies a fresh copy.
+    cached.unlink()
+    monkeypatch.setattr(upstream, "_pip_download", lambda pin, name, dest: Path(shutil.copy(official_wheel, dest)))
+    assert fetch_wheel(PIN, official_wheel.name, cache=cached.parent) == cached
+    assert cached.read_bytes() == official_wheel.read_bytes()
+
+
 def test_tree_mismatch_is_refused(official_wheel: Path) -> None:
     wheel = official_wheel
     files = source_files(wheel)
@@ -225,31 +253,126 @@ def test_real_series_apply_export_fixed_point(tmp_path: Path, workdir: Path) -> 
     assert read_dir(patches) == read_dir(series.PATCHES_DIR)
 
 
+def _break_patch(patch: Path, path: str) -> None:
+    """Make ``patch`` not apply: change the first context or removed line of its hunk on ``path``."""
+    head_part, marker, rest = patch.read_text().partition(f"+++ b/{path}\n")
+    if not marker:
+        head_part, marker, rest = patch.read_text().partition("+++ /dev/null\n")
+    lines = rest.split("\n")
+    line = next(i for i, text in enumerate(lines) if text[:1] in (" ", "-") and text[1:].strip())
+    lines[line] += "  # a line the base does not have"
+    patch.write_text(head_part + marker + "\n".join(lines))
+
+
 def test_failing_patch_names_patch_and_file_and_keeps_work_tree(throwaway_series: Path, workdir: Path) -> None:
     head = git(workdir / "upstream", "rev-parse", BRANCH)
-    first = min(throwaway_series.glob("*.patch"))
-    head_part, marker, rest = first.read_text().partition("+++ b/python/freetoken/moe/offload_cache.py\n")
-    lines = rest.split("\n")
-    context = next(i for i, line in enumerate(lines) if line.startswith(" ") and line.strip())
-    lines[context] += "  # context the base does not have"
-    first.write_text(head_part + marker + "\n".join(lines))
+    second = sorted(throwaway_series.glob("*.patch"))[1]
+    _break_patch(second, "python/freetoken/cache_report.py")
     proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False)
     assert proc.returncode != 0
-    assert first.name in proc.stderr and "python/freetoken/moe/offload_cache.py" in proc.stderr
+    assert f"patch {second.name} (2 of 2) does not apply at python/freetoken/cache_report.py" in proc.stderr
+    # git's own numbering ("Patch failed at 0001") and its `git am --continue` advice are not shown.
+    assert "0001" not in proc.stderr and "git am --continue" not in proc.stderr and "hint:" not in proc.stderr
+    assert f"{workdir / 'upstream'} is unchanged" in proc.stderr
+    assert f"next: make {second} apply" in proc.stderr
+    assert f"python3 -m freetoken_overlay apply --patches {throwaway_series}" in proc.stderr
     assert git(workdir / "upstream", "rev-parse", BRANCH) == head
-    assert (workdir / "failed-apply").is_dir()
+    failed = workdir / "failed-apply"
+    assert git(failed, "log", "-1", "--format=%s", "HEAD") == "Add decode_gather module"  # patch 1 applied there
 
 
-def test_apply_refuses_to_discard_unexported_commits(throwaway_series: Path, workdir: Path) -> None:
-    repo = workdir / "upstream"
+def test_failing_patch_on_a_first_run_claims_nothing_about_upstream(
+    throwaway_series: Path, tmp_path: Path, wheel_cache: Path
+) -> None:
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "wheels").symlink_to(wheel_cache, target_is_directory=True)
+    first = min(throwaway_series.glob("*.patch"))
+    _break_patch(first, "python/freetoken/moe/offload_cache.py")
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=fresh, check=False)
+    assert proc.returncode != 0 and f"patch {first.name} (1 of 2) does not apply" in proc.stderr
+    assert "unchanged" not in proc.stderr and f"nothing was written to {fresh / 'upstream'}" in proc.stderr
+    assert not (fresh / "upstream").exists() and (fresh / "failed-apply").is_dir()
+
+
+def _commit_unexported(repo: Path) -> str:
     (repo / "python/freetoken/new.py").write_text("x = 1\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "unexported", date="1700000200 +0000")
+    return git(repo, "rev-parse", BRANCH)
+
+
+def test_apply_force_saves_what_it_discards(throwaway_series: Path, workdir: Path) -> None:
+    repo = workdir / "upstream"
+    unexported = _commit_unexported(repo)
+    (repo / "python/freetoken/version.py").write_text("# uncommitted edit\n")
+    (repo / "python/freetoken/untracked.py").write_text("y = 2\n")
     proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False)
-    assert proc.returncode != 0 and "not exported" in proc.stderr
+    assert proc.returncode != 0 and "uncommitted changes and untracked files" in proc.stderr
+    assert f"apply --patches {throwaway_series} --force" in proc.stderr
     assert (repo / "python/freetoken/new.py").is_file()
-    overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir)
-    assert not (repo / "python/freetoken/new.py").exists()
+
+    proc = overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir)
+    assert not (repo / "python/freetoken/new.py").exists() and not (repo / "python/freetoken/untracked.py").exists()
+    bundle = Path(re.search(r"saved the work of \S+ to (\S+\.bundle)", proc.stdout).group(1))
+    assert bundle.parent == workdir / "saved" and bundle.is_file()
+    # The printed steps bring back the branch and the uncommitted files.
+    steps = re.findall(r"^  (git .*?)(?:   \(.*\))?$", proc.stdout, flags=re.MULTILINE)
+    assert len(steps) == 3
+    for step in steps:
+        subprocess.run(step, shell=True, check=True, capture_output=True)
+    assert git(repo, "rev-parse", BRANCH) == unexported
+    assert (repo / "python/freetoken/new.py").read_text() == "x = 1\n"
+    assert (repo / "python/freetoken/version.py").read_text() == "# uncommitted edit\n"
+    assert (repo / "python/freetoken/untracked.py").read_text() == "y = 2\n"
+    # Kept until the next successful export.
+    git(repo, "checkout", "-q", "--", ".")
+    git(repo, "clean", "-qfd")
+    overlay("export", "--patches", str(throwaway_series), workdir=workdir)
+    assert not bundle.exists()
+
+
+def test_untracked_file_advice_resolves_it(throwaway_series: Path, workdir: Path) -> None:
+    repo = workdir / "upstream"
+    (repo / "python/freetoken/kernel/extra.py").write_text("EXTRA = 1\n")
+    export = overlay("export", "--patches", str(throwaway_series), workdir=workdir)
+    assert "warning: untracked files" in export.stdout and "python/freetoken/kernel/extra.py" in export.stdout
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False)
+    assert proc.returncode != 0 and "has untracked files" in proc.stderr
+    # Export alone does not resolve it (the loop this advice used to send people round).
+    commit = f"git -C {repo} add -A && git -C {repo} commit"
+    assert (
+        commit in proc.stderr
+        and f"then run python3 -m freetoken_overlay export --patches {throwaway_series}" in proc.stderr
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "Add extra", date="1700000300 +0000")
+    overlay("export", "--patches", str(throwaway_series), workdir=workdir)
+    assert len(read_dir(throwaway_series)) == 3
+    head = git(repo, "rev-parse", BRANCH)
+    again = overlay("apply", "--patches", str(throwaway_series), workdir=workdir)
+    assert "up to date" in again.stdout and git(repo, "rev-parse", BRANCH) == head
+    assert (repo / "python/freetoken/kernel/extra.py").is_file()
+
+
+def test_reapply_after_export_is_a_no_op(throwaway_series: Path, workdir: Path) -> None:
+    repo = workdir / "upstream"
+    head = _commit_unexported(repo)
+    overlay("export", "--patches", str(throwaway_series), workdir=workdir)
+    before = {p: p.stat().st_mtime_ns for p in repo.rglob("*.py")}
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir)
+    assert "up to date" in proc.stdout and "nothing to do" in proc.stdout
+    assert git(repo, "rev-parse", BRANCH) == head  # the exported commit ids stay
+    assert {p: p.stat().st_mtime_ns for p in repo.rglob("*.py")} == before
+
+
+def test_advice_under_nox_names_the_session(throwaway_series: Path, workdir: Path) -> None:
+    _commit_unexported(workdir / "upstream")
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False, env={NOX_ENV: "1"})
+    assert proc.returncode != 0
+    assert f"python3 -m nox -s export -- --patches {throwaway_series}" in proc.stderr
+    assert f"python3 -m nox -s apply -- --patches {throwaway_series} --force" in proc.stderr
+    assert "freetoken_overlay" not in proc.stderr.split("error:", 1)[1]
 
 
 def test_apply_onto_an_upstream_clone(throwaway_series: Path, tmp_path: Path, workdir: Path) -> None:
@@ -401,6 +524,22 @@ def test_bad_settings_are_named() -> None:
             del os.environ[kernels.CUDA_ARCH_LIST_ENV]
         else:
             os.environ[kernels.CUDA_ARCH_LIST_ENV] = old
+
+
+def test_cli_version_release_and_help(tmp_path: Path) -> None:
+    proc = overlay("--version", workdir=tmp_path)
+    assert proc.stdout.startswith("freetoken_overlay 0.1.0 ")
+    help_text = overlay("apply", "--help", workdir=tmp_path, env={"COLUMNS": "400"}).stdout
+    assert "--release {0.2.0,0.2.1}" in help_text and f"(default: {series.PATCHES_DIR})" in help_text
+    proc = overlay("apply", "--release", "9.9", workdir=tmp_path, check=False)
+    assert proc.returncode == 2 and "invalid choice: '9.9'" in proc.stderr
+
+
+def test_nox_list_prints_no_developer_notes() -> None:
+    import ast
+
+    doc = ast.get_docstring(ast.parse((REPO_ROOT / "noxfile.py").read_text()))
+    assert doc is not None and len(doc.splitlines()) <= 3 and "FT_OVERLAY_" not in doc
 
 
 def test_missing_wheelhouse_is_named(tmp_path: Path) -> None:
