@@ -31,7 +31,6 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
 
 from freetoken_overlay import requirements as req
 from freetoken_overlay.series import work_repo

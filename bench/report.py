@@ -30,7 +30,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench import common as C  # noqa: E402
+from gpukit.geometry import NVFP4_EXPERT_BYTES, fmt_bytes
+from gpukit.machine import machine_line
+from gpukit.schema import write
+from gpukit.stats import summarize_rounds
 
 SWEEP_CMD = "python bench/sweep.py"
 BENCH_CMD = "python -m pytest bench/test_bench_gather.py -m gpu -q -rs --benchmark-save=gather"
@@ -146,7 +149,7 @@ def layer_groups(bench: dict[str, Any]):
 def default_ring_text(bench: dict[str, Any]) -> str:
     """The measured default ring as CTAs x stages x chunk, e.g. ``16x4x8 KiB``."""
     ring = (bench.get("kernel") or {}).get("decode_gather_default_ring") or {}
-    return f"{ring.get('ctas')}x{ring.get('stages')}x{C.fmt_bytes(ring.get('chunk_bytes') or 0)}"
+    return f"{ring.get('ctas')}x{ring.get('stages')}x{fmt_bytes(ring.get('chunk_bytes') or 0)}"
 
 
 def gather_table(rows: list[dict[str, Any]], *, copy_engine: bool = True) -> str:
@@ -169,7 +172,7 @@ def gather_table(rows: list[dict[str, Any]], *, copy_engine: bool = True) -> str
         us = r.get("us") or {}
         cells = [
             str(r["n"]),
-            C.fmt_bytes(r["bytes_per_layer"]) if r["bytes_per_layer"] else "0",
+            fmt_bytes(r["bytes_per_layer"]) if r["bytes_per_layer"] else "0",
             f(us.get("upstream")),
             f(us.get("ours")),
             f(r.get("speedup"), 3),
@@ -215,7 +218,7 @@ def ceiling_line(bench: dict[str, Any] | None, ceiling: dict[str, Any] | None) -
         s, e = c.get("start") or {}, c.get("end") or {}
         parts.append(
             f"copy-engine ceiling in the benchmark run: {f(s.get('gbps'))} GB/s at the start, "
-            f"{f(e.get('gbps'))} GB/s at the end ({C.fmt_bytes(s.get('bytes', 0))} pinned H2D, median of {s.get('reps', '–')})"
+            f"{f(e.get('gbps'))} GB/s at the end ({fmt_bytes(s.get('bytes', 0))} pinned H2D, median of {s.get('reps', '–')})"
         )
     if ceiling and (ceiling.get("summary") or {}).get("copy_engine_gbps"):
         parts.append(f"sweep: {f(ceiling['summary']['copy_engine_gbps'])} GB/s (best copy-engine size)")
@@ -258,7 +261,7 @@ def sweep_bytes_in_flight(ceiling: dict[str, Any] | None, share: float = 0.97) -
     first = ok[0]
     return (
         f"the fewest ring bytes in flight within {share:.0%} of the best ring ({best:.1f} GB/s) were "
-        f"{C.fmt_bytes(first.get('bytes_in_flight') or 0)} ({first.get('tag')}, {gbps(first):.1f} GB/s, NVFP4 gather); "
+        f"{fmt_bytes(first.get('bytes_in_flight') or 0)} ({first.get('tag')}, {gbps(first):.1f} GB/s, NVFP4 gather); "
         "CTA count alone does not predict it (see the heatmap)"
     )
 
@@ -288,7 +291,7 @@ def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
         return "\n".join(out)
     for slug, e in data.items():
         m = machine_of(e)
-        out += [f"## {m.get('device_name') or slug}", "", f"Machine: {C.machine_line(m)}", ""]
+        out += [f"## {m.get('device_name') or slug}", "", f"Machine: {machine_line(m)}", ""]
         bench = e.get("bench")
         if bench:
             up = (bench.get("kernel") or {}).get("upstream") or {}
@@ -309,7 +312,7 @@ def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
             ver = bench.get("verified") or {}
             out += [
                 f"Every timed set was poisoned first and byte-verified after: {f(ver.get('timed_sets'), 0)} sets, "
-                f"{C.fmt_bytes(ver.get('bytes') or 0)} verified.",
+                f"{fmt_bytes(ver.get('bytes') or 0)} verified.",
                 "",
             ]
             d = bench.get("decode_step")
@@ -370,7 +373,7 @@ def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
                         [
                             label,
                             b["config"],
-                            C.fmt_bytes(b["bytes_in_flight"]),
+                            fmt_bytes(b["bytes_in_flight"]),
                             f(b["gbps"]),
                             f(b.get("pct_of_copy_engine"), 0, "%"),
                         ]
@@ -410,7 +413,7 @@ def conformance_section(e: dict[str, Any]) -> list[str]:
             f"{'PASSED' if s.get('passed') else 'NOT PASSED'}: {f(tests.get('passed', 0), 0)} passed, "
             f"{f(tests.get('failed', 0), 0)} failed, {f(tests.get('error', 0), 0)} errors, "
             f"{f(tests.get('skipped', 0), 0)} skipped; {f(t.get('verified_calls'), 0)} byte-verified decode_gather "
-            f"calls moving {C.fmt_bytes(t.get('verified_bytes') or 0)} (plus {f(t.get('upstream_control_calls', 0), 0)} "
+            f"calls moving {fmt_bytes(t.get('verified_bytes') or 0)} (plus {f(t.get('upstream_control_calls', 0), 0)} "
             f"upstream control calls), in {f(s.get('duration_s'), 0)} s.",
             "",
         ]
@@ -418,7 +421,7 @@ def conformance_section(e: dict[str, Any]) -> list[str]:
             [
                 g,
                 f(v.get("calls"), 0),
-                C.fmt_bytes(v.get("bytes") or 0),
+                fmt_bytes(v.get("bytes") or 0),
                 ", ".join(f"{k} {n}" for k, n in sorted((v.get("tests") or {}).items())),
             ]
             for g, v in (s.get("groups") or {}).items()
@@ -616,7 +619,7 @@ def render_pr(data: dict[str, dict[str, Any]]) -> str:
     for slug, e in data.items():
         m = machine_of(e)
         bench = e.get("bench")
-        out += [f"## Results: {m.get('device_name') or slug}", "", f"{C.machine_line(m)}", ""]
+        out += [f"## Results: {m.get('device_name') or slug}", "", f"{machine_line(m)}", ""]
         if bench:
             out += [
                 f"Per-layer time of the gather in a captured graph, default ring {default_ring_text(bench)}; "
@@ -650,7 +653,7 @@ def render_pr(data: dict[str, dict[str, Any]]) -> str:
             out += [
                 f"- GPU conformance: {f(tests.get('passed', 0), 0)} passed, {f(tests.get('failed', 0), 0)} failed; "
                 f"{f(t.get('verified_calls'), 0)} decode_gather calls byte-verified against a torch-indexing reference "
-                f"({C.fmt_bytes(t.get('verified_bytes') or 0)}), every one on a poisoned slot cache with canaries."
+                f"({fmt_bytes(t.get('verified_bytes') or 0)}), every one on a poisoned slot cache with canaries."
             ]
         if san:
             tools = ", ".join(
@@ -698,14 +701,14 @@ def synthetic_results(root: Path) -> None:
         for n in ns:
             up = 1.4 + 36.0 * n
             ours = up / (1.2 if n == 0 else 1.0)
-            b = n * C.NVFP4_EXPERT_BYTES
+            b = n * NVFP4_EXPERT_BYTES
             rounds = {
                 "upstream": [up] * 5,
                 "upstream_aa": [up * 1.004] * 5,
                 "ours": [ours] * 5,
                 **({"copy_engine": [up * 1.3] * 5} if n else {}),
             }
-            s = C.summarize_rounds(rounds)
+            s = summarize_rounds(rounds)
             gbps = {k: (b / (v * 1e-6) / 1e9 if b else None) for k, v in s["median_us"].items()}
             rows.append(
                 {
@@ -730,7 +733,7 @@ def synthetic_results(root: Path) -> None:
             "decode_gather_default_ring": {"ctas": 16, "stages": 4, "chunk_bytes": 8192},
             "upstream": {"num_threads": 1024, "blocks_per_bank": 8},
         },
-        "geometry": {"bytes_per_expert": C.NVFP4_EXPERT_BYTES},
+        "geometry": {"bytes_per_expert": NVFP4_EXPERT_BYTES},
         "method": {"rounds": 5},
         "ceiling": {"start": {"gbps": 53.0, "bytes": 256 << 20, "reps": 10}, "end": {"gbps": 52.9}},
         "gather": rows,
@@ -752,13 +755,13 @@ def synthetic_results(root: Path) -> None:
             "note": "synthetic",
         },
     }
-    C.write_json(d / "bench.json", bench)
+    write(d / "bench.json", bench)
     args = _ap.Namespace(flat_bytes="64M", gather_n=32)
     ring_list = sweep.parse_rings([4, 16, 64], "4x8K,4x16K")
     ceiling = sweep.synthetic(args, ring_list, [4, 8], [1 << 20, 64 << 20], 96 * 1024)
     ceiling["summary"] = sweep.summarize(ceiling)
     ceiling["machine"] = machine
-    C.write_json(d / "ceiling.json", ceiling)
+    write(d / "ceiling.json", ceiling)
     summary = {
         "synthetic": True,
         "passed": True,
@@ -773,8 +776,8 @@ def synthetic_results(root: Path) -> None:
         },
         "failures": [],
     }
-    C.write_json(d / "conformance" / "summary.json", summary)
-    C.write_json(
+    write(d / "conformance" / "summary.json", summary)
+    write(
         d / "conformance" / "sanitizer.json",
         {
             "synthetic": True,

@@ -47,7 +47,15 @@ from typing import Any
 
 import pytest
 
-from bench import common as C
+from gpukit.cudart import memcpy_h2d_async
+from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, nvfp4_banks
+from gpukit.kernels import call_ours, call_upstream, default_ring, load_kernels, precompile
+from gpukit.machine import machine_info
+from gpukit.memory import HostBanks, MissList, SlotCache, cache_reference_diff, check_slot_cache, poison_value, random_misses
+from gpukit.routing import calibrate_zipf, zipf_routing_trace
+from gpukit.schema import now_iso, resolve_dir, write
+from gpukit.stats import summarize_rounds
+from gpukit.timing import copy_engine_ceiling, reps_for, time_replays
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -68,7 +76,7 @@ DECODE_SLOTS_PER_LAYER = int(os.environ.get("BENCH_DECODE_SLOTS_PER_LAYER", "48"
 RESULTS = os.environ.get("BENCH_RESULTS_DIR", "results/{device}")
 
 SLOTS = 640
-EXPERTS = C.MODEL["experts"]
+EXPERTS = MODEL["experts"]
 VARIANTS = ("upstream", "upstream_aa", "ours", "copy_engine")
 CASES = [(40, n) for n in N40] + [(BIG_LAYERS, n) for n in N_BIG] + [(16, n) for n in N16]
 
@@ -89,54 +97,54 @@ class Ctx:
 
         self.torch = torch
         self.device = torch.device("cuda", torch.cuda.current_device())
-        self.dgm, self.fic = C.load_kernels()
-        self.ring = C.default_ring(self.dgm)
-        errors = C.precompile(self.dgm, self.fic, [self.ring], progress=log)
+        self.dgm, self.fic = load_kernels()
+        self.ring = default_ring(self.dgm)
+        errors = precompile(self.dgm, self.fic, [self.ring], progress=log)
         assert not errors, errors
         t0 = time.perf_counter()
-        self.banks = C.HostBanks(SOURCES, EXPERTS, C.NVFP4_ROW_BYTES, self.device, seed=1)
+        self.banks = HostBanks(SOURCES, EXPERTS, NVFP4_ROW_BYTES, self.device, seed=1)
         log(
             f"{SOURCES} pinned source layers ({self.banks.total_bytes / 1e9:.2f} GB, {self.banks.buf.describe()['method']}) "
             f"in {time.perf_counter() - t0:.1f}s"
         )
-        self.cache = C.SlotCache(SLOTS, C.NVFP4_ROW_BYTES, self.device)
-        self.misses = C.MissList(SLOTS, "int32", self.device)
-        self.ceiling = {"start": C.copy_engine_ceiling(256 << 20, device=self.device)}
+        self.cache = SlotCache(SLOTS, NVFP4_ROW_BYTES, self.device)
+        self.misses = MissList(SLOTS, "int32", self.device)
+        self.ceiling = {"start": copy_engine_ceiling(256 << 20, device=self.device)}
         assert self.ceiling["start"]["verified"], "copy-engine ceiling copy was not exact"
         log(f"copy-engine ceiling (256 MiB H2D): {self.ceiling['start']['gbps']:.2f} GB/s")
         self.rows: list[dict[str, Any]] = []
         self.decode: dict[str, Any] | None = None
         self.verified_sets = 0
         self.verified_bytes = 0
-        self.started = C.now_iso()
+        self.started = now_iso()
 
     @property
     def ceiling_gbps(self) -> float:
         return self.ceiling["start"]["gbps"]
 
     def write(self) -> None:
-        info = C.machine_info()
+        info = machine_info()
         info = {**info, **{k: v for k, v in self.ceiling["start"].items() if k.startswith("pcie_")}}
-        out = C.resolve_dir(RESULTS, info.get("device_slug", "unknown")) / "bench.json"
+        out = resolve_dir(RESULTS, info.get("device_slug", "unknown")) / "bench.json"
         rows = {(r["layers"], r["n"]): r for r in _existing_rows(out, info)}
         for r in self.rows:
             rows[(r["layers"], r["n"])] = r
         doc = {
             "schema": "freetoken-decode-gather-bench/1",
-            "generated_at": C.now_iso(),
+            "generated_at": now_iso(),
             "started_at": self.started,
             "machine": info,
             "kernel": {
                 "decode_gather_default_ring": self.ring._asdict(),
-                "upstream": {"num_threads": C.UPSTREAM_THREADS, "blocks_per_bank": C.UPSTREAM_BLOCKS_PER_BANK},
+                "upstream": {"num_threads": UPSTREAM_THREADS, "blocks_per_bank": UPSTREAM_BLOCKS_PER_BANK},
             },
             "geometry": {
-                "model": C.MODEL,
+                "model": MODEL,
                 "banks": [
                     {"name": b.name, "shape": list(b.shape), "dtype": b.dtype, "row_bytes": b.row_bytes}
-                    for b in C.nvfp4_banks()
+                    for b in nvfp4_banks()
                 ],
-                "bytes_per_expert": C.NVFP4_EXPERT_BYTES,
+                "bytes_per_expert": NVFP4_EXPERT_BYTES,
                 "slots": SLOTS,
                 "source_layers": SOURCES,
                 "pinned": self.banks.buf.describe(),
@@ -154,7 +162,7 @@ class Ctx:
             "decode_step": self.decode if self.decode is not None else _existing_decode(out, info),
             "verified": {"timed_sets": self.verified_sets, "bytes": self.verified_bytes},
         }
-        C.write_json(out, doc)
+        write(out, doc)
         log(f"wrote {out}")
 
 
@@ -184,7 +192,7 @@ def _existing_decode(out, info):
 def ctx():
     c = Ctx()
     yield c
-    c.ceiling["end"] = C.copy_engine_ceiling(256 << 20, device=c.device)
+    c.ceiling["end"] = copy_engine_ceiling(256 << 20, device=c.device)
     log(f"copy-engine ceiling at the end: {c.ceiling['end']['gbps']:.2f} GB/s")
     c.write()
     c.banks.close()
@@ -232,17 +240,17 @@ def test_gather_graph(benchmark, ctx, layers, n):
     torch = ctx.torch
     banks, cache, misses = ctx.banks, ctx.cache, ctx.misses
     rng = random.Random(f"bench-{layers}-{n}")
-    dst, src = C.random_misses(rng, SLOTS, n, SLOTS, EXPERTS)
+    dst, src = random_misses(rng, SLOTS, n, SLOTS, EXPERTS)
     misses.set(dst, src, n)
     last = (layers - 1) % SOURCES
     writes = [(dst[:n], src[:n], banks.dev[last])]  # every layer writes the same slots: the last one wins
     bytes_per_layer = n * banks.bytes_per_expert
 
     def upstream(layer: int) -> None:
-        C.call_upstream(ctx.fic, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
+        call_upstream(ctx.fic, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
 
     def ours(layer: int) -> None:
-        C.call_ours(ctx.dgm, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
+        call_ours(ctx.dgm, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
 
     for fn in (upstream, ours):  # eager warm-up; decode_gather checks every source descriptor here
         for layer in range(layers):
@@ -263,19 +271,19 @@ def test_gather_graph(benchmark, ctx, layers, n):
                 host = banks.host[layer % SOURCES]
                 for i in range(n):
                     for b, row in enumerate(banks.row_bytes):
-                        C.memcpy_h2d_async(cache.dst[b][dst[i]].data_ptr(), host[b][src[i]].data_ptr(), row, stream)
+                        memcpy_h2d_async(cache.dst[b][dst[i]].data_ptr(), host[b][src[i]].data_ptr(), row, stream)
         graphs["copy_engine"] = g
 
     poison_rng = random.Random(f"poison-{layers}-{n}")
     verified = {"sets": 0}
 
     def poison() -> int:
-        p = C.poison_value(verified["sets"], poison_rng)
+        p = poison_value(verified["sets"], poison_rng)
         cache.poison(p)
         return p
 
     def verify(name: str, p: int) -> None:
-        err = C.check_slot_cache(cache, p, writes)
+        err = check_slot_cache(cache, p, writes)
         assert err is None, f"{name} L{layers} n={n}: {err}"
         verified["sets"] += 1
 
@@ -284,13 +292,13 @@ def test_gather_graph(benchmark, ctx, layers, n):
         p = poison()
         g.replay()
         verify(name, p)
-    est = C.time_replays(graphs["upstream"].replay, 1)
-    reps = C.reps_for(TARGET_S, est, 3, 400)
+    est = time_replays(graphs["upstream"].replay, 1)
+    reps = reps_for(TARGET_S, est, 3, 400)
     rounds_us: dict[str, list[float]] = {name: [] for name in graphs}
 
     def timed(name: str) -> None:
         p = poison()
-        seconds = C.time_replays(graphs[name].replay, reps)
+        seconds = time_replays(graphs[name].replay, reps)
         verify(name, p)
         rounds_us[name].append(seconds / reps / layers * 1e6)
 
@@ -321,7 +329,7 @@ def test_gather_graph(benchmark, ctx, layers, n):
     mode = _paired(benchmark, clock, pre, post, target, after_target, ROUNDS)
     graphs.clear()
 
-    summary = C.summarize_rounds(rounds_us)
+    summary = summarize_rounds(rounds_us)
     ceiling = ctx.ceiling_gbps
     med = summary["median_us"]
     gbps = {k: (bytes_per_layer / (v * 1e-6) / 1e9 if v and bytes_per_layer else None) for k, v in med.items()}
@@ -362,10 +370,10 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
     torch = ctx.torch
     from freetoken.moe.offload_cache import OffloadMoeCache
 
-    layers, top_k, batch = C.MODEL["moe_layers"], C.MODEL["top_k"], 1
+    layers, top_k, batch = MODEL["moe_layers"], MODEL["top_k"], 1
     cache_size = max(EXPERTS, DECODE_SLOTS_PER_LAYER * layers)
     warm, per_block = 40, 10
-    exponent, model_rate = C.calibrate_zipf(
+    exponent, model_rate = calibrate_zipf(
         0.10, steps=150, layers=layers, experts=EXPERTS, top_k=top_k, cache_size=cache_size, warm_steps=50, seed=3
     )
     log(
@@ -373,8 +381,8 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
         f"at {cache_size} slots"
     )
     steps = warm + ROUNDS * per_block
-    trace = C.zipf_routing_trace(steps, layers, EXPERTS, top_k, exponent, batch=batch, seed=4).to(ctx.device)
-    geoms = C.nvfp4_banks()
+    trace = zipf_routing_trace(steps, layers, EXPERTS, top_k, exponent, batch=batch, seed=4).to(ctx.device)
+    geoms = nvfp4_banks()
     typed = [ctx.banks.typed(layer % SOURCES, geoms) for layer in range(layers)]
     sources = {g.name: [typed[layer][g.name] for layer in range(layers)] for g in geoms}
     caches = {}
@@ -435,7 +443,7 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
     rounds_us = {"unset": [], "unset_aa": [], "tma": []}
 
     def timed(name: str, r: int) -> None:
-        rounds_us[name].append(C.time_replays(lambda: block(name, r), 1) / per_block * 1e6)
+        rounds_us[name].append(time_replays(lambda: block(name, r), 1) / per_block * 1e6)
 
     clock = C.DeviceClock(1.0 / per_block)
 
@@ -459,13 +467,13 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
     mode = _paired(benchmark, clock, pre, post, target, after_target, ROUNDS)
     stats = {name: c.decode_miss_stats() for name, c in caches.items()}
     assert stats["unset"] == stats["tma"] == stats["unset_aa"], stats
-    err = C.cache_reference_diff(caches["tma"], lambda layer: ctx.banks.dev[layer % SOURCES], geoms, EXPERTS)
+    err = cache_reference_diff(caches["tma"], lambda layer: ctx.banks.dev[layer % SOURCES], geoms, EXPERTS)
     assert err is None, f"decode step: {err}"
     graphs.clear()
-    summary = C.summarize_rounds(rounds_us, ours="tma", base="unset", aa="unset_aa")
+    summary = summarize_rounds(rounds_us, ours="tma", base="unset", aa="unset_aa")
     med = summary["median_us"]
     misses_per_step = stats["tma"]["missing_per_layer"] * layers
-    bytes_per_step = misses_per_step * C.NVFP4_EXPERT_BYTES
+    bytes_per_step = misses_per_step * NVFP4_EXPERT_BYTES
     ctx.decode = {
         "layers": layers,
         "experts": EXPERTS,
