@@ -31,7 +31,6 @@ import argparse
 import ast
 import concurrent.futures
 import dataclasses
-import importlib.util
 import json
 import os
 import pathlib
@@ -52,9 +51,7 @@ DECODE_GATHER_EXPORT = "launch"
 
 from freetoken_overlay.toolchain import (  # noqa: E402  (the one home of the tool finders)
     DISASSEMBLER_INSTALL_HINT,
-    NVCC_INSTALL_HINT,
     ToolNotFound,
-    find_nvcc,
     find_tool,
     package_dirs,
     require_nvcc,

@@ -7,7 +7,6 @@ import functools
 from typing import Any
 
 
-
 def _loaded_library(fragment: str) -> str | None:
     try:
         with open("/proc/self/maps") as f:

@@ -11,7 +11,6 @@ from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.memory import SlotCache
 
 
-
 def load_kernels():
     """``(decode_gather module, fast_index_copy module)`` from the installed freetoken."""
     from freetoken.kernel import decode_gather as dgm

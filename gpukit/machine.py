@@ -16,6 +16,7 @@ from freetoken_overlay.toolchain import find_nvcc
 from gpukit.cudart import cuda_runtime_versions
 from gpukit.provenance import provenance
 
+
 def device_slug(name: str | None) -> str:
     """'NVIDIA H200' -> 'h200'; 'NVIDIA GeForce RTX 5090' -> 'geforce-rtx-5090'."""
     s = (name or "unknown").strip().lower()

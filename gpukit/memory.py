@@ -15,8 +15,6 @@ from typing import Any, Callable, Sequence
 from gpukit.cudart import cudart
 from gpukit.geometry import BankGeom, align_up
 
-
-
 PINNED_ENV = "GATHER_PINNED"  # register (default) | torch | freetoken
 
 

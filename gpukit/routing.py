@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 
-
 def zipf_routing_trace(
     steps: int, layers: int, experts: int, top_k: int, exponent: float, *, batch: int = 1, seed: int = 0
 ):

@@ -10,7 +10,6 @@ import statistics
 from typing import Any, Iterable
 
 
-
 def median(xs: Iterable[float]) -> float | None:
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None

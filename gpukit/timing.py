@@ -12,7 +12,6 @@ from gpukit.machine import pcie_under_load
 from gpukit.memory import PinnedBuffer
 
 
-
 class RecordedClock:
     """A pytest-benchmark timer that replays durations measured elsewhere.
 

@@ -14,14 +14,13 @@ from typing import Any, Callable
 
 import torch
 
-from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, Ring, nvfp4_banks
-from gpukit.kernels import call_ours, call_upstream
 from gpukit.decode_step import DecodeStep, StepConfig, StepVariant
+from gpukit.geometry import NVFP4_ROW_BYTES, Ring
+from gpukit.kernels import call_ours, call_upstream
 from gpukit.machine import machine_info
+from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 from gpukit.provenance import provenance
 from gpukit.schema import scrub, write
-from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
-from gpukit.routing import zipf_routing_trace
 from gpukit.timing import time_replays
 
 LAYERS, SOURCES, EXPERTS, SLOTS = 40, 4, 256, 640

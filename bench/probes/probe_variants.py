@@ -22,7 +22,7 @@ import torch
 
 from bench.probes import harness as H
 from bench.probes import variants
-from gpukit.geometry import Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
+from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import load_kernels
 
 RINGS = [Ring.parse(r) for r in os.environ.get("PROBE_RINGS", "16x4x8K,32x4x4K").split(",")]

@@ -22,14 +22,13 @@ from typing import Any
 
 import pytest
 
-
+from conformance.prereq import skip_or_fail  # noqa: E402
 from gpukit.geometry import CONFORMANCE_EXTRA_RINGS, Ring
 from gpukit.kernels import default_ring, load_kernels, precompile
 from gpukit.machine import machine_info
 from gpukit.memory import sync
 from gpukit.schema import document, resolve_dir, write
 from gpukit.skips import NO_TORCH, cuda_skip_reason
-from conformance.prereq import skip_or_fail  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPORT_ENV = "CONFORMANCE_REPORT_DIR"

@@ -23,7 +23,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from gpukit.machine import machine_info
 from gpukit.schema import REPO_ROOT, document, resolve_dir, scrub, write
 

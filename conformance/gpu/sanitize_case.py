@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from pathlib import Path
-
 
 from gpukit.geometry import Ring
 from gpukit.kernels import call_ours, call_upstream, load_kernels

@@ -13,7 +13,6 @@ Upstream's kernel is measured the same way, in the same process, as a control.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
