@@ -270,7 +270,7 @@ ptxas info    : Used 40 registers, used 0 barriers, 16 bytes cumulative stack si
 
 def test_bad_tool_override_is_reported(monkeypatch):
     monkeypatch.setenv("CUOBJDUMP", "/nonexistent/cuobjdump")
-    with pytest.raises(sass.ToolNotFound, match="CUOBJDUMP"):
+    with pytest.raises(toolchain.ToolNotFound, match="CUOBJDUMP"):
         sass.find_disassembler()
 
 
@@ -283,7 +283,7 @@ def test_missing_disassembler_names_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", str(tmp_path))
     monkeypatch.setattr(toolchain, "package_dirs", lambda name: [])
     assert sass.find_disassembler() is None
-    with pytest.raises(sass.ToolNotFound, match="nvidia-cuda-cuobjdump"):
+    with pytest.raises(toolchain.ToolNotFound, match="nvidia-cuda-cuobjdump"):
         sass.require_disassembler()
 
 
