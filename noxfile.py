@@ -42,7 +42,6 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
 
 from freetoken_overlay import requirements as req
 from freetoken_overlay.series import work_repo
@@ -57,8 +56,15 @@ from freetoken_overlay.util import (
     pip_source_args,
     wheelhouse_dir,
 )
+from gpukit import commands
 
-nox.options.sessions = ["test"]
+nox.options.sessions = ["test"]  # GPU sessions are tagged: nox -t gpu
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+
+
+def _group(name: str) -> list[str]:
+    """A PEP 735 dependency group of pyproject.toml."""
+    return list(nox.project.dependency_groups(PYPROJECT, name))
 nox.options.reuse_venv = "yes"
 nox.options.default_venv_backend = "none"  # the sessions share SHARED_VENV instead (see _venv)
 os.environ[NOX_ENV] = "1"  # the steps' advice names nox sessions
@@ -253,18 +259,27 @@ def export(session: nox.Session) -> None:
 @nox.session
 def build(session: nox.Session) -> None:
     """Build and install the patched wheel (.work/dist/) and the series' AOT kernel cache."""
-    _install_patched(session, *req.KERNEL_BUILD)
+    _install_patched(session, *_group("kernel-build"))
     session.run(_python(session), "-m", "freetoken_overlay", "build-kernels", *_posargs(session))
 
 
 @nox.session
 def test(session: nox.Session) -> None:
     """Run tests/, conformance/ and the series' upstream tests against the patched wheel."""
-    _install_patched(session, *req.TEST)
+    _install_patched(session, *_group("test"))
     upstream_tests = work_repo(Workdir.from_env()) / "tests"
     paths = [d for d in ("tests", "conformance") if (ROOT / d).is_dir()]
     paths += sorted(str(p) for p in upstream_tests.glob("**/test_*.py"))
     session.run(_python(session), "-m", "pytest", "-rs", *paths, *_posargs(session))
+
+
+def _device_slug(session: nox.Session) -> str:
+    """The device slug of this machine's GPU (``h200``), for paths the session itself must name."""
+    out = session.run(
+        _python(session), "-c", "from gpukit.machine import device_slug; import torch; "
+        "print(device_slug(torch.cuda.get_device_name() if torch.cuda.is_available() else None))", silent=True,
+    )  # fmt: skip
+    return (out or "unknown").strip().splitlines()[-1]
 
 
 def _results_dir(session: nox.Session) -> str:
@@ -272,46 +287,64 @@ def _results_dir(session: nox.Session) -> str:
     return session.env.get("BENCH_RESULTS_DIR") or str(ROOT / "results" / "{device}")
 
 
-@nox.session
+@nox.session(tags=["gpu"], default=False)
 def gpu(session: nox.Session) -> None:
     """GPU tier only: conformance/gpu + the series' upstream tests, summary into results/<device>/conformance/."""
-    _install_patched(session, *req.TEST)
+    _install_patched(session, *_group("test"))
     report_dir = session.env.get("CONFORMANCE_REPORT_DIR") or str(ROOT / "results" / "{device}" / "conformance")
     session.env["CONFORMANCE_REPORT_DIR"] = report_dir
     upstream_tests = sorted(str(p) for p in (work_repo(Workdir.from_env()) / "tests").glob("**/test_*.py"))
-    session.run(_python(session), "-m", "pytest", "-rs", "conformance/gpu", *upstream_tests, *_posargs(session))
+    session.run(_python(session), "-m", *commands.GPU.args, *upstream_tests, *_posargs(session))
 
 
-@nox.session
+@nox.session(tags=["gpu"], default=False)
 def sanitize(session: nox.Session) -> None:
     """GPU: compute-sanitizer memcheck, racecheck and synccheck on a small eager and graph case."""
-    _install_patched(session, *req.TEST)
+    _install_patched(session, *_group("test"))
     out = session.env.get("CONFORMANCE_REPORT_DIR") or str(ROOT / "results" / "{device}" / "conformance")
-    session.run(_python(session), "conformance/gpu/run_sanitizer.py", "--out", out, *_posargs(session))
+    args = [a.replace(commands.CONFORMANCE_DIR, out) for a in commands.SANITIZE.args]
+    session.run(_python(session), "-m", *args, *_posargs(session))
 
 
-@nox.session
+@nox.session(tags=["gpu"], default=False)
 def bench(session: nox.Session) -> None:
     """GPU: paired benchmarks (upstream, decode_gather, copy engine, A/A) -> results/<device>/bench.json."""
-    _install_patched(session, *req.TEST)
+    _install_patched(session, *_group("test"))
     session.env.setdefault("BENCH_RESULTS_DIR", _results_dir(session))
-    session.run(
-        _python(session), "-m", "pytest", "bench/test_bench_gather.py", "-rs",
-        "--benchmark-save=gather", f"--benchmark-storage=file://{ROOT / '.benchmarks'}", *_posargs(session),
-    )
+    storage = str(ROOT / commands.BENCH_STORAGE).replace("{device}", _device_slug(session))
+    args = [a.replace(commands.BENCH_STORAGE, storage) for a in commands.BENCH.args]
+    session.run(_python(session), "-m", *args, *_posargs(session))
+
+
+@nox.session(tags=["gpu"], default=False)
+def sweep(session: nox.Session) -> None:
+    """GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> results/<device>/ceiling.json + .png."""
+    _install_patched(session, *_group("test"), *_group("sweep"))
+    session.run(_python(session), "-m", *commands.SWEEP.args, *_posargs(session))
 
 
 @nox.session
-def sweep(session: nox.Session) -> None:
-    """GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> results/<device>/ceiling.json + .png."""
-    _install_patched(session, *req.TEST, "matplotlib")
-    session.run(_python(session), "bench/sweep.py", *_posargs(session))
-
-
-@nox.session(python=False)
 def report(session: nox.Session) -> None:
-    """Render results/ into results/REPORT.md and results/PR.md (no GPU)."""
-    session.run(sys.executable, "bench/report.py", *session.posargs, external=True)
+    """Render results/README.md, REPORT.md and PR.md from the committed JSON with the templates (no GPU)."""
+    session.install(*_group("report"))
+    session.run("python", "-m", *commands.REPORT.args, *session.posargs)
+
+
+@nox.session
+def sass(session: nox.Session) -> None:
+    """Compile-only SASS gate of the patched kernel for sm_80..sm_120 -> results/sass.json (nvcc, no GPU)."""
+    _install_patched(session, *_group("test"))
+    session.run(_python(session), "-m", *commands.SASS.args, *_posargs(session))
+
+
+@nox.session
+def compare(session: nox.Session) -> None:
+    """pytest-benchmark compare of the committed runs: the kernels side by side per miss count (no GPU)."""
+    session.install(*_group("compare"))
+    for storage in sorted((ROOT / "results").glob("*/pytest-benchmark")):
+        device = storage.parent.name
+        args = [a.replace("{device}", device) for a in commands.COMPARE.args]
+        session.run(*args, *session.posargs)
 
 
 @nox.session(python=False)

@@ -1,17 +1,13 @@
-#!/usr/bin/env python3
-"""Render results/ into results/REPORT.md and the pull-request text PR.md.
+"""Render results/ into results/README.md (the entry page), results/REPORT.md and results/PR.md.
 
-    python bench/report.py                         # results/*/ -> results/REPORT.md, results/PR.md
-    python bench/report.py --results DIR --pr-out PR.md
-    python bench/report.py --dry-run               # CPU: synthetic inputs in a temp dir, rendered there
+    python -m bench.report                      # or: nox -s report
+    python -m bench.report --results DIR --out DIR
 
-Every figure in the output is read from the JSON files the GPU runs write; nothing numeric is
-written by hand here:
-
-  results/<device>/bench.json                   bench/test_bench_gather.py
-  results/<device>/ceiling.json (+ ceiling.png) bench/sweep.py
-  results/<device>/conformance/summary.json     conformance/gpu (CONFORMANCE_REPORT_DIR)
-  results/<device>/conformance/sanitizer.json   conformance/gpu/run_sanitizer.py
+Every figure is read from the result documents (``gpukit.schema``: bench, ceiling, conformance,
+sanitizer, sass); the documents' layout is in the jinja2 templates ``bench/templates/*.md.j2``,
+the commands they print come from ``gpukit.commands``. This module turns documents into the
+tables and sentences the templates place. Long (~600 lines) because each table and sentence of
+the three pages is built here from optional fields of up to five document kinds.
 
 A speedup is upstream/ours (> 1: ours faster) and is called a tie when |speedup - 1| is within the
 A/A spread measured in the same run (upstream against a second capture of itself).
@@ -20,23 +16,19 @@ A/A spread measured in the same run (upstream against a second capture of itself
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+import jinja2
 
-from bench import common as C  # noqa: E402
+from gpukit import commands
+from gpukit.geometry import fmt_bytes
+from gpukit.machine import machine_line
+from gpukit.schema import RESULTS, load, load_device
 
-SWEEP_CMD = "python bench/sweep.py"
-BENCH_CMD = "python -m pytest bench/test_bench_gather.py -m gpu -q -rs --benchmark-save=gather"
-CONF_CMD = "CONFORMANCE_REPORT_DIR='results/{device}/conformance' python -m pytest conformance/gpu -q -rs"
-SAN_CMD = "python conformance/gpu/run_sanitizer.py --out 'results/{device}/conformance'"
-REPORT_CMD = "python bench/report.py"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+PAGES = {"README.md": "README.md.j2", "REPORT.md": "REPORT.md.j2", "PR.md": "PR.md.j2"}
 
 NOT_MEASURED = [
     (
@@ -66,29 +58,17 @@ NOT_MEASURED = [
 # ---------------------------------------------------------------------------
 
 
-def _load(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def load_results(results: Path, conformance: Path | None = None) -> dict[str, dict[str, Any]]:
-    """{device slug: {bench, ceiling, summary, sanitizer, dir}} for every results/<device>/ with data."""
+def load_results(results: Path) -> dict[str, dict[str, Any]]:
+    """{device slug: {bench, ceiling, summary, sanitizer, png}} for every results/<device>/ with data."""
     out: dict[str, dict[str, Any]] = {}
     for d in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
-        conf = (
-            (conformance / d.name if conformance and (conformance / d.name).is_dir() else conformance)
-            if conformance
-            else d / "conformance"
-        )
+        docs = load_device(results, d.name)
         entry = {
-            "dir": d,
-            "bench": _load(d / "bench.json"),
-            "ceiling": _load(d / "ceiling.json"),
-            "summary": _load(conf / "summary.json") if conf else None,
-            "sanitizer": _load(conf / "sanitizer.json") if conf else None,
-            "png": (d / "ceiling.png") if (d / "ceiling.png").exists() else None,
+            "bench": docs.get("bench"),
+            "ceiling": docs.get("ceiling"),
+            "summary": docs.get("conformance"),
+            "sanitizer": docs.get("sanitizer"),
+            "png": f"{d.name}/ceiling.png" if (d / "ceiling.png").exists() else None,
         }
         if any(entry[k] for k in ("bench", "ceiling", "summary", "sanitizer")):
             out[d.name] = entry
@@ -146,7 +126,7 @@ def layer_groups(bench: dict[str, Any]):
 def default_ring_text(bench: dict[str, Any]) -> str:
     """The measured default ring as CTAs x stages x chunk, e.g. ``16x4x8 KiB``."""
     ring = (bench.get("kernel") or {}).get("decode_gather_default_ring") or {}
-    return f"{ring.get('ctas')}x{ring.get('stages')}x{C.fmt_bytes(ring.get('chunk_bytes') or 0)}"
+    return f"{ring.get('ctas')}x{ring.get('stages')}x{fmt_bytes(ring.get('chunk_bytes') or 0)}"
 
 
 def gather_table(rows: list[dict[str, Any]], *, copy_engine: bool = True) -> str:
@@ -169,7 +149,7 @@ def gather_table(rows: list[dict[str, Any]], *, copy_engine: bool = True) -> str
         us = r.get("us") or {}
         cells = [
             str(r["n"]),
-            C.fmt_bytes(r["bytes_per_layer"]) if r["bytes_per_layer"] else "0",
+            fmt_bytes(r["bytes_per_layer"]) if r["bytes_per_layer"] else "0",
             f(us.get("upstream")),
             f(us.get("ours")),
             f(r.get("speedup"), 3),
@@ -215,7 +195,7 @@ def ceiling_line(bench: dict[str, Any] | None, ceiling: dict[str, Any] | None) -
         s, e = c.get("start") or {}, c.get("end") or {}
         parts.append(
             f"copy-engine ceiling in the benchmark run: {f(s.get('gbps'))} GB/s at the start, "
-            f"{f(e.get('gbps'))} GB/s at the end ({C.fmt_bytes(s.get('bytes', 0))} pinned H2D, median of {s.get('reps', '–')})"
+            f"{f(e.get('gbps'))} GB/s at the end ({fmt_bytes(s.get('bytes', 0))} pinned H2D, median of {s.get('reps', '–')})"
         )
     if ceiling and (ceiling.get("summary") or {}).get("copy_engine_gbps"):
         parts.append(f"sweep: {f(ceiling['summary']['copy_engine_gbps'])} GB/s (best copy-engine size)")
@@ -258,143 +238,116 @@ def sweep_bytes_in_flight(ceiling: dict[str, Any] | None, share: float = 0.97) -
     first = ok[0]
     return (
         f"the fewest ring bytes in flight within {share:.0%} of the best ring ({best:.1f} GB/s) were "
-        f"{C.fmt_bytes(first.get('bytes_in_flight') or 0)} ({first.get('tag')}, {gbps(first):.1f} GB/s, NVFP4 gather); "
+        f"{fmt_bytes(first.get('bytes_in_flight') or 0)} ({first.get('tag')}, {gbps(first):.1f} GB/s, NVFP4 gather); "
         "CTA count alone does not predict it (see the heatmap)"
     )
 
 
-def render_report(data: dict[str, dict[str, Any]], results: Path) -> str:
-    out = [
-        "# Decode-gather measurements",
-        "",
-        f"Generated by `{REPORT_CMD}` from the JSON files under `results/`; every figure below is read from "
-        "them. Speedup = upstream / ours (> 1: decode_gather faster); a *tie* is a speedup within the A/A "
-        "spread (upstream against a second capture of itself, same run).",
-        "",
-    ]
-    if not data:
+def device_section(e: dict[str, Any]) -> str:
+    """REPORT.md's body for one device: gather tables, decode step, sweep, conformance, sanitizer."""
+    out: list[str] = []
+    bench = e.get("bench")
+    if bench:
+        up = (bench.get("kernel") or {}).get("upstream") or {}
         out += [
-            "No results yet. On a CUDA machine run:",
+            "### Gather in a captured CUDA graph (time per layer)",
             "",
-            "```sh",
-            CONF_CMD,
-            SAN_CMD,
-            BENCH_CMD,
-            SWEEP_CMD,
-            REPORT_CMD,
-            "```",
+            f"decode_gather ring {default_ring_text(bench)} "
+            f"(CTAs x stages x chunk) against upstream fast_index_copy_multi "
+            f"{up.get('num_threads')} threads x {up.get('blocks_per_bank')} blocks per bank; "
+            f"NVFP4 experts of {f((bench.get('geometry') or {}).get('bytes_per_expert'), 0)} B; "
+            f"{(bench.get('method') or {}).get('rounds')} paired alternating rounds. "
+            + ceiling_line(bench, e.get("ceiling"))
+            + ".",
             "",
         ]
-        return "\n".join(out)
-    for slug, e in data.items():
-        m = machine_of(e)
-        out += [f"## {m.get('device_name') or slug}", "", f"Machine: {C.machine_line(m)}", ""]
-        bench = e.get("bench")
-        if bench:
-            up = (bench.get("kernel") or {}).get("upstream") or {}
+        for layers, rows in layer_groups(bench):
+            out += [f"#### {layers}-layer graph", "", gather_table(rows), "", verdict_sentence(rows, layers), ""]
+        ver = bench.get("verified") or {}
+        out += [
+            f"Every timed set was poisoned first and byte-verified after: {f(ver.get('timed_sets'), 0)} sets, "
+            f"{fmt_bytes(ver.get('bytes') or 0)} verified.",
+            "",
+        ]
+        d = bench.get("decode_step")
+        if d:
+            us = d.get("us_per_step") or {}
             out += [
-                "### Gather in a captured CUDA graph (time per layer)",
+                "### Decode step through OffloadMoeCache (captured, per step)",
                 "",
-                f"decode_gather ring {default_ring_text(bench)} "
-                f"(CTAs x stages x chunk) against upstream fast_index_copy_multi "
-                f"{up.get('num_threads')} threads x {up.get('blocks_per_bank')} blocks per bank; "
-                f"NVFP4 experts of {f((bench.get('geometry') or {}).get('bytes_per_expert'), 0)} B; "
-                f"{(bench.get('method') or {}).get('rounds')} paired alternating rounds. "
-                + ceiling_line(bench, e.get("ceiling"))
-                + ".",
-                "",
-            ]
-            for layers, rows in layer_groups(bench):
-                out += [f"#### {layers}-layer graph", "", gather_table(rows), "", verdict_sentence(rows, layers), ""]
-            ver = bench.get("verified") or {}
-            out += [
-                f"Every timed set was poisoned first and byte-verified after: {f(ver.get('timed_sets'), 0)} sets, "
-                f"{C.fmt_bytes(ver.get('bytes') or 0)} verified.",
-                "",
-            ]
-            d = bench.get("decode_step")
-            if d:
-                us = d.get("us_per_step") or {}
-                out += [
-                    "### Decode step through OffloadMoeCache (captured, per step)",
-                    "",
-                    table(
+                table(
+                    [
+                        "layers",
+                        "slots",
+                        "miss rate",
+                        "misses / step",
+                        "unset µs",
+                        "tma µs",
+                        "speedup (unset/tma)",
+                        "A/A spread",
+                        "verdict",
+                        "ideal copy µs",
+                    ],
+                    [
                         [
-                            "layers",
-                            "slots",
-                            "miss rate",
-                            "misses / step",
-                            "unset µs",
-                            "tma µs",
-                            "speedup (unset/tma)",
-                            "A/A spread",
-                            "verdict",
-                            "ideal copy µs",
-                        ],
-                        [
-                            [
-                                str(d.get("layers")),
-                                f(d.get("cache_slots"), 0),
-                                f(d.get("miss_rate"), 3),
-                                f(d.get("misses_per_step"), 2),
-                                f(us.get("unset"), 1),
-                                f(us.get("tma"), 1),
-                                f(d.get("speedup"), 3),
-                                ("±" + f(d["aa_spread"], 3)) if d.get("aa_spread") is not None else "–",
-                                d.get("verdict") or "–",
-                                f(d.get("ideal_copy_us_per_step"), 1),
-                            ]
-                        ],
-                    ),
-                    "",
-                    decode_step_note(d),
-                    "",
-                    f"Routing: Zipf exponent {f(d.get('zipf_exponent'), 3)} (modelled LRU miss rate "
-                    f"{f(d.get('modelled_miss_rate'), 3)}), top-{d.get('top_k')}, batch {d.get('batch')}, "
-                    f"{d.get('rounds')} rounds of {d.get('steps_per_round')} steps. {d.get('note', '')}",
-                    "",
-                ]
-        ce = e.get("ceiling")
-        if ce:
-            s = ce.get("summary") or {}
-            rows = []
-            for key, label in (
-                ("best_ring_flat_gbps", "TMA ring, flat"),
-                ("best_ring_gather_gbps", "TMA ring, NVFP4 gather"),
-                ("best_ldg_flat_gbps", "LDG grid, flat"),
-                ("best_ldg_gather_gbps", "LDG grid, NVFP4 gather"),
-            ):
-                b = s.get(key)
-                if b:
-                    rows.append(
-                        [
-                            label,
-                            b["config"],
-                            C.fmt_bytes(b["bytes_in_flight"]),
-                            f(b["gbps"]),
-                            f(b.get("pct_of_copy_engine"), 0, "%"),
+                            str(d.get("layers")),
+                            f(d.get("cache_slots"), 0),
+                            f(d.get("miss_rate"), 3),
+                            f(d.get("misses_per_step"), 2),
+                            f(us.get("unset"), 1),
+                            f(us.get("tma"), 1),
+                            f(d.get("speedup"), 3),
+                            ("±" + f(d["aa_spread"], 3)) if d.get("aa_spread") is not None else "–",
+                            d.get("verdict") or "–",
+                            f(d.get("ideal_copy_us_per_step"), 1),
                         ]
-                    )
-            out += [
-                "### Ceiling sweep",
+                    ],
+                ),
                 "",
-                f"Copy engine (best size): {f(s.get('copy_engine_gbps'))} GB/s.",
+                decode_step_note(d),
                 "",
-                table(["path", "best config", "bytes in flight", "GB/s", "% of copy engine"], rows),
+                f"Routing: Zipf exponent {f(d.get('zipf_exponent'), 3)} (modelled LRU miss rate "
+                f"{f(d.get('modelled_miss_rate'), 3)}), top-{d.get('top_k')}, batch {d.get('batch')}, "
+                f"{d.get('rounds')} rounds of {d.get('steps_per_round')} steps. {d.get('note', '')}",
                 "",
             ]
-            if ce.get("skipped"):
-                out += [f"{len(ce['skipped'])} ring(s) skipped (shared-memory cap).", ""]
-            if ce.get("synthetic"):
-                out += ["**The sweep file is synthetic (`--dry-run`): not a measurement.**", ""]
-            if e.get("png"):
-                out += [f"![ceiling sweep]({e['png'].relative_to(results).as_posix()})", ""]
-            out += [f"Sweep command: `{ce.get('command') or SWEEP_CMD}`", ""]
-        out += conformance_section(e)
-    out += sass_section(results)
-    out += targets_section(data)
-    out += open_questions_section(data)
-    out += not_measured_section() + reproduce_section()
+    ce = e.get("ceiling")
+    if ce:
+        s = ce.get("summary") or {}
+        rows = []
+        for key, label in (
+            ("best_ring_flat_gbps", "TMA ring, flat"),
+            ("best_ring_gather_gbps", "TMA ring, NVFP4 gather"),
+            ("best_ldg_flat_gbps", "LDG grid, flat"),
+            ("best_ldg_gather_gbps", "LDG grid, NVFP4 gather"),
+        ):
+            b = s.get(key)
+            if b:
+                rows.append(
+                    [
+                        label,
+                        b["config"],
+                        fmt_bytes(b["bytes_in_flight"]),
+                        f(b["gbps"]),
+                        f(b.get("pct_of_copy_engine"), 0, "%"),
+                    ]
+                )
+        out += [
+            "### Ceiling sweep",
+            "",
+            f"Copy engine (best size): {f(s.get('copy_engine_gbps'))} GB/s.",
+            "",
+            table(["path", "best config", "bytes in flight", "GB/s", "% of copy engine"], rows),
+            "",
+        ]
+        if ce.get("skipped"):
+            out += [f"{len(ce['skipped'])} ring(s) skipped (shared-memory cap).", ""]
+        if ce.get("synthetic"):
+            out += ["**The sweep file is synthetic (`--dry-run`): not a measurement.**", ""]
+        if e.get("png"):
+            out += [f"![ceiling sweep]({e['png']})", ""]
+        out += [f"Sweep command: `{ce.get('command') or commands.SWEEP.line}`", ""]
+    out += conformance_section(e)
     return "\n".join(out)
 
 
@@ -410,7 +363,7 @@ def conformance_section(e: dict[str, Any]) -> list[str]:
             f"{'PASSED' if s.get('passed') else 'NOT PASSED'}: {f(tests.get('passed', 0), 0)} passed, "
             f"{f(tests.get('failed', 0), 0)} failed, {f(tests.get('error', 0), 0)} errors, "
             f"{f(tests.get('skipped', 0), 0)} skipped; {f(t.get('verified_calls'), 0)} byte-verified decode_gather "
-            f"calls moving {C.fmt_bytes(t.get('verified_bytes') or 0)} (plus {f(t.get('upstream_control_calls', 0), 0)} "
+            f"calls moving {fmt_bytes(t.get('verified_bytes') or 0)} (plus {f(t.get('upstream_control_calls', 0), 0)} "
             f"upstream control calls), in {f(s.get('duration_s'), 0)} s.",
             "",
         ]
@@ -418,7 +371,7 @@ def conformance_section(e: dict[str, Any]) -> list[str]:
             [
                 g,
                 f(v.get("calls"), 0),
-                C.fmt_bytes(v.get("bytes") or 0),
+                fmt_bytes(v.get("bytes") or 0),
                 ", ".join(f"{k} {n}" for k, n in sorted((v.get("tests") or {}).items())),
             ]
             for g, v in (s.get("groups") or {}).items()
@@ -450,7 +403,7 @@ def conformance_section(e: dict[str, Any]) -> list[str]:
 
 def sass_section(results: Path) -> list[str]:
     """The compile-only SASS gate (``python -m conformance.sass --out results/sass.json``), if present."""
-    doc = _load(results / "sass.json")
+    doc = load(results / "sass.json")
     if not doc or not doc.get("reports"):
         return []
     rows = []
@@ -471,7 +424,7 @@ def sass_section(results: Path) -> list[str]:
     return [
         "## SASS of the default ring (compile only, no GPU)",
         "",
-        f"`python -m conformance.sass --arch 80,90,100,120 --out results/sass.json --check` ({nvcc}; "
+        f"`{commands.SASS.nox}` (`{commands.SASS.line}`; {nvcc}; "
         "int32 and int64 index kernels):",
         "",
         table(["arch", "registers", "stack B", "spill B", "LDL/STL", "UBLKCP", "CALL.ABS.NOINC"], rows),
@@ -552,7 +505,7 @@ def open_questions_section(data: dict[str, dict[str, Any]]) -> list[str]:
         "## The proposal's open questions",
         "",
         "1. *Per-link setting or startup probe for CTAs and stages?* Bytes in flight is the quantity that matters, "
-        "not thread or CTA count; from the ceiling sweep (`python bench/sweep.py`):",
+        f"not thread or CTA count; from the ceiling sweep (`{commands.SWEEP.nox}`):",
         *q1,
         "   The default ring (512 KiB) sits above that point here and below the ~1 MiB where the proposal's "
         "consumer host lost bandwidth; `FREETOKEN_DECODE_GATHER_RING` is the per-link override. No startup "
@@ -567,251 +520,155 @@ def not_measured_section() -> list[str]:
     return ["## Not measured", ""] + [f"- **{k}**: {v}." for k, v in NOT_MEASURED] + [""]
 
 
-def reproduce_section() -> list[str]:
-    return [
-        "## Reproduce",
-        "",
-        "On a CUDA machine with the patched freetoken installed:",
-        "",
-        "```sh",
-        CONF_CMD,
-        SAN_CMD,
-        BENCH_CMD,
-        SWEEP_CMD + "    # the ceiling sweep any reviewer can run (--quick: ~1 min)",
-        REPORT_CMD,
-        "```",
-        "",
-    ]
-
-
-# ---------------------------------------------------------------------------
-# PR.md
-# ---------------------------------------------------------------------------
-
-
-def render_pr(data: dict[str, dict[str, Any]]) -> str:
-    out = [
-        "# moe: decode-time expert gather through a TMA bulk-copy ring (`FREETOKEN_DECODE_GATHER=tma`)",
-        "",
-        "## What changed",
-        "",
-        "- New kernel `freetoken.kernel.decode_gather` (`csrc/jit/decode_gather.cuh`): the same bytes as "
-        "`fast_index_copy_multi` (rows `src_indices[i]` -> `dst_indices[i]` of every bank, `i < num_indices`), "
-        "but the call is cut into chunks dealt round-robin to a few CTAs, each driving a ring of "
-        "`cp.async.bulk` copies (host -> shared memory -> slot cache) with one elected thread. Only the "
-        "`.shared::cta` form is used, so no driver routine raises the context's stack limit.",
-        "- The miss count is read on the device and clamped to the index capacity; the call is CUDA-graph "
-        "capturable. Host-side checks (bank count, 16-byte rows and bases, index dtypes/devices) reject bad "
-        "input before any launch.",
-        "- `OffloadMoeCache` reads `FREETOKEN_DECODE_GATHER` at construction: unset keeps upstream's kernel, "
-        "`tma` selects decode_gather on the decode miss path (sm_90+ with the fused copy plan), anything else "
-        "is a `ValueError`. `FREETOKEN_DECODE_GATHER_RING=<ctas>x<stages>x<chunk_bytes>` sets the ring per link "
-        "(default 16x4x8192, prebuilt in the AOT kernel cache).",
-        "- `tests/kernels/test_bulk_copy_sass.py` compiles every JIT header that issues `cp.async.bulk` for "
-        "sm_120 and fails on `CALL.ABS.NOINC` in its SASS (nvcc + cuobjdump, no GPU needed).",
-        "",
-    ]
-    if not data:
-        out += ["_No GPU results yet._", ""]
-    for slug, e in data.items():
-        m = machine_of(e)
-        bench = e.get("bench")
-        out += [f"## Results: {m.get('device_name') or slug}", "", f"{C.machine_line(m)}", ""]
-        if bench:
+def pr_device_section(e: dict[str, Any]) -> str:
+    """PR.md's results for one device: gather tables without the copy engine, decode step, verification."""
+    out: list[str] = []
+    bench = e.get("bench")
+    if bench:
+        out += [
+            f"Per-layer time of the gather in a captured graph, default ring {default_ring_text(bench)}; "
+            + ceiling_line(bench, e.get("ceiling")) + ".",
+            "",
+        ]
+        for layers, rows in layer_groups(bench):
             out += [
-                f"Per-layer time of the gather in a captured graph, default ring {default_ring_text(bench)}; "
-                + ceiling_line(bench, e.get("ceiling")) + ".",
+                f"**{layers} layers**",
+                "",
+                gather_table(rows, copy_engine=False),
+                "",
+                verdict_sentence(rows, layers),
                 "",
             ]
-            for layers, rows in layer_groups(bench):
-                out += [
-                    f"**{layers} layers**",
-                    "",
-                    gather_table(rows, copy_engine=False),
-                    "",
-                    verdict_sentence(rows, layers),
-                    "",
-                ]
-            d = bench.get("decode_step")
-            if d:
-                us = d.get("us_per_step") or {}
-                out += [
-                    f"Decode step through the real cache ({d.get('layers')} layers, miss rate {f(d.get('miss_rate'), 3)}, "
-                    f"captured): unset {f(us.get('unset'), 1)} µs, tma {f(us.get('tma'), 1)} µs per step "
-                    f"(speedup {f(d.get('speedup'), 3)}). " + decode_step_note(d),
-                    "",
-                ]
-        s, san = e.get("summary"), e.get("sanitizer")
-        if s or san:
-            out += ["### Verification", ""]
-        if s:
-            t = s.get("totals") or {}
-            tests = t.get("tests") or {}
+        d = bench.get("decode_step")
+        if d:
+            us = d.get("us_per_step") or {}
             out += [
-                f"- GPU conformance: {f(tests.get('passed', 0), 0)} passed, {f(tests.get('failed', 0), 0)} failed; "
-                f"{f(t.get('verified_calls'), 0)} decode_gather calls byte-verified against a torch-indexing reference "
-                f"({C.fmt_bytes(t.get('verified_bytes') or 0)}), every one on a poisoned slot cache with canaries."
+                f"Decode step through the real cache ({d.get('layers')} layers, miss rate {f(d.get('miss_rate'), 3)}, "
+                f"captured): unset {f(us.get('unset'), 1)} µs, tma {f(us.get('tma'), 1)} µs per step "
+                f"(speedup {f(d.get('speedup'), 3)}). " + decode_step_note(d),
+                "",
             ]
-        if san:
-            tools = ", ".join(
-                f"{tool} {r.get('errors') if r.get('errors') is not None else 'no summary'}"
-                for tool, r in (san.get("tools") or {}).items()
-            )
-            out += [f"- compute-sanitizer errors: {tools}."]
-        if bench and bench.get("verified"):
-            v = bench["verified"]
-            out += [f"- Benchmarks: every timed set byte-verified ({f(v.get('timed_sets'), 0)} sets)."]
-        out += [""]
-    out += targets_section(data)
-    out += open_questions_section(data)
-    out += not_measured_section() + reproduce_section()
+    s, san = e.get("summary"), e.get("sanitizer")
+    if s or san:
+        out += ["### Verification", ""]
+    if s:
+        t = s.get("totals") or {}
+        tests = t.get("tests") or {}
+        out += [
+            f"- GPU conformance: {f(tests.get('passed', 0), 0)} passed, {f(tests.get('failed', 0), 0)} failed; "
+            f"{f(t.get('verified_calls'), 0)} decode_gather calls byte-verified against a torch-indexing reference "
+            f"({fmt_bytes(t.get('verified_bytes') or 0)}), every one on a poisoned slot cache with canaries."
+        ]
+    if san:
+        tools = ", ".join(
+            f"{tool} {r.get('errors') if r.get('errors') is not None else 'no summary'}"
+            for tool, r in (san.get("tools") or {}).items()
+        )
+        out += [f"- compute-sanitizer errors: {tools}."]
+    if bench and bench.get("verified"):
+        v = bench["verified"]
+        out += [f"- Benchmarks: every timed set byte-verified ({f(v.get('timed_sets'), 0)} sets)."]
+    out += [""]
     return "\n".join(out)
 
 
-# ---------------------------------------------------------------------------
-# --dry-run: synthetic inputs
-# ---------------------------------------------------------------------------
+def device_name(slug: str, e: dict[str, Any]) -> str:
+    return machine_of(e).get("device_name") or slug
 
 
-def synthetic_results(root: Path) -> None:
-    """A complete synthetic results/<device>/ tree (clearly labelled) for the CPU smoke path."""
-    import argparse as _ap
+def headline(slug: str, e: dict[str, Any]) -> str:
+    """One sentence: the device's verdict on the per-layer gather and on the decode step."""
+    bench = e.get("bench") or {}
+    rows = sorted(gather_rows(bench), key=lambda r: r["n"])
+    main = [r for r in rows if r.get("layers") == 40 or r["n"] > 32]
+    m = machine_of(e)
+    link = f", PCIe Gen{m.get('pcie_gen_under_load') or m.get('pcie_gen_current')}" if m.get("pcie_gen_current") else ""
+    if not main:
+        return f"{device_name(slug, e)}{link}: no benchmark yet."
+    groups = verdict_counts(main)
+    parts = [f"{v} at n = {', '.join(str(n) for n in ns)}" for v, ns in sorted(groups.items())]
+    text = f"On {device_name(slug, e)}{link}, decode_gather against fast_index_copy_multi per layer is " + "; ".join(parts)
+    d = bench.get("decode_step")
+    if d and d.get("speedup") is not None:
+        spread = f" against an A/A spread of ±{d['aa_spread']:.3f}" if d.get("aa_spread") is not None else ""
+        text += f"; the captured decode step is a {d.get('verdict')} ({d['speedup']:.3f}{spread})"
+    return text + "."
 
-    from bench import sweep
 
-    slug = "synthetic-gpu"
-    d = root / slug
-    machine = {
-        "device_name": "Synthetic GPU (dry run)",
-        "device_slug": slug,
-        "capability": "9.0",
-        "driver": "0.0",
-        "pcie_gen_current": "5",
-        "pcie_width_current": "16",
-        "torch": "0.0",
-        "torch_cuda": "0.0",
-        "freetoken": "0.0+dry",
-        "series_hash": "000000000000",
+def status(doc: dict[str, Any] | None) -> str:
+    if not doc:
+        return "–"
+    return "passed" if doc.get("passed") else "**not passed**"
+
+
+def summary_rows(data: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """results/README.md's table: one row per miss count of the main graph and one for the decode step."""
+    out = []
+    for slug, e in data.items():
+        bench = e.get("bench") or {}
+        m = machine_of(e)
+        series = m.get("series_hash") or (bench.get("provenance") or {}).get("series_hash") or "–"
+        common = [status(e.get("summary")), status(e.get("sanitizer")), f"`{series}`"]
+        for r in sorted(gather_rows(bench), key=lambda r: (r["layers"] != 40, r["layers"], r["n"])):
+            if r.get("layers") != 40 and r["n"] <= 32:
+                continue
+            out.append([device_name(slug, e), f"gather, {r['layers']} layers", str(r["n"]), f(r.get("speedup"), 3),
+                        spread_text(r), verdict_text(r), *common])  # fmt: skip
+        d = bench.get("decode_step")
+        if d:
+            out.append([device_name(slug, e), f"decode step, {d.get('layers')} layers", f"{f(d.get('misses_per_step'), 1)} / step",
+                        f(d.get("speedup"), 3), spread_text(d), verdict_text(d), *common])  # fmt: skip
+    return out
+
+
+def spread_text(r: dict[str, Any]) -> str:
+    return ("±" + f(r.get("aa_spread"), 3)) if r.get("aa_spread") is not None else "–"
+
+
+SUMMARY_HEADER = ["device", "what", "n", "ratio (upstream/ours)", "A/A spread", "verdict", "conformance", "sanitizer", "series"]
+
+
+def context(results: Path) -> dict[str, Any]:
+    """Everything the templates read."""
+    data = load_results(results)
+    return {
+        "data": data,
+        "devices": [
+            {"slug": slug, "name": device_name(slug, e), "machine": machine_line(machine_of(e)), "entry": e,
+             "headline": headline(slug, e), "report": device_section(e), "pr": pr_device_section(e)}
+            for slug, e in data.items()
+        ],  # fmt: skip
+        "summary": table(SUMMARY_HEADER, summary_rows(data)) if data else "",
+        "sass": "\n".join(sass_section(results)),
+        "targets": "\n".join(targets_section(data)),
+        "open_questions": "\n".join(open_questions_section(data)),
+        "not_measured": NOT_MEASURED,
+        "cmd": commands,
     }
-    rows = []
-    for layers, ns in ((40, (0, 1, 2, 8)), (16, (1, 4)), (4, (600,))):
-        for n in ns:
-            up = 1.4 + 36.0 * n
-            ours = up / (1.2 if n == 0 else 1.0)
-            b = n * C.NVFP4_EXPERT_BYTES
-            rounds = {
-                "upstream": [up] * 5,
-                "upstream_aa": [up * 1.004] * 5,
-                "ours": [ours] * 5,
-                **({"copy_engine": [up * 1.3] * 5} if n else {}),
-            }
-            s = C.summarize_rounds(rounds)
-            gbps = {k: (b / (v * 1e-6) / 1e9 if b else None) for k, v in s["median_us"].items()}
-            rows.append(
-                {
-                    "layers": layers,
-                    "n": n,
-                    "bytes_per_layer": b,
-                    "us": s["median_us"],
-                    "rounds_us": rounds,
-                    "speedup": s["speedup"],
-                    "aa_spread": s["aa_spread"],
-                    "verdict": s["verdict"],
-                    "gbps": gbps,
-                    "pct_of_ceiling": {k: (100 * v / 53.0 if v else None) for k, v in gbps.items()},
-                    "ideal_us": b / 53e9 * 1e6,
-                }
-            )
-    bench = {
-        "schema": "freetoken-decode-gather-bench/1",
-        "synthetic": True,
-        "machine": machine,
-        "kernel": {
-            "decode_gather_default_ring": {"ctas": 16, "stages": 4, "chunk_bytes": 8192},
-            "upstream": {"num_threads": 1024, "blocks_per_bank": 8},
-        },
-        "geometry": {"bytes_per_expert": C.NVFP4_EXPERT_BYTES},
-        "method": {"rounds": 5},
-        "ceiling": {"start": {"gbps": 53.0, "bytes": 256 << 20, "reps": 10}, "end": {"gbps": 52.9}},
-        "gather": rows,
-        "verified": {"timed_sets": 123, "bytes": 10**10},
-        "decode_step": {
-            "layers": 40,
-            "cache_slots": 1920,
-            "miss_rate": 0.1,
-            "misses_per_step": 32.0,
-            "us_per_step": {"unset": 1500.0, "tma": 1490.0},
-            "speedup": 1.007,
-            "ideal_copy_us_per_step": 1075.0,
-            "zipf_exponent": 1.5,
-            "modelled_miss_rate": 0.1,
-            "top_k": 8,
-            "batch": 1,
-            "rounds": 7,
-            "steps_per_round": 10,
-            "note": "synthetic",
-        },
-    }
-    C.write_json(d / "bench.json", bench)
-    args = _ap.Namespace(flat_bytes="64M", gather_n=32)
-    ring_list = sweep.parse_rings([4, 16, 64], "4x8K,4x16K")
-    ceiling = sweep.synthetic(args, ring_list, [4, 8], [1 << 20, 64 << 20], 96 * 1024)
-    ceiling["summary"] = sweep.summarize(ceiling)
-    ceiling["machine"] = machine
-    C.write_json(d / "ceiling.json", ceiling)
-    summary = {
-        "synthetic": True,
-        "passed": True,
-        "duration_s": 100,
-        "machine": machine,
-        "groups": {"gather_exact": {"calls": 1202, "bytes": 10**11, "tests": {"passed": 20}}},
-        "totals": {
-            "verified_calls": 1202,
-            "verified_bytes": 10**11,
-            "upstream_control_calls": 6,
-            "tests": {"passed": 20},
-        },
-        "failures": [],
-    }
-    C.write_json(d / "conformance" / "summary.json", summary)
-    C.write_json(
-        d / "conformance" / "sanitizer.json",
-        {
-            "synthetic": True,
-            "passed": True,
-            "tools": {
-                t: {"errors": 0, "warnings": 0, "case_exact": True} for t in ("memcheck", "racecheck", "synccheck")
-            },
-        },
-    )
+
+
+def render(results: Path) -> dict[str, str]:
+    """{page name: text} of the three pages."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )  # fmt: skip
+    ctx = context(results)
+    return {name: env.get_template(t).render(ctx).rstrip() + "\n" for name, t in PAGES.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", default=str(REPO_ROOT / "results"), help="results directory (default: %(default)s)")
-    ap.add_argument(
-        "--conformance",
-        default=None,
-        help="directory holding summary.json/sanitizer.json (default: results/<device>/conformance)",
-    )
-    ap.add_argument("--report-out", default=None, help="default: <results>/REPORT.md")
-    ap.add_argument("--pr-out", default=None, help="default: <results>/PR.md")
-    ap.add_argument("--dry-run", action="store_true", help="synthetic inputs in a temp dir, rendered there")
+    ap.add_argument("--results", default=str(RESULTS), help="results directory (default: %(default)s)")
+    ap.add_argument("--out", default=None, help="where the three pages go (default: the results directory)")
     args = ap.parse_args(argv)
     results = Path(args.results)
-    if args.dry_run:
-        results = Path(tempfile.mkdtemp(prefix="report-dry-")) / "results"
-        synthetic_results(results)
-        args.report_out = args.pr_out = None
-        print(f"[report] dry run: synthetic inputs under {results}")
-    data = load_results(results, Path(args.conformance) if args.conformance else None)
-    report = Path(args.report_out) if args.report_out else results / "REPORT.md"
-    pr = Path(args.pr_out) if args.pr_out else results / "PR.md"
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(render_report(data, results))
-    pr.parent.mkdir(parents=True, exist_ok=True)
-    pr.write_text(render_pr(data))
-    print(f"[report] {len(data)} device(s): wrote {report} and {pr}")
+    out = Path(args.out) if args.out else results
+    out.mkdir(parents=True, exist_ok=True)
+    pages = render(results)
+    for name, text in pages.items():
+        (out / name).write_text(text)
+    print(f"[report] {len(load_results(results))} device(s): wrote {', '.join(str(out / n) for n in pages)}")
     return 0
 
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Host->device ceiling sweep: what a gather from pinned host memory can reach on THIS machine.
 
-    python bench/sweep.py                    # default grid, ~3-4 min on an H200 (mostly nvcc)
-    python bench/sweep.py --quick            # a few configs, ~1 min
-    python bench/sweep.py --ctas 8,16,32 --rings 4x8K,4x16K --ldg-blocks 8 --ce-sizes 64M
-    python bench/sweep.py --dry-run          # CPU: synthetic numbers -> JSON + PNG in a temp dir
+    python -m bench.sweep                    # default grid, ~3-4 min on an H200 (mostly nvcc)
+    python -m bench.sweep --quick            # a few configs, ~1 min
+    python -m bench.sweep --ctas 8,16,32 --rings 4x8K,4x16K --ldg-blocks 8 --ce-sizes 64M
+    python -m bench.sweep --dry-run          # CPU: synthetic numbers -> JSON + PNG in a temp dir
 
 Three ways to move the bytes, every copy verified word-exact against a device copy of the source:
 
@@ -33,11 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from bench import common as C  # noqa: E402
+from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
+from gpukit.kernels import call_ours, call_upstream, load_kernels, precompile
+from gpukit.machine import machine_info, machine_line, pcie_under_load
+from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
+from gpukit.schema import document, resolve_dir, write
+from gpukit.timing import reps_for, time_replays
 
 DEFAULTS = {
     "ctas": "1,2,4,8,16,32,64,132",
@@ -55,12 +56,12 @@ def parse_size(text: str) -> int:
     return int(float(t.rstrip("KMG")) * mult)
 
 
-def parse_rings(ctas: list[int], rings: str) -> list[C.Ring]:
+def parse_rings(ctas: list[int], rings: str) -> list[Ring]:
     out = []
     for spec in rings.split(","):
         stages, chunk = spec.lower().split("x")
         for c in ctas:
-            out.append(C.Ring(c, int(stages), parse_size(chunk)))
+            out.append(Ring(c, int(stages), parse_size(chunk)))
     return out
 
 
@@ -80,16 +81,16 @@ class Runner:
         self.torch = torch
         self.args = args
         self.dev = torch.device("cuda", torch.cuda.current_device())
-        self.dgm, self.fic = C.load_kernels()
+        self.dgm, self.fic = load_kernels()
         rng = random.Random(0)
         self.flat_rows = max(1, parse_size(args.flat_bytes) // FLAT_ROW)
-        self.flat_banks = C.HostBanks(1, self.flat_rows, [FLAT_ROW], self.dev, seed=1)
-        self.flat_cache = C.SlotCache(self.flat_rows, [FLAT_ROW], self.dev)
+        self.flat_banks = HostBanks(1, self.flat_rows, [FLAT_ROW], self.dev, seed=1)
+        self.flat_cache = SlotCache(self.flat_rows, [FLAT_ROW], self.dev)
         self.flat_idx = torch.arange(self.flat_rows, dtype=torch.int32, device=self.dev)
-        self.g_banks = C.HostBanks(1, C.MODEL["experts"], C.NVFP4_ROW_BYTES, self.dev, seed=2)
-        self.g_cache = C.SlotCache(args.gather_n, C.NVFP4_ROW_BYTES, self.dev)
-        self.g_misses = C.MissList(args.gather_n, "int32", self.dev)
-        dst, src = C.random_misses(rng, args.gather_n, args.gather_n, args.gather_n, C.MODEL["experts"])
+        self.g_banks = HostBanks(1, MODEL["experts"], NVFP4_ROW_BYTES, self.dev, seed=2)
+        self.g_cache = SlotCache(args.gather_n, NVFP4_ROW_BYTES, self.dev)
+        self.g_misses = MissList(args.gather_n, "int32", self.dev)
+        dst, src = random_misses(rng, args.gather_n, args.gather_n, args.gather_n, MODEL["experts"])
         self.g_plan = (dst, src)
         self.g_misses.set(dst, src, args.gather_n)
 
@@ -97,13 +98,13 @@ class Runner:
         """Median GB/s of ``--samples`` timed sets of ``reps`` calls (reps sized to ~``--target-ms``),
         each set poisoned first and verified after."""
         call()
-        est = C.time_replays(call, 1)
-        reps = C.reps_for(self.args.target_ms / 1e3, est, 2, 200)
+        est = time_replays(call, 1)
+        reps = reps_for(self.args.target_ms / 1e3, est, 2, 200)
         samples = []
         for i in range(self.args.samples):
-            poison = C.poison_value(i)
+            poison = poison_value(i)
             check("poison", poison)
-            s = C.time_replays(call, reps)
+            s = time_replays(call, reps)
             err = check("verify", poison)
             if err:
                 raise AssertionError(err)
@@ -117,7 +118,7 @@ class Runner:
             if what == "poison":
                 cache.poison(poison)
                 return None
-            return C.check_slot_cache(
+            return check_slot_cache(
                 cache, poison, [(list(range(self.flat_rows)), list(range(self.flat_rows)), banks.dev[0])]
             )
 
@@ -131,26 +132,26 @@ class Runner:
             if what == "poison":
                 cache.poison(poison)
                 return None
-            return C.check_slot_cache(cache, poison, [(dst, src, banks.dev[0])])
+            return check_slot_cache(cache, poison, [(dst, src, banks.dev[0])])
 
         return self._time(call, len(dst) * banks.bytes_per_expert, check)
 
-    def ring_calls(self, ring: C.Ring):
+    def ring_calls(self, ring: Ring):
         fc, fb, gc, gb, gm = self.flat_cache, self.flat_banks, self.g_cache, self.g_banks, self.g_misses
-        flat = lambda: C.call_ours(self.dgm, fc, fb.src_ptrs[0], self.flat_idx, None, None, ring)  # noqa: E731
-        gather = lambda: C.call_ours(self.dgm, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, ring)  # noqa: E731
+        flat = lambda: call_ours(self.dgm, fc, fb.src_ptrs[0], self.flat_idx, None, None, ring)  # noqa: E731
+        gather = lambda: call_ours(self.dgm, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, ring)  # noqa: E731
         return flat, gather
 
     def ldg_calls(self, blocks: int):
         fc, fb, gc, gb, gm = self.flat_cache, self.flat_banks, self.g_cache, self.g_banks, self.g_misses
-        flat = lambda: C.call_upstream(self.fic, fc, fb.src_ptrs[0], self.flat_idx, None, None, blocks)  # noqa: E731
-        gather = lambda: C.call_upstream(self.fic, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, blocks)  # noqa: E731
+        flat = lambda: call_upstream(self.fic, fc, fb.src_ptrs[0], self.flat_idx, None, None, blocks)  # noqa: E731
+        gather = lambda: call_upstream(self.fic, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, blocks)  # noqa: E731
         return flat, gather
 
     def busy_link(self, seconds: float = 0.5) -> None:
         """Back-to-back 64 MiB H2D copies for about ``seconds`` (while nvidia-smi samples the link)."""
         torch = self.torch
-        buf = C.PinnedBuffer(64 << 20)
+        buf = PinnedBuffer(64 << 20)
         dst = torch.empty(64 << 20, dtype=torch.uint8, device=self.dev)
         for _ in range(max(1, int(seconds * 50e9 / (64 << 20)))):
             dst.copy_(buf.tensor, non_blocking=True)
@@ -159,7 +160,7 @@ class Runner:
 
     def copy_engine(self, nbytes: int) -> dict[str, Any]:
         torch = self.torch
-        buf = C.PinnedBuffer(nbytes)
+        buf = PinnedBuffer(nbytes)
         ref = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
         ref.random_(0, 256)
         buf.tensor.copy_(ref)
@@ -181,7 +182,7 @@ class Runner:
 # ---------------------------------------------------------------------------
 
 
-def synthetic(args, rings: list[C.Ring], ldg: list[int], ce_sizes: list[int], max_ring: int) -> dict[str, Any]:
+def synthetic(args, rings: list[Ring], ldg: list[int], ce_sizes: list[int], max_ring: int) -> dict[str, Any]:
     peak = 53.0
 
     def model(inflight: float, eff: float = 1.0) -> float:
@@ -192,10 +193,10 @@ def synthetic(args, rings: list[C.Ring], ldg: list[int], ce_sizes: list[int], ma
     doc["ldg"] = [
         {
             "blocks_per_bank": b,
-            "threads": C.UPSTREAM_THREADS,
-            "bytes_in_flight": b * C.UPSTREAM_THREADS * 16,
-            "flat_gbps": model(b * C.UPSTREAM_THREADS * 16, 0.97),
-            "gather_gbps": model(b * C.UPSTREAM_THREADS * 16 * 0.7, 0.95),
+            "threads": UPSTREAM_THREADS,
+            "bytes_in_flight": b * UPSTREAM_THREADS * 16,
+            "flat_gbps": model(b * UPSTREAM_THREADS * 16, 0.97),
+            "gather_gbps": model(b * UPSTREAM_THREADS * 16 * 0.7, 0.95),
         }
         for b in ldg
     ]
@@ -217,20 +218,21 @@ def synthetic(args, rings: list[C.Ring], ldg: list[int], ce_sizes: list[int], ma
 
 
 def empty_doc(args, synthetic: bool = False) -> dict[str, Any]:
-    return {
-        "schema": "freetoken-decode-gather-ceiling/1",
-        "generated_at": C.now_iso(),
+    return document(
+        "ceiling",
+        **{
         "dry_run": bool(synthetic),
         "synthetic": bool(synthetic),
-        "command": "python bench/sweep.py " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.sweep " + " ".join(sys.argv[1:]),
         "flat": {"row_bytes": FLAT_ROW, "bytes": max(1, parse_size(args.flat_bytes) // FLAT_ROW) * FLAT_ROW},
-        "gather": {"experts": args.gather_n, "bytes": args.gather_n * C.NVFP4_EXPERT_BYTES, "banks": C.NVFP4_ROW_BYTES},
+        "gather": {"experts": args.gather_n, "bytes": args.gather_n * NVFP4_EXPERT_BYTES, "banks": NVFP4_ROW_BYTES},
         "copy_engine": [],
         "ldg": [],
         "ring": [],
         "skipped": [],
         "errors": {},
-    }
+        },
+    )
 
 
 def summarize(doc: dict[str, Any]) -> dict[str, Any]:
@@ -283,7 +285,7 @@ def render_png(doc: dict[str, Any], path: Path) -> str | None:
                 grid[shapes.index((r["stages"], r["chunk_bytes"]))][ctas.index(r["ctas"])] = v
         im = ax.imshow(grid, aspect="auto", origin="lower", cmap="viridis", vmin=0, vmax=vmax)
         ax.set_xticks(range(len(ctas)), [str(c) for c in ctas])
-        ax.set_yticks(range(len(shapes)), [f"{s}x{C.fmt_bytes(c)}" for s, c in shapes])
+        ax.set_yticks(range(len(shapes)), [f"{s}x{fmt_bytes(c)}" for s, c in shapes])
         ax.set_xlabel("CTAs")
         ax.set_ylabel("stages x chunk (ring per CTA)")
         ax.set_title(title)
@@ -315,7 +317,7 @@ def render_png(doc: dict[str, Any], path: Path) -> str | None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     m = doc.get("machine") or {}
-    title = C.machine_line(m) if m else ""
+    title = machine_line(m) if m else ""
     if doc.get("synthetic"):
         title = "SYNTHETIC (--dry-run): not a measurement. " + title
     fig.suptitle(title, fontsize=9)
@@ -370,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["machine"] = {"device_name": "synthetic (dry run)"}
         png_err = None if args.no_png else render_png(doc, out / "ceiling.png")
         doc["png"] = None if (args.no_png or png_err) else "ceiling.png"
-        C.write_json(out / "ceiling.json", doc)
+        write(out / "ceiling.json", doc)
         say(
             f"dry run: synthetic {len(doc['ring'])} rings, {len(doc['ldg'])} LDG widths, {len(doc['copy_engine'])} CE sizes"
         )
@@ -385,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         say("no CUDA device: nothing to measure (use --dry-run for the CPU path)")
         return 2
-    dgm, fic = C.load_kernels()
+    dgm, fic = load_kernels()
     max_ring = int(getattr(dgm, "MAX_RING_BYTES", 200 * 1024))
     doc = empty_doc(args)
     todo = []
@@ -402,10 +404,10 @@ def main(argv: list[str] | None = None) -> int:
         f"in {args.workers} threads"
     )
     t0 = time.perf_counter()
-    doc["errors"] = C.precompile(dgm, fic, todo, ldg, workers=args.workers, progress=say)
+    doc["errors"] = precompile(dgm, fic, todo, ldg, workers=args.workers, progress=say)
     doc["jit_seconds"] = round(time.perf_counter() - t0, 1)
-    info = C.machine_info()
-    out = C.resolve_dir(args.out or "results/{device}", info.get("device_slug", "unknown"))
+    info = machine_info()
+    out = resolve_dir(args.out or "results/{device}", info.get("device_slug", "unknown"))
     runner = Runner(args)
 
     def save(partial: bool) -> None:
@@ -417,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["png"] = None if (args.no_png or png_err) else "ceiling.png"
         if png_err:
             say(png_err)
-        C.write_json(out / "ceiling.json", doc)
+        write(out / "ceiling.json", doc)
 
     def healthy() -> bool:
         try:
@@ -449,14 +451,14 @@ def main(argv: list[str] | None = None) -> int:
     for size in ce_sizes:
         rec = {"bytes": size, **runner.copy_engine(size)}
         doc["copy_engine"].append(rec)
-        say(f"copy engine {C.fmt_bytes(size):>9}: {rec['gbps']:6.2f} GB/s")
-    doc["pcie"] = C.pcie_under_load(runner.busy_link)  # an idle link may report a power-saving generation
+        say(f"copy engine {fmt_bytes(size):>9}: {rec['gbps']:6.2f} GB/s")
+    doc["pcie"] = pcie_under_load(runner.busy_link)  # an idle link may report a power-saving generation
     for b in ldg:
-        name = f"upstream {C.UPSTREAM_THREADS}x{b}"
+        name = f"upstream {UPSTREAM_THREADS}x{b}"
         rec: dict[str, Any] = {
             "blocks_per_bank": b,
-            "threads": C.UPSTREAM_THREADS,
-            "bytes_in_flight": b * C.UPSTREAM_THREADS * 16,
+            "threads": UPSTREAM_THREADS,
+            "bytes_in_flight": b * UPSTREAM_THREADS * 16,
             "flat_gbps": None,
             "gather_gbps": None,
             "error": doc["errors"].get(name),
@@ -464,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         if not measure("ldg", rec, lambda: runner.ldg_calls(b)):
             return 3
         say(
-            f"LDG {b:3d} blocks/bank ({C.fmt_bytes(rec['bytes_in_flight']):>9} in flight): flat {_g(rec['flat_gbps'])} "
+            f"LDG {b:3d} blocks/bank ({fmt_bytes(rec['bytes_in_flight']):>9} in flight): flat {_g(rec['flat_gbps'])} "
             f"gather {_g(rec['gather_gbps'])} GB/s" + (f"  ERROR {rec['error']}" if rec["error"] else "")
         )
     for i, r in enumerate(todo):
@@ -479,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
         if not measure("ring", rec, lambda: runner.ring_calls(r)):
             return 3
         say(
-            f"[{i + 1}/{len(todo)}] ring {r.tag:>12} ({C.fmt_bytes(r.bytes_in_flight):>9} in flight): flat "
+            f"[{i + 1}/{len(todo)}] ring {r.tag:>12} ({fmt_bytes(r.bytes_in_flight):>9} in flight): flat "
             f"{_g(rec['flat_gbps'])} gather {_g(rec['gather_gbps'])} GB/s"
             + (f"  ERROR {rec['error']}" if rec["error"] else "")
         )

@@ -1,7 +1,7 @@
 """Decode-gather benchmarks (pytest-benchmark, pedantic mode, device-event clock).
 
-    python -m pytest bench/test_bench_gather.py -m gpu --benchmark-save=gather -q -rs
-    pytest-benchmark compare            # against an earlier --benchmark-save
+    nox -s bench                         # or: python -m pytest -rs bench/test_bench_gather.py --benchmark-save=gather
+    nox -s compare                       # pytest-benchmark compare --group-by=param:n over the saved runs
 
 What is measured
 ----------------
@@ -19,17 +19,20 @@ Rounds are paired and alternate: even rounds run upstream, upstream_aa, ours, co
 rounds the reverse. A round of one variant replays its graph ``reps`` times between two CUDA events
 from an idle GPU (reps chosen so a timed set lasts ~BENCH_TARGET_MS), and the round's value is the
 device time per layer. The slot cache is poisoned before and byte-verified after EVERY timed set.
-pytest-benchmark's own statistics are those of ``ours`` (its clock is the device clock, scaled to
-seconds per layer); every variant's per-round times, medians, the speedup upstream/ours, the A/A
-ratios and their spread, GB/s and the share of the copy-engine ceiling go into ``extra_info`` and
-into ``results/<device>/bench.json``. n = 600 runs in a ``BENCH_BIG_LAYERS``-layer graph (4 by
-default): 40 layers x 600 experts would move 43 GB per replay.
+A case is measured once, all variants together; then each variant becomes its own pytest-benchmark
+record (``kernel`` = upstream, upstream_aa, decode_gather, copy_engine; params ``kernel``, ``layers``,
+``n``), its rounds handed over through :data:`gpukit.timing.RECORDED` (seconds per layer), so
+``pytest-benchmark compare --group-by=param:n`` shows the kernels side by side. Medians, the speedup
+upstream/ours, the A/A ratios and spread, GB/s and the share of the copy-engine ceiling go into
+``extra_info`` and ``results/<device>/bench.json``. n = 600 runs in a ``BENCH_BIG_LAYERS``-layer
+graph (4 by default): 40 layers x 600 experts would move 43 GB per replay.
 
 ``test_decode_step_offload_cache``: the real OffloadMoeCache, 40 layers, 256 experts, top-8,
 batch 1, routing from a Zipf trace whose exponent is calibrated (LRU model) for a ~10 % miss rate;
-one captured decode-step graph (ensure_experts + copy_missing per layer) per cache,
-``FREETOKEN_DECODE_GATHER`` unset vs ``tma``, paired alternating blocks of steps, the two caches'
-slot maps and slot-cache bytes compared after every block.
+one captured decode-step graph (ensure_experts + copy_missing per layer) per cache
+(:mod:`gpukit.decode_step`), ``FREETOKEN_DECODE_GATHER`` unset, unset again (A/A) and ``tma``, paired
+alternating blocks of steps, the caches' slot maps and slot-cache bytes compared after every block;
+records ``kernel`` = upstream (unset), upstream_aa, decode_gather (tma) with ``n`` = "step".
 
 Knobs (environment): BENCH_N40 (0,1,2,4,8,16,32), BENCH_N_BIG (600), BENCH_BIG_LAYERS (4),
 BENCH_N16 (0,1,2,4,8), BENCH_ROUNDS (7), BENCH_SOURCES (8), BENCH_TARGET_MS (20),
@@ -47,7 +50,29 @@ from typing import Any
 
 import pytest
 
-from bench import common as C
+from gpukit.cudart import memcpy_h2d_async
+from gpukit.decode_step import DEFAULT_VARIANTS, DecodeStep, StepConfig
+from gpukit.geometry import (
+    MODEL,
+    NVFP4_EXPERT_BYTES,
+    NVFP4_ROW_BYTES,
+    UPSTREAM_BLOCKS_PER_BANK,
+    UPSTREAM_THREADS,
+    nvfp4_banks,
+)
+from gpukit.kernels import call_ours, call_upstream, default_ring, load_kernels, precompile
+from gpukit.machine import machine_info
+from gpukit.memory import (
+    HostBanks,
+    MissList,
+    SlotCache,
+    check_slot_cache,
+    poison_value,
+    random_misses,
+)
+from gpukit.schema import document, now_iso, resolve_dir, write
+from gpukit.stats import summarize_rounds
+from gpukit.timing import RECORDED, copy_engine_ceiling, reps_for, time_replays
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -68,8 +93,11 @@ DECODE_SLOTS_PER_LAYER = int(os.environ.get("BENCH_DECODE_SLOTS_PER_LAYER", "48"
 RESULTS = os.environ.get("BENCH_RESULTS_DIR", "results/{device}")
 
 SLOTS = 640
-EXPERTS = C.MODEL["experts"]
-VARIANTS = ("upstream", "upstream_aa", "ours", "copy_engine")
+EXPERTS = MODEL["experts"]
+VARIANTS = ("upstream", "upstream_aa", "ours", "copy_engine")  # bench.json's keys, in round order
+#: pytest-benchmark's ``kernel`` param -> bench.json's key (gather) and the decode step's cache
+KERNELS = {"upstream": "upstream", "upstream_aa": "upstream_aa", "decode_gather": "ours", "copy_engine": "copy_engine"}
+STEP_KERNELS = {"upstream": "unset", "upstream_aa": "unset_aa", "decode_gather": "tma"}
 CASES = [(40, n) for n in N40] + [(BIG_LAYERS, n) for n in N_BIG] + [(16, n) for n in N16]
 
 
@@ -89,54 +117,52 @@ class Ctx:
 
         self.torch = torch
         self.device = torch.device("cuda", torch.cuda.current_device())
-        self.dgm, self.fic = C.load_kernels()
-        self.ring = C.default_ring(self.dgm)
-        errors = C.precompile(self.dgm, self.fic, [self.ring], progress=log)
+        self.dgm, self.fic = load_kernels()
+        self.ring = default_ring(self.dgm)
+        errors = precompile(self.dgm, self.fic, [self.ring], progress=log)
         assert not errors, errors
         t0 = time.perf_counter()
-        self.banks = C.HostBanks(SOURCES, EXPERTS, C.NVFP4_ROW_BYTES, self.device, seed=1)
+        self.banks = HostBanks(SOURCES, EXPERTS, NVFP4_ROW_BYTES, self.device, seed=1)
         log(
             f"{SOURCES} pinned source layers ({self.banks.total_bytes / 1e9:.2f} GB, {self.banks.buf.describe()['method']}) "
             f"in {time.perf_counter() - t0:.1f}s"
         )
-        self.cache = C.SlotCache(SLOTS, C.NVFP4_ROW_BYTES, self.device)
-        self.misses = C.MissList(SLOTS, "int32", self.device)
-        self.ceiling = {"start": C.copy_engine_ceiling(256 << 20, device=self.device)}
+        self.cache = SlotCache(SLOTS, NVFP4_ROW_BYTES, self.device)
+        self.misses = MissList(SLOTS, "int32", self.device)
+        self.ceiling = {"start": copy_engine_ceiling(256 << 20, device=self.device)}
         assert self.ceiling["start"]["verified"], "copy-engine ceiling copy was not exact"
         log(f"copy-engine ceiling (256 MiB H2D): {self.ceiling['start']['gbps']:.2f} GB/s")
         self.rows: list[dict[str, Any]] = []
+        self.measured: dict[tuple[int, int], dict[str, Any]] = {}
         self.decode: dict[str, Any] | None = None
         self.verified_sets = 0
         self.verified_bytes = 0
-        self.started = C.now_iso()
+        self.started = now_iso()
 
     @property
     def ceiling_gbps(self) -> float:
         return self.ceiling["start"]["gbps"]
 
     def write(self) -> None:
-        info = C.machine_info()
+        info = machine_info()
         info = {**info, **{k: v for k, v in self.ceiling["start"].items() if k.startswith("pcie_")}}
-        out = C.resolve_dir(RESULTS, info.get("device_slug", "unknown")) / "bench.json"
+        out = resolve_dir(RESULTS, info.get("device_slug", "unknown")) / "bench.json"
         rows = {(r["layers"], r["n"]): r for r in _existing_rows(out, info)}
         for r in self.rows:
             rows[(r["layers"], r["n"])] = r
-        doc = {
-            "schema": "freetoken-decode-gather-bench/1",
-            "generated_at": C.now_iso(),
+        fields = {
             "started_at": self.started,
-            "machine": info,
             "kernel": {
                 "decode_gather_default_ring": self.ring._asdict(),
-                "upstream": {"num_threads": C.UPSTREAM_THREADS, "blocks_per_bank": C.UPSTREAM_BLOCKS_PER_BANK},
+                "upstream": {"num_threads": UPSTREAM_THREADS, "blocks_per_bank": UPSTREAM_BLOCKS_PER_BANK},
             },
             "geometry": {
-                "model": C.MODEL,
+                "model": MODEL,
                 "banks": [
                     {"name": b.name, "shape": list(b.shape), "dtype": b.dtype, "row_bytes": b.row_bytes}
-                    for b in C.nvfp4_banks()
+                    for b in nvfp4_banks()
                 ],
-                "bytes_per_expert": C.NVFP4_EXPERT_BYTES,
+                "bytes_per_expert": NVFP4_EXPERT_BYTES,
                 "slots": SLOTS,
                 "source_layers": SOURCES,
                 "pinned": self.banks.buf.describe(),
@@ -146,6 +172,7 @@ class Ctx:
                 "rounds": ROUNDS,
                 "target_ms_per_timed_set": TARGET_S * 1e3,
                 "timer": "CUDA events around `reps` graph replays from an idle GPU; value = device time / reps / layers",
+                "records": "one pytest-benchmark record per kernel, its rounds replayed through gpukit.timing.RECORDED",
                 "pairing": "alternating order: even rounds upstream, upstream_aa, ours, copy_engine; odd rounds reversed",
                 "speedup": "median(upstream) / median(ours); > 1 means ours is faster",
                 "tie": "|speedup - 1| <= A/A spread = max over rounds |upstream/upstream_aa - 1|",
@@ -154,7 +181,7 @@ class Ctx:
             "decode_step": self.decode if self.decode is not None else _existing_decode(out, info),
             "verified": {"timed_sets": self.verified_sets, "bytes": self.verified_bytes},
         }
-        C.write_json(out, doc)
+        write(out, document("bench", machine=info, **fields))
         log(f"wrote {out}")
 
 
@@ -184,65 +211,38 @@ def _existing_decode(out, info):
 def ctx():
     c = Ctx()
     yield c
-    c.ceiling["end"] = C.copy_engine_ceiling(256 << 20, device=c.device)
+    c.ceiling["end"] = copy_engine_ceiling(256 << 20, device=c.device)
     log(f"copy-engine ceiling at the end: {c.ceiling['end']['gbps']:.2f} GB/s")
     c.write()
     c.banks.close()
 
 
-def _use_device_clock(benchmark, clock) -> bool:
-    """Point pytest-benchmark's pedantic runner at the device clock (its timer is the private
-    ``_timer``, read when the runner is built). False where that is impossible or benchmarking is off."""
-    if getattr(benchmark, "disabled", False) or not hasattr(benchmark, "_timer"):
-        return False
-    benchmark._timer = clock
-    return True
+def record(benchmark, seconds: list[float], **extra: Any) -> None:
+    """One pytest-benchmark record whose rounds are ``seconds`` (measured earlier, paired with the other
+    kernels): the test's ``benchmark(timer=RECORDED)`` marker makes pedantic mode read them back."""
+    if getattr(benchmark, "disabled", False):
+        return
+    RECORDED.load(seconds)
+    benchmark.extra_info.update(extra)
+    benchmark.pedantic(lambda: None, rounds=len(seconds), iterations=1, warmup_rounds=0)
 
 
-def _paired(benchmark, clock, pre, post, target, after_target, rounds: int) -> str:
-    """Run ``rounds`` paired rounds: pre(r) -> [clock] target(r) [clock] -> after_target(r) -> post(r).
-    Through pytest-benchmark's pedantic mode when possible (its stats are then ``target``'s)."""
-    state = {"r": 0}
-
-    def setup():
-        pre(state["r"])
-
-    def run():
-        target(state["r"])
-
-    def teardown():
-        after_target(state["r"])
-        post(state["r"])
-        state["r"] += 1
-
-    if _use_device_clock(benchmark, clock):
-        benchmark.pedantic(run, setup=setup, teardown=teardown, rounds=rounds, warmup_rounds=0, iterations=1)
-        return "pytest-benchmark pedantic, device clock"
-    for _ in range(rounds):
-        setup()
-        clock()
-        run()
-        clock()
-        teardown()
-    return "manual rounds (pytest-benchmark disabled or without a settable timer)"
-
-
-@pytest.mark.parametrize("layers,n", CASES, ids=[f"L{layers}-n{n}" for layers, n in CASES])
-def test_gather_graph(benchmark, ctx, layers, n):
+def measure_gather(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
+    """Every variant of one case in paired alternating rounds (see the module docstring); the row of bench.json."""
     torch = ctx.torch
     banks, cache, misses = ctx.banks, ctx.cache, ctx.misses
     rng = random.Random(f"bench-{layers}-{n}")
-    dst, src = C.random_misses(rng, SLOTS, n, SLOTS, EXPERTS)
+    dst, src = random_misses(rng, SLOTS, n, SLOTS, EXPERTS)
     misses.set(dst, src, n)
     last = (layers - 1) % SOURCES
     writes = [(dst[:n], src[:n], banks.dev[last])]  # every layer writes the same slots: the last one wins
     bytes_per_layer = n * banks.bytes_per_expert
 
     def upstream(layer: int) -> None:
-        C.call_upstream(ctx.fic, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
+        call_upstream(ctx.fic, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
 
     def ours(layer: int) -> None:
-        C.call_ours(ctx.dgm, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
+        call_ours(ctx.dgm, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
 
     for fn in (upstream, ours):  # eager warm-up; decode_gather checks every source descriptor here
         for layer in range(layers):
@@ -263,19 +263,19 @@ def test_gather_graph(benchmark, ctx, layers, n):
                 host = banks.host[layer % SOURCES]
                 for i in range(n):
                     for b, row in enumerate(banks.row_bytes):
-                        C.memcpy_h2d_async(cache.dst[b][dst[i]].data_ptr(), host[b][src[i]].data_ptr(), row, stream)
+                        memcpy_h2d_async(cache.dst[b][dst[i]].data_ptr(), host[b][src[i]].data_ptr(), row, stream)
         graphs["copy_engine"] = g
 
     poison_rng = random.Random(f"poison-{layers}-{n}")
     verified = {"sets": 0}
 
     def poison() -> int:
-        p = C.poison_value(verified["sets"], poison_rng)
+        p = poison_value(verified["sets"], poison_rng)
         cache.poison(p)
         return p
 
     def verify(name: str, p: int) -> None:
-        err = C.check_slot_cache(cache, p, writes)
+        err = check_slot_cache(cache, p, writes)
         assert err is None, f"{name} L{layers} n={n}: {err}"
         verified["sets"] += 1
 
@@ -284,44 +284,19 @@ def test_gather_graph(benchmark, ctx, layers, n):
         p = poison()
         g.replay()
         verify(name, p)
-    est = C.time_replays(graphs["upstream"].replay, 1)
-    reps = C.reps_for(TARGET_S, est, 3, 400)
+    est = time_replays(graphs["upstream"].replay, 1)
+    reps = reps_for(TARGET_S, est, 3, 400)
     rounds_us: dict[str, list[float]] = {name: [] for name in graphs}
-
-    def timed(name: str) -> None:
-        p = poison()
-        seconds = C.time_replays(graphs[name].replay, reps)
-        verify(name, p)
-        rounds_us[name].append(seconds / reps / layers * 1e6)
-
-    others_even_pre, others_even_post = ["upstream", "upstream_aa"], ["copy_engine"]
-    others_odd_pre, others_odd_post = ["copy_engine"], ["upstream_aa", "upstream"]
-    clock = C.DeviceClock(1.0 / (reps * layers))
-    pending = {}
-
-    def pre(r: int) -> None:
-        for name in others_even_pre if r % 2 == 0 else others_odd_pre:
-            if name in graphs:
-                timed(name)
-        pending["p"] = poison()
-
-    def target(r: int) -> None:
-        for _ in range(reps):
-            graphs["ours"].replay()
-
-    def after_target(r: int) -> None:
-        verify("ours", pending["p"])
-        rounds_us["ours"].append(clock.last * 1e6)
-
-    def post(r: int) -> None:
-        for name in others_even_post if r % 2 == 0 else others_odd_post:
-            if name in graphs:
-                timed(name)
-
-    mode = _paired(benchmark, clock, pre, post, target, after_target, ROUNDS)
+    order = [v for v in VARIANTS if v in graphs]
+    for r in range(ROUNDS):
+        for name in order if r % 2 == 0 else order[::-1]:
+            p = poison()
+            seconds = time_replays(graphs[name].replay, reps)
+            verify(name, p)
+            rounds_us[name].append(seconds / reps / layers * 1e6)
     graphs.clear()
 
-    summary = C.summarize_rounds(rounds_us)
+    summary = summarize_rounds(rounds_us)
     ceiling = ctx.ceiling_gbps
     med = summary["median_us"]
     gbps = {k: (bytes_per_layer / (v * 1e-6) / 1e9 if v and bytes_per_layer else None) for k, v in med.items()}
@@ -344,136 +319,69 @@ def test_gather_graph(benchmark, ctx, layers, n):
         "ceiling_gbps": ceiling,
         "ideal_us": (bytes_per_layer / (ceiling * 1e9) * 1e6) if bytes_per_layer else 0.0,
         "verified_sets": verified["sets"],
-        "timing_mode": mode,
+        "timing_mode": "paired alternating rounds, CUDA events around reps replays (every variant alike)",
     }
     ctx.rows.append(row)
     ctx.verified_sets += verified["sets"]
     ctx.verified_bytes += verified["sets"] * layers * bytes_per_layer
-    benchmark.extra_info.update({"unit": "seconds per layer (device clock)", **{k: v for k, v in row.items()}})
     log(
         f"L{layers} n={n}: upstream {_f(med.get('upstream'))} us, ours {_f(med.get('ours'))} us, "
         f"speedup {_f(summary['speedup'], 3)} (A/A spread {_f(summary['aa_spread'], 3)}: {summary['verdict']}), "
         f"copy engine {_f(med.get('copy_engine'))} us, {verified['sets']} sets verified"
     )
+    return row
 
 
-@pytest.mark.skipif(not DECODE, reason="BENCH_DECODE=0")
-def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
-    torch = ctx.torch
-    from freetoken.moe.offload_cache import OffloadMoeCache
+@pytest.mark.benchmark(timer=RECORDED, group="gather")
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("layers,n", CASES, ids=[f"L{layers}-n{n}" for layers, n in CASES])
+def test_gather_graph(benchmark, ctx, layers, n, kernel):
+    if (layers, n) not in ctx.measured:
+        ctx.measured[(layers, n)] = measure_gather(ctx, layers, n)
+    row = ctx.measured[(layers, n)]
+    rounds = row["rounds_us"].get(KERNELS[kernel])
+    if not rounds:
+        pytest.skip(f"{kernel} has no graph at n = {n} (nothing to copy)")
+    ring = ctx.ring.tag if kernel == "decode_gather" else None
+    record(
+        benchmark, [us * 1e-6 for us in rounds], unit="seconds per layer (device clock)", ring=ring,
+        speedup=row["speedup"], aa_spread=row["aa_spread"], verdict=row["verdict"],
+        paired_with=[k for k, v in KERNELS.items() if v in row["rounds_us"]],
+    )  # fmt: skip
 
-    layers, top_k, batch = C.MODEL["moe_layers"], C.MODEL["top_k"], 1
-    cache_size = max(EXPERTS, DECODE_SLOTS_PER_LAYER * layers)
-    warm, per_block = 40, 10
-    exponent, model_rate = C.calibrate_zipf(
-        0.10, steps=150, layers=layers, experts=EXPERTS, top_k=top_k, cache_size=cache_size, warm_steps=50, seed=3
-    )
-    log(
-        f"decode step: Zipf exponent {exponent:.3f} gives a modelled LRU miss rate of {model_rate:.3f} "
-        f"at {cache_size} slots"
-    )
-    steps = warm + ROUNDS * per_block
-    trace = C.zipf_routing_trace(steps, layers, EXPERTS, top_k, exponent, batch=batch, seed=4).to(ctx.device)
-    geoms = C.nvfp4_banks()
-    typed = [ctx.banks.typed(layer % SOURCES, geoms) for layer in range(layers)]
-    sources = {g.name: [typed[layer][g.name] for layer in range(layers)] for g in geoms}
-    caches = {}
-    # unset_aa is a second, identical unset cache: the A/A control of this benchmark
-    for name, value in (("unset", None), ("unset_aa", None), ("tma", "tma")):
-        if value is None:
-            monkeypatch.delenv("FREETOKEN_DECODE_GATHER", raising=False)
-        else:
-            monkeypatch.setenv("FREETOKEN_DECODE_GATHER", value)
-        c = OffloadMoeCache(
-            num_layers=layers, num_experts=EXPERTS, cache_size=cache_size, device=ctx.device, quant_format="nvfp4"
-        )
-        c.set_bank_sources(sources)
-        c.collect_stats = True
-        caches[name] = c
-    monkeypatch.delenv("FREETOKEN_DECODE_GATHER", raising=False)
-    assert getattr(caches["tma"], "_decode_gather", None) == "tma", "the tma cache does not use decode_gather"
-    static = {name: torch.empty((layers, batch, top_k), dtype=torch.int32, device=ctx.device) for name in caches}
 
-    def step(name: str, t: int) -> None:
-        static[name].copy_(trace[t])
-        cache = caches[name]
-        for layer in range(layers):
-            cache.ensure_experts(layer, static[name][layer])
-            cache.copy_missing()
-
-    for t in range(warm):
-        for name in caches:
-            step(name, t)
-    torch.cuda.synchronize()
-    for c in caches.values():
-        c.reset_stats()
-    graphs = {}
-    for name, cache in caches.items():
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for layer in range(layers):
-                cache.ensure_experts(layer, static[name][layer])
-                cache.copy_missing()
-        graphs[name] = g
-
-    def block(name: str, r: int) -> None:
-        for k in range(per_block):
-            static[name].copy_(trace[warm + r * per_block + k])
-            graphs[name].replay()
-
-    def same_state(r: int) -> None:
-        a = caches["unset"]
-        for other in ("unset_aa", "tma"):
-            b = caches[other]
-            assert torch.equal(a.slot_for_id, b.slot_for_id), f"block {r}: {other} slot_for_id differs"
-            assert torch.equal(static["unset"], static[other]), f"block {r}: {other} routed slots differ"
-            for g in geoms:
-                assert torch.equal(
-                    a.bank_caches[g.name].view(torch.uint8), b.bank_caches[g.name].view(torch.uint8)
-                ), f"block {r}: {other} bank {g.name} differs"
-
-    rounds_us = {"unset": [], "unset_aa": [], "tma": []}
-
-    def timed(name: str, r: int) -> None:
-        rounds_us[name].append(C.time_replays(lambda: block(name, r), 1) / per_block * 1e6)
-
-    clock = C.DeviceClock(1.0 / per_block)
-
-    def pre(r: int) -> None:  # even rounds: unset, unset_aa, tma; odd rounds: tma, unset_aa, unset
-        if r % 2 == 0:
-            timed("unset", r)
-            timed("unset_aa", r)
-
-    def target(r: int) -> None:
-        block("tma", r)
-
-    def after_target(r: int) -> None:
-        rounds_us["tma"].append(clock.last * 1e6)
-
-    def post(r: int) -> None:
-        if r % 2 == 1:
-            timed("unset_aa", r)
-            timed("unset", r)
-        same_state(r)
-
-    mode = _paired(benchmark, clock, pre, post, target, after_target, ROUNDS)
-    stats = {name: c.decode_miss_stats() for name, c in caches.items()}
+def measure_decode(ctx: Ctx) -> dict[str, Any]:
+    """The captured decode step of unset, unset A/A and tma caches in paired alternating blocks."""
+    per_block = 10
+    config = StepConfig(slots_per_layer=DECODE_SLOTS_PER_LAYER, source_layers=SOURCES, steps=ROUNDS * per_block)
+    step = DecodeStep(DEFAULT_VARIANTS, config, device=ctx.device, banks=ctx.banks, log=log)
+    assert getattr(step.caches["tma"], "_decode_gather", None) == "tma", "the tma cache does not use decode_gather"
+    names = [v.name for v in DEFAULT_VARIANTS]
+    rounds_us: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(ROUNDS):  # even rounds: unset, unset_aa, tma; odd rounds: tma, unset_aa, unset
+        for name in names if r % 2 == 0 else names[::-1]:
+            rounds_us[name].append(step.time_block(name, r * per_block, per_block))
+        for other in names[1:]:
+            err = step.state_diff(names[0], other)
+            assert err is None, f"block {r}: {err}"
+    stats = step.miss_stats()
     assert stats["unset"] == stats["tma"] == stats["unset_aa"], stats
-    err = C.cache_reference_diff(caches["tma"], lambda layer: ctx.banks.dev[layer % SOURCES], geoms, EXPERTS)
+    err = step.reference_diff("tma")
     assert err is None, f"decode step: {err}"
-    graphs.clear()
-    summary = C.summarize_rounds(rounds_us, ours="tma", base="unset", aa="unset_aa")
+    step.close()
+    summary = summarize_rounds(rounds_us, ours="tma", base="unset", aa="unset_aa")
     med = summary["median_us"]
+    layers = config.layers
     misses_per_step = stats["tma"]["missing_per_layer"] * layers
-    bytes_per_step = misses_per_step * C.NVFP4_EXPERT_BYTES
-    ctx.decode = {
+    bytes_per_step = misses_per_step * NVFP4_EXPERT_BYTES
+    decode = {
         "layers": layers,
-        "experts": EXPERTS,
-        "top_k": top_k,
-        "batch": batch,
-        "cache_slots": cache_size,
-        "zipf_exponent": exponent,
-        "modelled_miss_rate": model_rate,
+        "experts": config.experts,
+        "top_k": config.top_k,
+        "batch": config.batch,
+        "cache_slots": config.cache_slots,
+        "zipf_exponent": step.zipf_exponent,
+        "modelled_miss_rate": step.modelled_miss_rate,
         "miss_rate": stats["tma"]["miss_rate"],
         "misses_per_step": misses_per_step,
         "bytes_per_step": bytes_per_step,
@@ -489,11 +397,26 @@ def test_decode_step_offload_cache(benchmark, ctx, monkeypatch):
         "ideal_copy_us_per_step": bytes_per_step / (ctx.ceiling_gbps * 1e9) * 1e6,
         "note": "step = one decode step's ensure_experts + copy_missing for every layer, in one captured graph; "
         "includes the per-step device copy of the routed ids into the graph's static buffer",
-        "timing_mode": mode,
+        "timing_mode": "paired alternating blocks, CUDA events around each block (every cache alike)",
     }
-    benchmark.extra_info.update({"unit": "seconds per decode step (device clock)", **ctx.decode})
     log(
         f"decode step: unset {_f(med['unset'], 1)} us, tma {_f(med['tma'], 1)} us per step (speedup "
         f"{_f(summary['speedup'], 3)}, A/A spread {_f(summary['aa_spread'], 3)}: {summary['verdict']}), miss rate "
         f"{stats['tma']['miss_rate']:.3f}, {misses_per_step:.2f} misses per step"
     )
+    return decode
+
+
+@pytest.mark.skipif(not DECODE, reason="BENCH_DECODE=0")
+@pytest.mark.benchmark(timer=RECORDED, group="decode_step")
+@pytest.mark.parametrize("kernel", list(STEP_KERNELS))
+@pytest.mark.parametrize("layers,n", [(40, "step")], ids=["L40-step"])
+def test_decode_step_offload_cache(benchmark, ctx, layers, n, kernel):
+    if ctx.decode is None:
+        ctx.decode = measure_decode(ctx)
+    d = ctx.decode
+    record(
+        benchmark, [us * 1e-6 for us in d["rounds_us"][STEP_KERNELS[kernel]]],
+        unit="seconds per decode step (device clock)", cache=STEP_KERNELS[kernel],
+        speedup=d["speedup"], aa_spread=d["aa_spread"], verdict=d["verdict"], miss_rate=d["miss_rate"],
+    )  # fmt: skip

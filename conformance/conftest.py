@@ -17,6 +17,7 @@ import pytest
 
 from conformance import sass
 from conformance.prereq import skip_or_fail
+from freetoken_overlay import toolchain
 
 REPORT_DIR_ENV = "CONFORMANCE_REPORT_DIR"
 
@@ -61,7 +62,7 @@ def _require(find, install_hint: str):
     """``find()``'s tool, or a skip (a failure under CONFORMANCE_STRICT) saying what to install."""
     try:
         found = find()
-    except sass.ToolNotFound as exc:
+    except toolchain.ToolNotFound as exc:
         skip_or_fail(str(exc))
     if found is None:
         skip_or_fail(install_hint)
@@ -70,12 +71,12 @@ def _require(find, install_hint: str):
 
 @pytest.fixture(scope="session")
 def nvcc() -> str:
-    return _require(sass.find_nvcc, sass.NVCC_INSTALL_HINT)
+    return _require(toolchain.find_nvcc, toolchain.NVCC_INSTALL_HINT)
 
 
 @pytest.fixture(scope="session")
 def disassembler() -> sass.Disassembler:
-    return _require(sass.find_disassembler, sass.DISASSEMBLER_INSTALL_HINT)
+    return _require(sass.find_disassembler, toolchain.DISASSEMBLER_INSTALL_HINT)
 
 
 @pytest.fixture(scope="session")

@@ -3,16 +3,16 @@ or, under ``CONFORMANCE_STRICT=1`` (a machine that is supposed to have it), fail
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
+from freetoken_overlay.util import env_flag
+
 STRICT_ENV = "CONFORMANCE_STRICT"
-_TRUE = {"1", "true", "yes", "on"}
 
 
 def strict() -> bool:
-    return os.environ.get(STRICT_ENV, "").strip().lower() in _TRUE
+    """``CONFORMANCE_STRICT`` read by the overlay's one boolean parser (a bad spelling is an error)."""
+    return env_flag(STRICT_ENV)
 
 
 def skip_or_fail(reason: str) -> None:

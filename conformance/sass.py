@@ -21,9 +21,8 @@ Without ``--source`` it scans FreeToken's decode_gather kernel, found through th
 ``freetoken`` package, instantiated with the default ring of
 ``freetoken.kernel.decode_gather.default_ring()``.
 
-Tools: nvcc (``$NVCC``, ``PATH``, ``$CUDA_HOME/bin``, ``/usr/local/cuda/bin``); a
-disassembler, cuobjdump preferred (``$CUOBJDUMP``, ``PATH``, the copy in Triton's wheel,
-the ``nvidia-cuda-cuobjdump`` wheel), nvdisasm as a fallback (the same places, ``$NVDISASM``).
+Tools: nvcc and a disassembler, cuobjdump preferred, nvdisasm as a fallback, found by
+``freetoken_overlay.toolchain`` (one search order for every caller).
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ import argparse
 import ast
 import concurrent.futures
 import dataclasses
-import importlib.util
 import json
 import os
 import pathlib
@@ -51,19 +49,14 @@ FALLBACK_CUDA_CFLAGS = ("-std=c++20", "-O3", "--expt-relaxed-constexpr")
 # The kernel's JIT wrapper, as freetoken.kernel.utils._make_wrapper writes it.
 DECODE_GATHER_EXPORT = "launch"
 
-DISASSEMBLER_INSTALL_HINT = (
-    "no CUDA disassembler found (cuobjdump or nvdisasm): set CUOBJDUMP=/path/to/cuobjdump, put one on "
-    "PATH, or `pip install nvidia-cuda-cuobjdump` (or `pip install triton`, whose wheel ships cuobjdump "
-    "and nvdisasm under triton/backends/nvidia/bin)"
+from freetoken_overlay.toolchain import (  # noqa: E402  (the one home of the tool finders)
+    DISASSEMBLER_INSTALL_HINT,
+    ToolNotFound,
+    find_tool,
+    package_dirs,
+    require_nvcc,
+    tool_version,
 )
-NVCC_INSTALL_HINT = (
-    "no nvcc found: set NVCC=/path/to/nvcc, put nvcc on PATH, or install the CUDA toolkit "
-    "(/usr/local/cuda/bin/nvcc; `pip install nvidia-cuda-nvcc` plus its ptxas works too)"
-)
-
-
-class ToolNotFound(RuntimeError):
-    """A tool the scanner needs is missing; the message says what to install."""
 
 
 class CompileError(RuntimeError):
@@ -75,81 +68,7 @@ class CompileError(RuntimeError):
 # --------------------------------------------------------------------------------------------
 
 
-def _executable(path: str | os.PathLike | None) -> str | None:
-    if path and os.path.isfile(path) and os.access(path, os.X_OK):
-        return str(path)
-    return None
-
-
-def _package_dirs(name: str) -> list[pathlib.Path]:
-    """Directories of an installed (namespace) package, found without importing it."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return []
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    return [pathlib.Path(p) for p in spec.submodule_search_locations]
-
-
-def _find_tool(tool: str, env: str) -> str | None:
-    """``$env``, then PATH, then Triton's bundled copy, then an ``nvidia-cuda-*`` wheel's bin."""
-    explicit = os.environ.get(env)
-    if explicit:
-        found = _executable(explicit)
-        if found is None:
-            raise ToolNotFound(f"{env}={explicit!r} is not an executable file")
-        return found
-    on_path = shutil.which(tool)
-    if on_path:
-        return on_path
-    for triton_dir in _package_dirs("triton"):
-        found = _executable(triton_dir / "backends" / "nvidia" / "bin" / tool)
-        if found:
-            return found
-    # nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm: nvidia/cuda_<tool>/bin (CUDA 12 wheels)
-    # or nvidia/cu13/bin (CUDA 13 wheels)
-    for nvidia_dir in _package_dirs("nvidia"):
-        for candidate in sorted(nvidia_dir.glob(f"*/bin/{tool}")):
-            found = _executable(candidate)
-            if found:
-                return found
-    return None
-
-
-def find_nvcc() -> str | None:
-    explicit = os.environ.get("NVCC")
-    if explicit:
-        found = _executable(explicit)
-        if found is None:
-            raise ToolNotFound(f"NVCC={explicit!r} is not an executable file")
-        return found
-    on_path = shutil.which("nvcc")
-    if on_path:
-        return on_path
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home:
-            found = _executable(pathlib.Path(home) / "bin" / "nvcc")
-            if found:
-                return found
-    return None
-
-
-def require_nvcc() -> str:
-    found = find_nvcc()
-    if found is None:
-        raise ToolNotFound(NVCC_INSTALL_HINT)
-    return found
-
-
-def _tool_version(path: str) -> str:
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"unknown ({exc})"
-    lines = [line.strip() for line in out.splitlines() if line.strip()]
-    release = [line for line in lines if "release" in line]
-    return (release or lines or ["unknown"])[-1]
+_package_dirs = package_dirs  # the freetoken lookups below go through this name (tests replace it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,15 +103,15 @@ class Disassembler:
         return None
 
     def version(self) -> str:
-        return _tool_version(self.path)
+        return tool_version(self.path)
 
 
 def find_disassembler() -> Disassembler | None:
     """cuobjdump if any is found, else nvdisasm, else None."""
-    cuobjdump = _find_tool("cuobjdump", "CUOBJDUMP")
+    cuobjdump = find_tool("cuobjdump")
     if cuobjdump:
         return Disassembler("cuobjdump", cuobjdump)
-    nvdisasm = _find_tool("nvdisasm", "NVDISASM")
+    nvdisasm = find_tool("nvdisasm")
     if nvdisasm:
         return Disassembler("nvdisasm", nvdisasm)
     return None
@@ -721,7 +640,7 @@ def scan(
         disassembler,
         source=str(source),
         command=result.command,
-        nvcc_version=_tool_version(nvcc),
+        nvcc_version=tool_version(nvcc),
     )
 
 

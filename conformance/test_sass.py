@@ -24,6 +24,7 @@ import pathlib
 import pytest
 
 from conformance import sass
+from freetoken_overlay import toolchain
 
 ARCHS = (80, 90, 100, 120)
 CONTROLS = pathlib.Path(__file__).parent / "controls"
@@ -188,7 +189,7 @@ def test_nvdisasm_reads_the_same_sass(decode_gather_reports):
     report = _get(decode_gather_reports, 120)
     if report.disassembler != "cuobjdump":
         pytest.skip("the session's disassembler is already nvdisasm; nothing to compare against")
-    nvdisasm = sass._find_tool("nvdisasm", "NVDISASM")
+    nvdisasm = toolchain.find_tool("nvdisasm")
     if nvdisasm is None:
         pytest.skip("no nvdisasm to compare with (set NVDISASM, or pip install nvidia-cuda-nvdisasm)")
     other = sass.scan_cubin(report.cubin, 120, report.ptxas_log, sass.Disassembler("nvdisasm", nvdisasm))
@@ -269,17 +270,20 @@ ptxas info    : Used 40 registers, used 0 barriers, 16 bytes cumulative stack si
 
 def test_bad_tool_override_is_reported(monkeypatch):
     monkeypatch.setenv("CUOBJDUMP", "/nonexistent/cuobjdump")
-    with pytest.raises(sass.ToolNotFound, match="CUOBJDUMP"):
+    with pytest.raises(toolchain.ToolNotFound, match="CUOBJDUMP"):
         sass.find_disassembler()
 
 
 def test_missing_disassembler_names_what_to_install(monkeypatch, tmp_path):
     for env in ("CUOBJDUMP", "NVDISASM"):
         monkeypatch.delenv(env, raising=False)
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(env, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(sass, "_package_dirs", lambda name: [])
+    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", str(tmp_path))
+    monkeypatch.setattr(toolchain, "package_dirs", lambda name: [])
     assert sass.find_disassembler() is None
-    with pytest.raises(sass.ToolNotFound, match="nvidia-cuda-cuobjdump"):
+    with pytest.raises(toolchain.ToolNotFound, match="nvidia-cuda-cuobjdump"):
         sass.require_disassembler()
 
 

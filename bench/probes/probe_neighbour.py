@@ -2,7 +2,7 @@
 
 Development experiment (see README.md here); GPU and the patched freetoken installed:
 
-    PROBE_RINGS=16x4x8K,32x4x4K .nox/build/bin/python bench/probes/probe_neighbour.py
+    PROBE_RINGS=16x4x8K,32x4x4K .nox/build/bin/python -m bench.probes.probe_neighbour
 
 A: 40-layer captured graphs at n = 0, 1, 2 of upstream (twice) and each ring, alone and with a
 one-CTA cupy kernel before every layer (default shared-memory carveout, and carveout 100% shared),
@@ -10,22 +10,20 @@ to see whether alternating with a kernel of another shared-memory configuration 
 anything. B: the captured decode step of the real OffloadMoeCache (40 layers, Zipf routing, ~10%
 misses) for unset, unset A/A, ensure_experts alone, and tma with each ring
 (FREETOKEN_DECODE_GATHER_RING), 7 alternating rounds, the caches' bytes compared every round.
-Writes ``$OUT/probe_step.json`` (default /tmp).
+Writes ``$OUT/probe_step.json`` (default: the current directory).
 """
 
 import os
-import sys
 import time
 
-sys.path.insert(0, os.getcwd())
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cupy  # noqa: E402
-import harness as H  # noqa: E402
-import torch  # noqa: E402
+import cupy
+import torch
 
-from bench import common as C  # noqa: E402
+from bench.probes import harness as H
+from gpukit.geometry import Ring
+from gpukit.kernels import load_kernels, precompile
 
-RINGS = [C.Ring.parse(r) for r in os.environ.get("PROBE_RINGS", "16x4x8K,32x4x4K").split(",")]
+RINGS = [Ring.parse(r) for r in os.environ.get("PROBE_RINGS", "16x4x8K,32x4x4K").split(",")]
 
 SRC = """extern "C" __global__ void touch%s(int* p) { if (threadIdx.x == 0) p[blockIdx.x] += 1; }"""
 ctr = cupy.zeros(64, dtype=cupy.int32)
@@ -46,8 +44,8 @@ def neighbour(name: str, carveout: int | None):
 
 def main() -> None:
     dev = torch.device("cuda")
-    dgm, fic = C.load_kernels()
-    errors = C.precompile(dgm, fic, RINGS, progress=print)
+    dgm, fic = load_kernels()
+    errors = precompile(dgm, fic, RINGS, progress=print)
     assert not errors, errors
     log: dict = {"rings": [r.tag for r in RINGS]}
     G = H.Gather(dev)
@@ -75,7 +73,7 @@ def main() -> None:
         for r in RINGS
     ]
     specs.append(H.StepSpec("unsetAA", {}))
-    log["B"] = H.decode_step(dgm, specs)
+    log["B"] = H.decode_step(specs)
     H.print_step(log["B"])
     H.save(log, "probe_step.json")
 

@@ -4,30 +4,28 @@ Development experiment behind the kernel's prologue (see README.md here); needs 
 patched freetoken installed (``nox -s apply build``, then this file with that session's Python):
 
     PROBE_VARS=current,old PROBE_RINGS=16x4x8K PROBE_NS=0,1,2,600 \
-        .nox/build/bin/python bench/probes/probe_variants.py
+        .nox/build/bin/python -m bench.probes.probe_variants
 
 It writes the variants of :mod:`variants` next to the installed decode_gather.cuh, JIT-builds each
 (variant, ring) as its own module, and times per-layer 40-layer captured graphs (4 layers for
 n > 32) of upstream fast_index_copy_multi (twice: the A/A control) and every module, 7 rounds in
 alternating order, every timed set verified byte-exact against a device copy of the sources.
 ``PROBE_STEP`` ("variant:ring,...") adds the captured decode step of the real OffloadMoeCache
-(unset, unset A/A, and those modules). Writes ``$OUT/probe_var.json`` (default /tmp).
+(unset, unset A/A, and those modules). Writes ``$OUT/probe_var.json`` (default: the current directory).
 """
 
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-sys.path.insert(0, os.getcwd())
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness as H  # noqa: E402
-import torch  # noqa: E402
-import variants  # noqa: E402
+import torch
 
-from bench import common as C  # noqa: E402
+from bench.probes import harness as H
+from bench.probes import variants
+from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
+from gpukit.kernels import load_kernels
 
-RINGS = [C.Ring.parse(r) for r in os.environ.get("PROBE_RINGS", "16x4x8K,32x4x4K").split(",")]
+RINGS = [Ring.parse(r) for r in os.environ.get("PROBE_RINGS", "16x4x8K,32x4x4K").split(",")]
 VARS = os.environ.get("PROBE_VARS", "current,old,serial_loop,serial_init").split(",")
 NS = [int(x) for x in os.environ.get("PROBE_NS", "0,1,2,4,8").split(",")]
 STEP = [tuple(x.split(":")) for x in os.environ.get("PROBE_STEP", "").split(",") if x]
@@ -37,13 +35,13 @@ def main() -> None:
     from freetoken.kernel import utils as U
 
     dev = torch.device("cuda")
-    dgm, fic = C.load_kernels()
+    dgm, fic = load_kernels()
     files, skipped = variants.make(U.KERNEL_PATH / "jit", VARS)
     for name, why in skipped.items():
         print(f"variant {name} skipped: {why}", flush=True)
     names = [v for v in VARS if v in files]
 
-    def load(v: str, r: C.Ring):
+    def load(v: str, r: Ring):
         args = U.make_cpp_args(r.ctas, r.stages, r.chunk_bytes)
         return U.load_jit(
             f"dg{v}", *args, cuda_files=[files[v]], cuda_wrappers=[("launch", f"&DecodeGatherKernel<{args}>::run")]
@@ -52,7 +50,7 @@ def main() -> None:
     t0 = time.time()
     with ThreadPoolExecutor(12) as ex:
         futs = {(v, r): ex.submit(load, v, r) for v in names for r in RINGS}
-        fic._jit_fast_index_copy_multi_module(num_threads=C.UPSTREAM_THREADS, blocks_per_bank=C.UPSTREAM_BLOCKS_PER_BANK)
+        fic._jit_fast_index_copy_multi_module(num_threads=UPSTREAM_THREADS, blocks_per_bank=UPSTREAM_BLOCKS_PER_BANK)
         mods = {k: f.result() for k, f in futs.items()}
     print(f"{len(mods)} modules in {time.time() - t0:.0f}s", flush=True)
 
@@ -77,10 +75,10 @@ def main() -> None:
     if STEP:
         specs = [H.StepSpec("unset", {}), H.StepSpec("unsetAA", {})]
         specs += [
-            H.StepSpec(f"{v}:{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mods[(v, C.Ring.parse(t))])
+            H.StepSpec(f"{v}:{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mods[(v, Ring.parse(t))])
             for v, t in STEP
         ]
-        log["B"] = H.decode_step(dgm, specs, rounds=9)
+        log["B"] = H.decode_step(specs, rounds=9)
         H.print_step(log["B"])
     H.save(log, "probe_var.json")
 

@@ -22,12 +22,13 @@ from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from bench import common as C  # noqa: E402
 from conformance.prereq import skip_or_fail  # noqa: E402
+from gpukit.geometry import CONFORMANCE_EXTRA_RINGS, Ring
+from gpukit.kernels import default_ring, load_kernels, precompile
+from gpukit.machine import machine_info
+from gpukit.memory import sync
+from gpukit.schema import document, resolve_dir, write
+from gpukit.skips import NO_TORCH, cuda_skip_reason
 
 HERE = Path(__file__).resolve().parent
 REPORT_ENV = "CONFORMANCE_REPORT_DIR"
@@ -35,12 +36,6 @@ REPORT_ENV = "CONFORMANCE_REPORT_DIR"
 # for (decode_gather module, fast_index_copy module). It proves nothing about the kernels and never
 # writes a summary; tests that need CUDA graphs, the offload cache or a subprocess skip under it.
 SELFTEST_ENV = "CONFORMANCE_SELFTEST_KERNELS"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with the reason elsewhere)")
-    config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped with a reason elsewhere)")
-    config.addinivalue_line("markers", "slow: takes seconds to minutes")
 
 
 # ---------------------------------------------------------------------------
@@ -79,7 +74,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = Path(str(item.fspath))
         if _in_tier(path) and not path.name.startswith("test_tooling"):
             item.add_marker(pytest.mark.gpu)
-            item.add_marker(pytest.mark.cuda)
             item.add_marker(pytest.mark.slow)
 
 
@@ -106,15 +100,15 @@ class GpuEnv:
     dgm: Any  # freetoken.kernel.decode_gather
     fic: Any  # freetoken.kernel.fast_index_copy
     capability: tuple[int, int]
-    ring: C.Ring  # the module default
+    ring: Ring  # the module default
     fake: bool
 
     @property
-    def rings(self) -> dict[str, C.Ring]:
-        return {"default": self.ring, **{r.tag: r for r in C.CONFORMANCE_EXTRA_RINGS}}
+    def rings(self) -> dict[str, Ring]:
+        return {"default": self.ring, **{r.tag: r for r in CONFORMANCE_EXTRA_RINGS}}
 
     def sync(self) -> None:
-        C.sync(self.device)
+        sync(self.device)
 
 
 def _load_selftest(path: str):
@@ -133,29 +127,28 @@ def gpu() -> GpuEnv:
     try:
         import torch
     except ImportError as e:
-        skip_or_fail(f"torch is not importable ({e}): the GPU tier needs torch with CUDA")
+        skip_or_fail(NO_TORCH.format(error=e))
     selftest = os.environ.get(SELFTEST_ENV)
     if selftest:
         dgm, fic = _load_selftest(selftest)
-        env = GpuEnv(torch, torch.device("cpu"), dgm, fic, (0, 0), C.default_ring(dgm), True)
+        env = GpuEnv(torch, torch.device("cpu"), dgm, fic, (0, 0), default_ring(dgm), True)
         SESSION.env = env
         return env
-    if not torch.cuda.is_available():
-        skip_or_fail("no CUDA device (torch.cuda.is_available() is False): GPU tier skipped")
-    if getattr(torch.version, "hip", None):
-        skip_or_fail("ROCm build: the decode-gather TMA path is CUDA-only")
+    reason = cuda_skip_reason()
+    if reason:
+        skip_or_fail(f"{reason}: GPU tier skipped")
     try:
-        dgm, fic = C.load_kernels()
+        dgm, fic = load_kernels()
     except Exception as e:  # on a CUDA machine this is a broken install, not a skip
         pytest.fail(f"freetoken.kernel.decode_gather / fast_index_copy not importable: {e!r}", pytrace=False)
     if fic._skip_fast_index_copy_enabled():  # upstream's own reading of the variable
         pytest.fail(f"{fic.SKIP_FAST_INDEX_COPY_ENV} is set: both kernels skip their copies; unset it", pytrace=False)
     device = torch.device("cuda", torch.cuda.current_device())
     cap = torch.cuda.get_device_capability(device)
-    ring = C.default_ring(dgm)
+    ring = default_ring(dgm)
     t0 = time.perf_counter()
-    errors = C.precompile(
-        dgm, fic, [ring, *C.CONFORMANCE_EXTRA_RINGS], progress=lambda m: print(f"[conformance] {m}", file=sys.stderr)
+    errors = precompile(
+        dgm, fic, [ring, *CONFORMANCE_EXTRA_RINGS], progress=lambda m: print(f"[conformance] {m}", file=sys.stderr)
     )
     SESSION.notes["jit_seconds"] = round(time.perf_counter() - t0, 1)
     SESSION.notes["jit_errors"] = errors
@@ -213,8 +206,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if env.fake or ran == 0:
         print(f"\n[conformance] {REPORT_ENV} set but no GPU test ran here: no summary written", file=sys.stderr)
         return
-    info = C.machine_info()
-    out_dir = C.resolve_dir(target, info.get("device_slug", "unknown"))
+    info = machine_info()
+    out_dir = resolve_dir(target, info.get("device_slug", "unknown"))
     groups = {}
     for g in sorted(set(SESSION.counts) | set(SESSION.outcomes)):
         counts = {"calls": 0, "bytes": 0, **SESSION.counts.get(g, {})}
@@ -225,9 +218,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "upstream_control_calls": sum(v["upstream_calls"] for v in SESSION.counts.values()),
         "tests": dict(sum((collections.Counter(c) for c in SESSION.outcomes.values()), collections.Counter())),
     }
-    summary = {
-        "schema": "freetoken-decode-gather-conformance/1",
-        "generated_at": C.now_iso(),
+    fields = {
         "exitstatus": int(exitstatus),
         "passed": int(exitstatus) == 0 and not SESSION.failures,
         "duration_s": round(time.time() - SESSION.started, 1),
@@ -236,9 +227,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "failures": SESSION.failures,
         "notes": SESSION.notes,
         "default_ring": env.ring._asdict(),
-        "extra_rings": [r._asdict() for r in C.CONFORMANCE_EXTRA_RINGS],
-        "machine": info,
+        "extra_rings": [r._asdict() for r in CONFORMANCE_EXTRA_RINGS],
         "command": " ".join(sys.argv),
     }
-    path = C.write_json(out_dir / "summary.json", summary)
+    path = write(out_dir / "summary.json", document("conformance", machine=info, **fields))
     print(f"\n[conformance] wrote {path}", file=sys.stderr)

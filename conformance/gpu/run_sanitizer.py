@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Run sanitize_case.py under compute-sanitizer memcheck, racecheck and synccheck; summarize.
+"""Run ``conformance.gpu.sanitize_case`` under compute-sanitizer memcheck, racecheck and synccheck; summarize.
 
-    python conformance/gpu/run_sanitizer.py                       # writes $CONFORMANCE_REPORT_DIR/sanitizer.json
-    python conformance/gpu/run_sanitizer.py --out results/{device}/conformance
-    python conformance/gpu/run_sanitizer.py --dry-run             # CPU: show the commands, self-test the log parser
+    python -m conformance.gpu.run_sanitizer                       # writes $CONFORMANCE_REPORT_DIR/sanitizer.json
+    python -m conformance.gpu.run_sanitizer --out results/{device}/conformance
+    python -m conformance.gpu.run_sanitizer --dry-run             # CPU: show the commands, self-test the log parser
 
 First the case runs once without a sanitizer (it JIT-builds the modules and must be exact), then
 once per tool. The summary holds, per tool, the error count from the tool's closing line, its exit
@@ -23,13 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from gpukit.machine import machine_info
+from gpukit.schema import REPO_ROOT, document, resolve_dir, scrub, write
 
-from bench import common as C  # noqa: E402
-
-CASE = Path(__file__).resolve().parent / "sanitize_case.py"
+CASE = "conformance.gpu.sanitize_case"  # run as a module from the repository root
 TOOLS = ("memcheck", "racecheck", "synccheck")
 
 _ERROR_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
@@ -98,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     tools = [t for t in args.tools.split(",") if t]
-    case_cmd = [sys.executable, str(CASE), *args.case_args.split()]
+    case_cmd = [sys.executable, "-m", CASE, *args.case_args.split()]
     san = find_sanitizer(args.sanitizer)
     if args.dry_run:
         self_test()
@@ -107,29 +104,22 @@ def main(argv: list[str] | None = None) -> int:
         for tool in tools:
             print(f"{tool}:", " ".join([san or "compute-sanitizer", "--tool", tool, "--print-limit", "100", *case_cmd]))
         sample = Path(tempfile.mkdtemp(prefix="sanitizer-dry-")) / "sanitizer.json"
-        C.write_json(sample, {"dry_run": True, "tools": {t: {"errors": 0} for t in tools}, "passed": True})
+        write(sample, {"dry_run": True, "tools": {t: {"errors": 0} for t in tools}, "passed": True})
         print(f"sample summary (not a result): {sample}")
         return 0
     if san is None:
         print("run_sanitizer: compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)", file=sys.stderr)
         return 2
-    info = C.machine_info()
-    out = C.resolve_dir(args.out, info.get("device_slug", "unknown"))
+    info = machine_info()
+    out = resolve_dir(args.out, info.get("device_slug", "unknown"))
     out.mkdir(parents=True, exist_ok=True)
 
-    summary: dict = {
-        "schema": "freetoken-decode-gather-sanitizer/1",
-        "generated_at": C.now_iso(),
-        "sanitizer": san,
-        "case": " ".join(case_cmd),
-        "tools": {},
-        "machine": info,
-    }
+    summary = document("sanitizer", machine=info, sanitizer=san, case=" ".join(case_cmd), tools={})
     ver = subprocess.run([san, "--version"], capture_output=True, text=True)
     summary["sanitizer_version"] = (ver.stdout.strip().splitlines() or [""])[-1]
 
     t0 = time.perf_counter()
-    plain = subprocess.run(case_cmd, capture_output=True, text=True, timeout=args.timeout)
+    plain = subprocess.run(case_cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO_ROOT)
     (out / "sanitizer-plain.log").write_text(plain.stdout + plain.stderr)
     summary["plain"] = {"exit_code": plain.returncode, "seconds": round(time.perf_counter() - t0, 1)}
     ok = plain.returncode == 0
@@ -138,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [san, "--tool", tool, "--print-limit", "100", *case_cmd]
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO_ROOT)
             text, rc = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as e:
             text, rc = f"{e.stdout or ''}{e.stderr or ''}\nTIMEOUT after {args.timeout}s", None
@@ -162,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     summary["total_errors"] = sum((r["errors"] or 0) for r in summary["tools"].values())
     summary["passed"] = bool(ok)
-    path = C.write_json(out / "sanitizer.json", summary)
+    path = write(out / "sanitizer.json", scrub(summary))
     print(f"wrote {path}")
     return 0 if ok else 1
 

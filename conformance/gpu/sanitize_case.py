@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A small decode_gather case, eager and in a CUDA graph, for compute-sanitizer.
 
-    python conformance/gpu/sanitize_case.py            # plain run: exit 0 when every copy is exact
-    compute-sanitizer --tool memcheck python conformance/gpu/sanitize_case.py
+    python -m conformance.gpu.sanitize_case            # plain run: exit 0 when every copy is exact
+    compute-sanitizer --tool memcheck python -m conformance.gpu.sanitize_case
 
 Geometry: 4 banks of 16, 48, 4096+16 and 8192+16 byte rows, 2 layers of 6 experts packed into one
 pinned allocation whose last byte is the last expert of the last layer's last bank, a 9-slot cache
@@ -17,13 +17,10 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from bench import common as C  # noqa: E402
+from gpukit.geometry import Ring
+from gpukit.kernels import call_ours, call_upstream, load_kernels
+from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 ROWS = [16, 48, 4096 + 16, 8192 + 16]
 LAYERS, EXPERTS, SLOTS = 2, 6, 9
@@ -44,12 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("sanitize_case: no CUDA device", file=sys.stderr)
         return 2
-    dgm, fic = C.load_kernels()
+    dgm, fic = load_kernels()
     dev = torch.device("cuda")
-    rings = [None if r == "default" else C.Ring.parse(r) for r in args.rings.split(",") if r]
-    banks = C.HostBanks(LAYERS, EXPERTS, ROWS, dev, seed=5)
-    cache = C.SlotCache(SLOTS, ROWS, dev)
-    misses = C.MissList(SLOTS, "int32", dev)
+    rings = [None if r == "default" else Ring.parse(r) for r in args.rings.split(",") if r]
+    banks = HostBanks(LAYERS, EXPERTS, ROWS, dev, seed=5)
+    cache = SlotCache(SLOTS, ROWS, dev)
+    misses = MissList(SLOTS, "int32", dev)
     rng = random.Random("sanitize")
     failures: list[str] = []
     calls = 0
@@ -57,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     def check(what: str, poison: int, dst, src, layer: int, n: int) -> None:
         nonlocal calls
         k = max(0, min(n, SLOTS))
-        err = C.check_slot_cache(cache, poison, [(dst[:k], src[:k], banks.dev[layer])])
+        err = check_slot_cache(cache, poison, [(dst[:k], src[:k], banks.dev[layer])])
         calls += 1
         if err:
             failures.append(f"{what}: {err}")
@@ -67,18 +64,18 @@ def main(argv: list[str] | None = None) -> int:
         for ring in rings if kernel == "ours" else [None]:
             tag = kernel if kernel == "upstream" else f"ours {ring.tag if ring else 'default'}"
 
-            def launch(layer: int, kernel: str = kernel, ring: C.Ring | None = ring) -> None:
+            def launch(layer: int, kernel: str = kernel, ring: Ring | None = ring) -> None:
                 if kernel == "ours":
-                    C.call_ours(dgm, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num, ring)
+                    call_ours(dgm, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num, ring)
                 else:
-                    C.call_upstream(fic, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num)
+                    call_upstream(fic, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num)
 
             counts = (0, 1, 4, SLOTS, SLOTS + 5, -3) if kernel == "ours" else (0, 1, 4, SLOTS)
             for layer in range(LAYERS):
                 for n in counts:
-                    dst, src = C.random_misses(rng, SLOTS, max(0, min(n, SLOTS)), SLOTS, EXPERTS)
+                    dst, src = random_misses(rng, SLOTS, max(0, min(n, SLOTS)), SLOTS, EXPERTS)
                     misses.set(dst, src, n)
-                    poison = C.poison_value(n + layer, rng)
+                    poison = poison_value(n + layer, rng)
                     cache.poison(poison)
                     launch(layer)
                     check(f"{tag} eager layer {layer} n={n}", poison, dst, src, layer, n)
@@ -87,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
             with torch.cuda.graph(graph):
                 launch(LAYERS - 1)
             for i, n in enumerate((SLOTS, 2, 0)):
-                dst, src = C.random_misses(rng, SLOTS, n, SLOTS, EXPERTS)
+                dst, src = random_misses(rng, SLOTS, n, SLOTS, EXPERTS)
                 misses.set(dst, src, n)
-                poison = C.poison_value(i, rng)
+                poison = poison_value(i, rng)
                 cache.poison(poison)
                 graph.replay()
                 check(f"{tag} graph replay {i} n={n}", poison, dst, src, LAYERS - 1, n)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench import common as C
+from gpukit.kernels import LaunchCounter, call_ours
+from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -19,9 +20,9 @@ EXPERTS, SLOTS = 4, 5
 
 @pytest.fixture(scope="module")
 def setup(gpu):
-    banks = C.HostBanks(1, EXPERTS, ROWS, gpu.device, seed=41)
-    cache = C.SlotCache(SLOTS, ROWS, gpu.device)
-    misses = C.MissList(SLOTS, "int32", gpu.device)
+    banks = HostBanks(1, EXPERTS, ROWS, gpu.device, seed=41)
+    cache = SlotCache(SLOTS, ROWS, gpu.device)
+    misses = MissList(SLOTS, "int32", gpu.device)
     misses.set([4, 0, 1, 2, 3], [3, 0, 1, 2, 0], 3)
     yield banks, cache, misses
     banks.close()
@@ -43,8 +44,8 @@ def _args(gpu, banks, cache, misses, **override):
 
 
 def _nine_banks(gpu, banks, cache, misses):
-    b9 = C.HostBanks(1, EXPERTS, [16] * 9, gpu.device, seed=42)
-    c9 = C.SlotCache(SLOTS, [16] * 9, gpu.device)
+    b9 = HostBanks(1, EXPERTS, [16] * 9, gpu.device, seed=42)
+    c9 = SlotCache(SLOTS, [16] * 9, gpu.device)
     _nine_banks.keep = (b9, c9)  # alive until the next case
     return {
         "dst_ptrs": c9.dst_ptrs,
@@ -172,7 +173,7 @@ def test_bad_input_is_rejected_on_the_host(gpu, setup, tally, case):
     args = build(gpu, banks, cache, misses)
     gpu.sync()
     snap = cache.snapshot()
-    with C.LaunchCounter(gpu.dgm, gpu.fic) as counter:
+    with LaunchCounter(gpu.dgm, gpu.fic) as counter:
         with pytest.raises(exc) as info:
             gpu.dgm.decode_gather_jit(**args)
     gpu.sync()  # an asynchronous device error would surface here
@@ -223,7 +224,7 @@ def test_unchecked_descriptor_under_capture_raises(real_gpu, setup, tally):
 def test_valid_call_after_the_bad_ones(gpu, setup, tally):
     banks, cache, misses = setup
     cache.poison(0xA5)
-    C.call_ours(gpu.dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
-    err = C.check_slot_cache(cache, 0xA5, [([4, 0, 1], [3, 0, 1], banks.dev[0])])
+    call_ours(gpu.dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
+    err = check_slot_cache(cache, 0xA5, [([4, 0, 1], [3, 0, 1], banks.dev[0])])
     assert err is None, err
     tally(1, 3 * banks.bytes_per_expert)

@@ -12,47 +12,49 @@ import random
 
 import pytest
 
-from bench import common as C
+from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES
+from gpukit.kernels import call_ours, call_upstream
+from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 SLOTS = 640
 CAPACITY = 600
-EXPERTS = C.MODEL["experts"]
+EXPERTS = MODEL["experts"]
 REFILL_EVERY = 50  # fresh random bank bytes per batch of this many counts
 
 
 @pytest.fixture(scope="module")
 def nvfp4(gpu):
     """One layer of the nvfp4 banks (256 experts, 1,781,760 B each) and a 640-slot guarded cache."""
-    banks = C.HostBanks(1, EXPERTS, C.NVFP4_ROW_BYTES, gpu.device, seed=1)
-    cache = C.SlotCache(SLOTS, C.NVFP4_ROW_BYTES, gpu.device)
+    banks = HostBanks(1, EXPERTS, NVFP4_ROW_BYTES, gpu.device, seed=1)
+    cache = SlotCache(SLOTS, NVFP4_ROW_BYTES, gpu.device)
     yield banks, cache
     banks.close()
 
 
 def _run_and_check(gpu, banks, cache, dst_idx, src_idx, num, poison, writes, what, ring=None):
     cache.poison(poison)
-    C.call_ours(gpu.dgm, cache, banks.src_ptrs[0], dst_idx, src_idx, num, ring)
-    err = C.check_slot_cache(cache, poison, writes)
+    call_ours(gpu.dgm, cache, banks.src_ptrs[0], dst_idx, src_idx, num, ring)
+    err = check_slot_cache(cache, poison, writes)
     assert err is None, f"{what}: {err}"
 
 
 def test_nvfp4_geometry_is_the_proposal_shape():
-    assert C.NVFP4_ROW_BYTES == [1048576, 131072, 4096, 524288, 65536, 8192]
-    assert C.NVFP4_EXPERT_BYTES == 1781760
+    assert NVFP4_ROW_BYTES == [1048576, 131072, 4096, 524288, 65536, 8192]
+    assert NVFP4_EXPERT_BYTES == 1781760
 
 
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
 def test_every_miss_count_0_to_600(gpu, nvfp4, tally, index_dtype):
     banks, cache = nvfp4
     rng = random.Random(f"every-count-{index_dtype}")
-    misses = C.MissList(CAPACITY, index_dtype, gpu.device)
+    misses = MissList(CAPACITY, index_dtype, gpu.device)
     tally.note("pinned", banks.buf.describe())
     for n in range(CAPACITY + 1):
         if n % REFILL_EVERY == 0:
             banks.fill(seed=rng.randrange(1 << 31))
-        dst, src = C.random_misses(rng, CAPACITY, n, SLOTS, EXPERTS)
+        dst, src = random_misses(rng, CAPACITY, n, SLOTS, EXPERTS)
         misses.set(dst, src, n)
         _run_and_check(
             gpu,
@@ -61,7 +63,7 @@ def test_every_miss_count_0_to_600(gpu, nvfp4, tally, index_dtype):
             misses.dst,
             misses.src,
             misses.num,
-            C.poison_value(n, rng),
+            poison_value(n, rng),
             [(dst[:n], src[:n], banks.dev[0])],
             f"n={n} {index_dtype}",
         )
@@ -74,9 +76,9 @@ def test_src_indices_none_copies_source_row_i(gpu, nvfp4, tally, n):
     banks, cache = nvfp4
     rng = random.Random(f"src-none-{n}")
     capacity = EXPERTS
-    misses = C.MissList(capacity, "int32", gpu.device)
+    misses = MissList(capacity, "int32", gpu.device)
     count = capacity if n is None else n
-    dst, _ = C.random_misses(rng, capacity, count, SLOTS, EXPERTS)
+    dst, _ = random_misses(rng, capacity, count, SLOTS, EXPERTS)
     misses.set(dst, list(range(capacity)), count)
     num = None if n is None else misses.num
     _run_and_check(
@@ -86,7 +88,7 @@ def test_src_indices_none_copies_source_row_i(gpu, nvfp4, tally, n):
         misses.dst,
         None,
         num,
-        C.poison_value(count, rng),
+        poison_value(count, rng),
         [(dst[:count], list(range(count)), banks.dev[0])],
         f"src_indices=None n={n}",
     )
@@ -102,8 +104,8 @@ def test_device_count_above_capacity_copies_exactly_capacity(gpu, nvfp4, tally, 
     banks, cache = nvfp4
     capacity, trap = 64, SLOTS - 1
     rng = random.Random(f"clamp-{num}-{src_none}")
-    misses = C.MissList(capacity, "int64", gpu.device, trap_slot=trap, trap_row=EXPERTS - 1)
-    dst, src = C.random_misses(rng, capacity, capacity, SLOTS, EXPERTS, forbid_slot=trap)
+    misses = MissList(capacity, "int64", gpu.device, trap_slot=trap, trap_row=EXPERTS - 1)
+    dst, src = random_misses(rng, capacity, capacity, SLOTS, EXPERTS, forbid_slot=trap)
     if src_none:
         src = list(range(capacity))
     misses.set(dst, src, 0)
@@ -127,8 +129,8 @@ def test_device_count_above_capacity_copies_exactly_capacity(gpu, nvfp4, tally, 
 def test_negative_device_count_copies_nothing(gpu, nvfp4, tally, num):
     banks, cache = nvfp4
     rng = random.Random(f"negative-{num}")
-    misses = C.MissList(CAPACITY, "int32", gpu.device)
-    dst, src = C.random_misses(rng, CAPACITY, CAPACITY, SLOTS, EXPERTS)
+    misses = MissList(CAPACITY, "int32", gpu.device)
+    dst, src = random_misses(rng, CAPACITY, CAPACITY, SLOTS, EXPERTS)
     misses.set(dst, src, 0)
     misses.num.fill_(num)
     _run_and_check(gpu, banks, cache, misses.dst, misses.src, misses.num, 0x5A, [], f"num={num}")
@@ -140,12 +142,12 @@ def test_upstream_kernel_agrees_on_the_same_calls(gpu, nvfp4, tally):
     reference bug cannot pass both kernels silently."""
     banks, cache = nvfp4
     rng = random.Random("upstream-control")
-    misses = C.MissList(CAPACITY, "int32", gpu.device)
+    misses = MissList(CAPACITY, "int32", gpu.device)
     for n in (0, 1, 2, 8, 64, 600):
-        dst, src = C.random_misses(rng, CAPACITY, n, SLOTS, EXPERTS)
+        dst, src = random_misses(rng, CAPACITY, n, SLOTS, EXPERTS)
         misses.set(dst, src, n)
         cache.poison(0xA5)
-        C.call_upstream(gpu.fic, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
-        err = C.check_slot_cache(cache, 0xA5, [(dst[:n], src[:n], banks.dev[0])])
+        call_upstream(gpu.fic, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
+        err = check_slot_cache(cache, 0xA5, [(dst[:n], src[:n], banks.dev[0])])
         assert err is None, f"upstream n={n}: {err}"
         tally(1, n * banks.bytes_per_expert, kernel="upstream")

@@ -1,6 +1,6 @@
 """decode_gather byte-exact over bank counts 1..8, awkward row sizes and several rings.
 
-Row sizes per case come from ``bench.common.geometry_rows(chunk)``: 16 B, 48 B, one chunk -16 / +16 /
+Row sizes per case come from ``gpukit.geometry.geometry_rows(chunk)``: 16 B, 48 B, one chunk -16 / +16 /
 exact, 4 KiB + 16 B, 1 MiB + 16 B and a three-chunk row ending 32 B into its last chunk, relative to
 the ring's own chunk size. Every case has 3 layers whose banks are packed into ONE pinned
 allocation; the last layer's last bank ends exactly at the end of that allocation (followed by an
@@ -13,13 +13,15 @@ import random
 
 import pytest
 
-from bench import common as C
+from gpukit.geometry import CONFORMANCE_EXTRA_RINGS, NVFP4_ROW_BYTES, rows_for_bank_count
+from gpukit.kernels import call_ours
+from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 LAYERS, EXPERTS, SLOTS = 3, 9, 13
 MAX_BANKS = 8  # decode_gather.MAX_BANKS, asserted below
-RING_TAGS = ["default"] + [r.tag for r in C.CONFORMANCE_EXTRA_RINGS]
+RING_TAGS = ["default"] + [r.tag for r in CONFORMANCE_EXTRA_RINGS]
 
 
 @pytest.mark.parametrize("ring_tag", RING_TAGS)
@@ -27,22 +29,22 @@ RING_TAGS = ["default"] + [r.tag for r in C.CONFORMANCE_EXTRA_RINGS]
 def test_bank_counts_row_sizes_and_rings(gpu, tally, ring_tag, num_banks):
     assert gpu.dgm.MAX_BANKS == MAX_BANKS
     ring = gpu.rings[ring_tag]
-    rows = C.rows_for_bank_count(num_banks, ring.chunk_bytes)
+    rows = rows_for_bank_count(num_banks, ring.chunk_bytes)
     rng = random.Random(f"geometry-{ring_tag}-{num_banks}")
-    banks = C.HostBanks(LAYERS, EXPERTS, rows, gpu.device, seed=rng.randrange(1 << 31))
+    banks = HostBanks(LAYERS, EXPERTS, rows, gpu.device, seed=rng.randrange(1 << 31))
     try:
-        cache = C.SlotCache(SLOTS, rows, gpu.device, seed=rng.randrange(1 << 31))
+        cache = SlotCache(SLOTS, rows, gpu.device, seed=rng.randrange(1 << 31))
         dtypes = ("int32", "int64") if ring_tag == "default" else ("int32",)
         for index_dtype in dtypes:
-            misses = C.MissList(SLOTS, index_dtype, gpu.device)
+            misses = MissList(SLOTS, index_dtype, gpu.device)
             for layer in range(LAYERS):
                 for n in (0, 1, 2, 5, SLOTS, SLOTS + 7):
                     count = min(n, SLOTS)
-                    dst, src = C.random_misses(rng, SLOTS, count, SLOTS, EXPERTS)
+                    dst, src = random_misses(rng, SLOTS, count, SLOTS, EXPERTS)
                     misses.set(dst, src, n)
-                    poison = C.poison_value(n + layer, rng)
+                    poison = poison_value(n + layer, rng)
                     cache.poison(poison)
-                    C.call_ours(
+                    call_ours(
                         gpu.dgm,
                         cache,
                         banks.src_ptrs[layer],
@@ -51,7 +53,7 @@ def test_bank_counts_row_sizes_and_rings(gpu, tally, ring_tag, num_banks):
                         misses.num,
                         None if ring_tag == "default" else ring,
                     )
-                    err = C.check_slot_cache(cache, poison, [(dst[:count], src[:count], banks.dev[layer])])
+                    err = check_slot_cache(cache, poison, [(dst[:count], src[:count], banks.dev[layer])])
                     assert err is None, f"ring {ring.tag} rows {rows} layer {layer} n={n} {index_dtype}: {err}"
                     tally(1, count * banks.bytes_per_expert)
     finally:
@@ -62,16 +64,16 @@ def test_all_eight_banks_of_one_mebibyte_plus_16(gpu, tally):
     """Eight banks of the largest row: every chunk of the default ring is a full chunk but the last."""
     rows = [(1 << 20) + 16] * 8
     rng = random.Random("eight-big")
-    banks = C.HostBanks(1, 4, rows, gpu.device, seed=7)
+    banks = HostBanks(1, 4, rows, gpu.device, seed=7)
     try:
-        cache = C.SlotCache(5, rows, gpu.device)
-        misses = C.MissList(5, "int32", gpu.device)
+        cache = SlotCache(5, rows, gpu.device)
+        misses = MissList(5, "int32", gpu.device)
         for n in (1, 3, 5):
-            dst, src = C.random_misses(rng, 5, n, 5, 4)
+            dst, src = random_misses(rng, 5, n, 5, 4)
             misses.set(dst, src, n)
             cache.poison(0xA5)
-            C.call_ours(gpu.dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
-            err = C.check_slot_cache(cache, 0xA5, [(dst[:n], src[:n], banks.dev[0])])
+            call_ours(gpu.dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
+            err = check_slot_cache(cache, 0xA5, [(dst[:n], src[:n], banks.dev[0])])
             assert err is None, f"n={n}: {err}"
             tally(1, n * banks.bytes_per_expert)
     finally:
@@ -82,17 +84,17 @@ def test_source_ends_exactly_at_the_end_of_its_pinned_allocation(real_gpu, tally
     """The last expert of the last layer's last bank is the last byte of a registered host range
     followed by an unregistered PROT_NONE page: reading it must not touch a byte past the end."""
     gpu = real_gpu
-    rows = C.NVFP4_ROW_BYTES
-    banks = C.HostBanks(2, 8, rows, gpu.device, seed=11)
+    rows = NVFP4_ROW_BYTES
+    banks = HostBanks(2, 8, rows, gpu.device, seed=11)
     try:
         if not banks.ends_at_allocation_end:
             pytest.skip(f"exact-end pinned allocation unavailable here: {banks.buf.describe()}")
-        cache = C.SlotCache(8, rows, gpu.device)
-        misses = C.MissList(1, "int32", gpu.device)
+        cache = SlotCache(8, rows, gpu.device)
+        misses = MissList(1, "int32", gpu.device)
         for ring_tag, ring in gpu.rings.items():
             misses.set([7], [7], 1)
             cache.poison(0x3C)
-            C.call_ours(
+            call_ours(
                 gpu.dgm,
                 cache,
                 banks.src_ptrs[1],
@@ -101,7 +103,7 @@ def test_source_ends_exactly_at_the_end_of_its_pinned_allocation(real_gpu, tally
                 misses.num,
                 None if ring_tag == "default" else ring,
             )
-            err = C.check_slot_cache(cache, 0x3C, [([7], [7], banks.dev[1])])
+            err = check_slot_cache(cache, 0x3C, [([7], [7], banks.dev[1])])
             assert err is None, f"ring {ring.tag}: {err}"
             tally(1, banks.bytes_per_expert)
         tally.note("exact_end_pinned", banks.buf.describe())

@@ -12,19 +12,21 @@ import random
 
 import pytest
 
-from bench import common as C
+from gpukit.geometry import MODEL, NVFP4_ROW_BYTES
+from gpukit.kernels import call_ours
+from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
-SLOTS, CAPACITY, EXPERTS = 640, 600, C.MODEL["experts"]
+SLOTS, CAPACITY, EXPERTS = 640, 600, MODEL["experts"]
 # 24 replays of one capture: both ends, powers of two and their neighbours, repeats of 0 and 600
 REPLAY_COUNTS = [0, 1, 600, 2, 599, 3, 8, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300, 511, 512, 513, 37, 0, 600, 444]
 
 
 @pytest.fixture(scope="module")
 def nvfp4(real_gpu):
-    banks = C.HostBanks(1, EXPERTS, C.NVFP4_ROW_BYTES, real_gpu.device, seed=21)
-    cache = C.SlotCache(SLOTS, C.NVFP4_ROW_BYTES, real_gpu.device)
+    banks = HostBanks(1, EXPERTS, NVFP4_ROW_BYTES, real_gpu.device, seed=21)
+    cache = SlotCache(SLOTS, NVFP4_ROW_BYTES, real_gpu.device)
     yield banks, cache
     banks.close()
 
@@ -34,23 +36,23 @@ def test_one_capture_many_replays(real_gpu, nvfp4, tally, index_dtype):
     gpu, torch = real_gpu, real_gpu.torch
     banks, cache = nvfp4
     rng = random.Random(f"graph-replay-{index_dtype}")
-    misses = C.MissList(CAPACITY, index_dtype, gpu.device)
-    dst, src = C.random_misses(rng, CAPACITY, 1, SLOTS, EXPERTS)
+    misses = MissList(CAPACITY, index_dtype, gpu.device)
+    dst, src = random_misses(rng, CAPACITY, 1, SLOTS, EXPERTS)
     misses.set(dst, src, 1)
-    C.call_ours(gpu.dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)  # eager: checks the layout
+    call_ours(gpu.dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)  # eager: checks the layout
     gpu.sync()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        C.call_ours(gpu.dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
+        call_ours(gpu.dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
     for i, n in enumerate(REPLAY_COUNTS):
         if i % 8 == 0:
             banks.fill(seed=rng.randrange(1 << 31))  # the graph reads the sources at replay time
-        dst, src = C.random_misses(rng, CAPACITY, n, SLOTS, EXPERTS)
+        dst, src = random_misses(rng, CAPACITY, n, SLOTS, EXPERTS)
         misses.set(dst, src, n)
-        poison = C.poison_value(i, rng)
+        poison = poison_value(i, rng)
         cache.poison(poison)
         graph.replay()
-        err = C.check_slot_cache(cache, poison, [(dst[:n], src[:n], banks.dev[0])])
+        err = check_slot_cache(cache, poison, [(dst[:n], src[:n], banks.dev[0])])
         assert err is None, f"replay {i} n={n} {index_dtype}: {err}"
         tally(1, n * banks.bytes_per_expert)
     del graph
@@ -63,15 +65,15 @@ def test_multi_layer_graph_with_per_layer_sources(real_gpu, tally, layers):
     gpu, torch = real_gpu, real_gpu.torch
     per_layer = 16
     rng = random.Random(f"graph-layers-{layers}")
-    banks = C.HostBanks(layers, per_layer, C.NVFP4_ROW_BYTES, gpu.device, seed=layers)
+    banks = HostBanks(layers, per_layer, NVFP4_ROW_BYTES, gpu.device, seed=layers)
     try:
-        cache = C.SlotCache(per_layer * layers, C.NVFP4_ROW_BYTES, gpu.device)
-        lists = [C.MissList(per_layer, "int32", gpu.device) for _ in range(layers)]
+        cache = SlotCache(per_layer * layers, NVFP4_ROW_BYTES, gpu.device)
+        lists = [MissList(per_layer, "int32", gpu.device) for _ in range(layers)]
 
         def draw(counts):
             plan = []
             for layer, (ml, n) in enumerate(zip(lists, counts)):
-                local, rows = C.random_misses(rng, per_layer, n, per_layer, per_layer)
+                local, rows = random_misses(rng, per_layer, n, per_layer, per_layer)
                 slots = [per_layer * layer + s for s in local]
                 ml.set(slots, rows, n)
                 plan.append((slots[:n], rows[:n], banks.dev[layer]))
@@ -79,12 +81,12 @@ def test_multi_layer_graph_with_per_layer_sources(real_gpu, tally, layers):
 
         draw([1] * layers)
         for layer, ml in enumerate(lists):  # eager, so every layer's descriptor is checked before capture
-            C.call_ours(gpu.dgm, cache, banks.src_ptrs[layer], ml.dst, ml.src, ml.num)
+            call_ours(gpu.dgm, cache, banks.src_ptrs[layer], ml.dst, ml.src, ml.num)
         gpu.sync()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for layer, ml in enumerate(lists):
-                C.call_ours(gpu.dgm, cache, banks.src_ptrs[layer], ml.dst, ml.src, ml.num)
+                call_ours(gpu.dgm, cache, banks.src_ptrs[layer], ml.dst, ml.src, ml.num)
         schedule = [[0] * layers, [per_layer] * layers] + [
             [
                 rng.choice([0, 1, 1, 2, 3, 8, per_layer]) if r % 2 else rng.randrange(per_layer + 1)
@@ -96,10 +98,10 @@ def test_multi_layer_graph_with_per_layer_sources(real_gpu, tally, layers):
             if i % 11 == 5:
                 banks.fill(seed=rng.randrange(1 << 31))
             plan = draw(counts)
-            poison = C.poison_value(i, rng)
+            poison = poison_value(i, rng)
             cache.poison(poison)
             graph.replay()
-            err = C.check_slot_cache(cache, poison, plan)
+            err = check_slot_cache(cache, poison, plan)
             assert err is None, f"{layers}-layer graph, replay {i}, counts {counts}: {err}"
             tally(layers, sum(counts) * banks.bytes_per_expert)
         del graph

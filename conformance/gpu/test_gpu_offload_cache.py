@@ -16,20 +16,23 @@ import random
 
 import pytest
 
-from bench import common as C
+from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
+from gpukit.kernels import LaunchCounter
+from gpukit.memory import HostBanks, cache_reference_diff, cache_rows
+from gpukit.routing import zipf_routing_trace
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 ENV = "FREETOKEN_DECODE_GATHER"
-LAYERS, EXPERTS, TOP_K = 8, C.MODEL["experts"], C.MODEL["top_k"]
+LAYERS, EXPERTS, TOP_K = 8, MODEL["experts"], MODEL["top_k"]
 CACHE_SLOTS = 320
 ZIPF = 1.0
-GEOMS = C.nvfp4_banks()
+GEOMS = nvfp4_banks()
 
 
 @pytest.fixture(scope="module")
 def banks(real_gpu):
-    b = C.HostBanks(LAYERS, EXPERTS, C.NVFP4_ROW_BYTES, real_gpu.device, seed=31)
+    b = HostBanks(LAYERS, EXPERTS, NVFP4_ROW_BYTES, real_gpu.device, seed=31)
     yield b
     b.close()
 
@@ -56,7 +59,7 @@ def _make_cache(gpu, banks, monkeypatch, value):
     return cache
 
 
-_rows = C.cache_rows
+_rows = cache_rows
 
 
 def _state_diff(a, b) -> str | None:
@@ -74,11 +77,11 @@ def _state_diff(a, b) -> str | None:
 
 
 def _reference_diff(cache, banks) -> str | None:
-    return C.cache_reference_diff(cache, lambda layer: banks.dev[layer], GEOMS, EXPERTS)
+    return cache_reference_diff(cache, lambda layer: banks.dev[layer], GEOMS, EXPERTS)
 
 
 def _trace(gpu, steps, batch, seed):
-    return C.zipf_routing_trace(steps, LAYERS, EXPERTS, TOP_K, ZIPF, batch=batch, seed=seed).to(gpu.device)
+    return zipf_routing_trace(steps, LAYERS, EXPERTS, TOP_K, ZIPF, batch=batch, seed=seed).to(gpu.device)
 
 
 def test_env_switch_values(real_gpu, monkeypatch):
@@ -92,7 +95,7 @@ def test_env_switch_values(real_gpu, monkeypatch):
 
 def test_eager_steps_identical_and_tma_uses_decode_gather(sm90, banks, monkeypatch, tally):
     gpu, torch = sm90, sm90.torch
-    with C.LaunchCounter(gpu.dgm, gpu.fic) as counter:
+    with LaunchCounter(gpu.dgm, gpu.fic) as counter:
         base = _make_cache(gpu, banks, monkeypatch, None)
         tma = _make_cache(gpu, banks, monkeypatch, "tma")
         assert hasattr(tma, "_decode_gather"), (

@@ -13,74 +13,74 @@ Upstream's kernel is measured the same way, in the same process, as a control.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from bench import common as C
+from gpukit.schema import REPO_ROOT
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 MEMORY_TOLERANCE = 32 << 20  # lazy module load of one small kernel is well below this
 
 CHILD = r"""
-import json, sys
-sys.path.insert(0, {root!r})
+import json
 import torch
-from bench import common as C
+from gpukit.cudart import CUDA_LIMIT_MALLOC_HEAP_SIZE, CUDA_LIMIT_STACK_SIZE, device_limit
+from gpukit.geometry import Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
+from gpukit.kernels import call_ours, call_upstream, default_ring, load_kernels
+from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
 
-dgm, fic = C.load_kernels()
+dgm, fic = load_kernels()
 dev = torch.device("cuda")
 torch.cuda.init()
 rows = [16, 4096 + 16, (1 << 20) + 16]
-banks = C.HostBanks(1, 4, rows, dev, seed=3)
-cache = C.SlotCache(4, rows, dev)
-misses = C.MissList(4, "int32", dev)
+banks = HostBanks(1, 4, rows, dev, seed=3)
+cache = SlotCache(4, rows, dev)
+misses = MissList(4, "int32", dev)
 misses.set([3, 0, 1, 2], [3, 0, 2, 1], 4)
-rings = [C.default_ring(dgm), C.Ring(32, 2, 32768)]  # 64 KiB ring: the opt-in path (JIT-built by the session)
+rings = [default_ring(dgm), Ring(32, 2, 32768)]  # 64 KiB ring: the opt-in path (JIT-built by the session)
 out = {{"launches": []}}
 
 def measure(name, launch):
     cache.poison(0xA5)
     torch.cuda.synchronize()
-    s0, src0 = C.device_limit(C.CUDA_LIMIT_STACK_SIZE)
-    h0, _ = C.device_limit(C.CUDA_LIMIT_MALLOC_HEAP_SIZE)
+    s0, src0 = device_limit(CUDA_LIMIT_STACK_SIZE)
+    h0, _ = device_limit(CUDA_LIMIT_MALLOC_HEAP_SIZE)
     f0 = torch.cuda.mem_get_info()[0]
     launch()
     torch.cuda.synchronize()
-    s1, _ = C.device_limit(C.CUDA_LIMIT_STACK_SIZE)
-    h1, _ = C.device_limit(C.CUDA_LIMIT_MALLOC_HEAP_SIZE)
+    s1, _ = device_limit(CUDA_LIMIT_STACK_SIZE)
+    h1, _ = device_limit(CUDA_LIMIT_MALLOC_HEAP_SIZE)
     f1 = torch.cuda.mem_get_info()[0]
-    err = C.check_slot_cache(cache, 0xA5, [([3, 0, 1, 2], [3, 0, 2, 1], banks.dev[0])])
+    err = check_slot_cache(cache, 0xA5, [([3, 0, 1, 2], [3, 0, 2, 1], banks.dev[0])])
     out["launches"].append({{"name": name, "stack_before": s0, "stack_after": s1, "heap_before": h0, "heap_after": h1,
                             "free_before": f0, "free_after": f1, "limit_source": src0, "copy_error": err}})
 
 for r in rings:  # load every module first: the test is about the first LAUNCH
     dgm._jit_decode_gather_module(**r.kwargs())
-fic._jit_fast_index_copy_multi_module(num_threads=C.UPSTREAM_THREADS, blocks_per_bank=C.UPSTREAM_BLOCKS_PER_BANK)
+fic._jit_fast_index_copy_multi_module(num_threads=UPSTREAM_THREADS, blocks_per_bank=UPSTREAM_BLOCKS_PER_BANK)
 dgm.check_decode_gather_layout(cache.dst_ptrs, banks.src_ptrs[0], cache.feat)
 # every torch kernel the measurement itself uses (fill, index, compare) is loaded before the baseline
 cache.poison(0x11)
-C.check_slot_cache(cache, 0x11, [])
+check_slot_cache(cache, 0x11, [])
 for r in rings:
-    measure("decode_gather " + r.tag, lambda r=r: C.call_ours(dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num, r))
-measure("upstream", lambda: C.call_upstream(fic, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num))
+    measure("decode_gather " + r.tag, lambda r=r: call_ours(dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num, r))
+measure("upstream", lambda: call_upstream(fic, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num))
 out["device"] = torch.cuda.get_device_name()
 print("RESULT " + json.dumps(out))
 """
 
 
 def test_first_launch_leaves_stack_limit_and_memory_alone(real_gpu, tally):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(C.REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # a fresh process (nothing loaded yet); run from the repository root, which ``-c`` puts on its path
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD.format(root=str(C.REPO_ROOT))],
+        [sys.executable, "-c", CHILD.replace("{{", "{").replace("}}", "}")],
         capture_output=True,
         text=True,
         timeout=300,
-        env=env,
+        cwd=REPO_ROOT,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, (

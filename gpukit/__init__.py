@@ -1,0 +1,17 @@
+"""The GPU harness shared by ``conformance/`` and ``bench/`` (neither imports the other).
+
+Modules, bottom up (none imports torch or freetoken at import time, so the report and the CPU
+tests use them anywhere):
+
+- ``geometry``: model, NVFP4 banks, rings, edge-case rows, byte formatting
+- ``stats``: paired-round statistics (speedup, A/A spread, verdict)
+- ``schema``: the result documents (kinds, writer, reader, path scrubbing); ``provenance``: series
+  hash, patched tree id, patch-id
+- ``cudart``: CUDA runtime/driver through ctypes; ``machine``: machine facts; ``skips``: why a GPU
+  path cannot run
+- ``memory``: pinned banks, slot caches, miss lists, reference checks
+- ``kernels``: kernel handles, JIT builds (extra kernels welcome), launch counter
+- ``timing``: device timing, copy-engine ceiling, the recorded clock for pytest-benchmark
+- ``routing``: Zipf routing traces, LRU model; ``decode_step``: the captured decode step
+- ``commands``: every command the docs, the report and nox print
+"""

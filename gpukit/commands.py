@@ -1,0 +1,59 @@
+"""Every command the documentation, the report templates and the noxfile name, in one place.
+
+Each command is an argument list (what nox runs) and prints as one shell line (what the docs and
+the report show), so the two cannot drift apart. ``{device}`` is the device slug (``h200``).
+Stdlib only: the noxfile imports this module from nox's own Python.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import NamedTuple
+
+
+class Command(NamedTuple):
+    session: str | None  # the nox session that runs it (None: not a session of its own)
+    args: tuple[str, ...]  # after ``python -m`` where ``module`` is true
+    module: bool = True
+    note: str = ""
+
+    @property
+    def line(self) -> str:
+        return shlex.join((("python", "-m") if self.module else ()) + self.args)
+
+    @property
+    def nox(self) -> str | None:
+        return f"nox -s {self.session}" if self.session else None
+
+
+CONFORMANCE_DIR = "results/{device}/conformance"
+BENCH_STORAGE = "results/{device}/pytest-benchmark"
+COMPARE_COLUMNS = "median,min,max,rounds"
+
+GPU = Command("gpu", ("pytest", "-rs", "conformance/gpu"), note=f"CONFORMANCE_REPORT_DIR={CONFORMANCE_DIR}")
+SANITIZE = Command("sanitize", ("conformance.gpu.run_sanitizer", "--out", CONFORMANCE_DIR))
+BENCH = Command(
+    "bench", ("pytest", "-rs", "bench/test_bench_gather.py", "--benchmark-save=gather",
+              f"--benchmark-storage=file://{BENCH_STORAGE}"),
+)  # fmt: skip
+SWEEP = Command("sweep", ("bench.sweep",), note="--quick: ~1 min")
+REPORT = Command("report", ("bench.report",))
+SASS = Command("sass", ("conformance.sass", "--arch", "80,90,100,120", "--out", "results/sass.json", "--check"))
+COMPARE = Command(
+    "compare", ("pytest-benchmark", "--storage", f"file://{BENCH_STORAGE}", "compare",
+                "--group-by=param:n", f"--columns={COMPARE_COLUMNS}"), module=False,
+)  # fmt: skip
+#: The benchmark the series adds to upstream's tree: one command to measure another host.
+UPSTREAM_BENCH = Command(None, ("benchmarks/bench_decode_gather.py",), module=False)
+
+#: The GPU sessions, in the order of a full run on a GPU machine.
+GPU_RUN = (GPU, SANITIZE, BENCH, SWEEP)
+
+
+def upstream_bench_line() -> str:
+    return "python " + shlex.join(UPSTREAM_BENCH.args)
+
+
+def device(cmd: Command, slug: str) -> str:
+    """``cmd.line`` with ``{device}`` filled in."""
+    return cmd.line.replace("{device}", slug)

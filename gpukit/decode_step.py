@@ -1,0 +1,226 @@
+"""The captured decode step through the real OffloadMoeCache, ready to time from a few lines.
+
+One :class:`DecodeStep` holds, for each :class:`StepVariant`, one real ``OffloadMoeCache`` (NVFP4
+banks, the model's 40 layers, 256 experts) on the same pinned banks, the same top-8 Zipf routing
+trace (exponent calibrated with the LRU model for a ~10 % miss rate), a static routing buffer,
+and one captured CUDA graph of a decode step (``ensure_experts`` + ``copy_missing`` for every
+layer). Each variant's cache is built with its ``FREETOKEN_*`` settings and, optionally, a JIT
+module that replaces decode_gather's (a kernel variant)::
+
+    from gpukit.decode_step import DecodeStep, DEFAULT_VARIANTS
+    step = DecodeStep(DEFAULT_VARIANTS)       # unset, unset A/A, tma; warmed up and captured
+    us = step.time_block("tma", 0, 10)        # µs per step over trace steps [warm, warm + 10)
+    assert step.state_diff("unset", "tma") is None
+
+``bench/test_bench_gather.py`` (the paired benchmark), ``bench/probes`` and the GPU conformance
+tier build on it; so can a per-layer breakdown or a two-GPU contention run (``device=``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
+from gpukit.memory import HostBanks, cache_reference_diff, cache_rows
+from gpukit.routing import calibrate_zipf, zipf_routing_trace
+from gpukit.timing import time_replays
+
+GATHER_ENV = ("FREETOKEN_DECODE_GATHER", "FREETOKEN_DECODE_GATHER_RING")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepVariant:
+    name: str
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # FREETOKEN_* while the cache is built
+    module: Any = None  # a JIT module that replaces decode_gather's for this cache's launches
+    copy: bool = True  # False: ensure_experts only (the routing/bookkeeping share of a step)
+
+
+#: unset (upstream), a second unset cache (the A/A control), and ``tma`` (decode_gather).
+DEFAULT_VARIANTS = (
+    StepVariant("unset"),
+    StepVariant("unset_aa"),
+    StepVariant("tma", {"FREETOKEN_DECODE_GATHER": "tma"}),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+    layers: int = MODEL["moe_layers"]
+    experts: int = MODEL["experts"]
+    top_k: int = MODEL["top_k"]
+    batch: int = 1
+    slots_per_layer: int = 48
+    miss_rate: float = 0.10  # the LRU model's target; None-like 0 with zipf_exponent set skips calibration
+    zipf_exponent: float | None = None  # None: calibrated for miss_rate
+    source_layers: int = 8  # distinct pinned layers, used cyclically
+    warm: int = 40  # eager steps before capture
+    steps: int = 70  # trace steps after the warm-up (enough for rounds x steps per round)
+    trace_seed: int = 4
+    calibrate_seed: int = 3
+
+    @property
+    def cache_slots(self) -> int:
+        return max(self.experts, self.slots_per_layer * self.layers)
+
+
+@contextlib.contextmanager
+def gather_env(env: Mapping[str, str]) -> Iterator[None]:
+    """``FREETOKEN_DECODE_GATHER*`` exactly as ``env`` says for the duration (restored after)."""
+    saved = {k: os.environ.get(k) for k in GATHER_ENV}
+    try:
+        for k in GATHER_ENV:
+            os.environ.pop(k, None)
+        os.environ.update(env)
+        yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+
+
+class DecodeStep:
+    """Caches, trace and captured step graphs of ``variants`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        variants: Sequence[StepVariant] = DEFAULT_VARIANTS,
+        config: StepConfig = StepConfig(),
+        *,
+        device=None,
+        banks: HostBanks | None = None,
+        log: Callable[[str], None] | None = None,
+    ):
+        import torch
+
+        self.torch, self.config, self.variants = torch, config, list(variants)
+        self.device = torch.device(device if device is not None else "cuda")
+        cfg = config
+        self.own_banks = banks is None
+        self.banks = banks or HostBanks(cfg.source_layers, cfg.experts, NVFP4_ROW_BYTES, self.device, seed=1)
+        self.geoms = nvfp4_banks()
+        if cfg.zipf_exponent is None:
+            self.zipf_exponent, self.modelled_miss_rate = calibrate_zipf(
+                cfg.miss_rate, steps=150, layers=cfg.layers, experts=cfg.experts, top_k=cfg.top_k,
+                cache_size=cfg.cache_slots, warm_steps=50, seed=cfg.calibrate_seed,
+            )  # fmt: skip
+        else:
+            self.zipf_exponent, self.modelled_miss_rate = cfg.zipf_exponent, None
+        if log:
+            log(f"decode step: Zipf exponent {self.zipf_exponent:.3f}, modelled LRU miss rate "
+                f"{self.modelled_miss_rate}, {cfg.cache_slots} slots")  # fmt: skip
+        self.trace = zipf_routing_trace(
+            cfg.warm + cfg.steps, cfg.layers, cfg.experts, cfg.top_k, self.zipf_exponent,
+            batch=cfg.batch, seed=cfg.trace_seed,
+        ).to(self.device)  # fmt: skip
+        self.caches = {v.name: self._make_cache(v) for v in self.variants}
+        self.static = {
+            v.name: torch.empty((cfg.layers, cfg.batch, cfg.top_k), dtype=torch.int32, device=self.device)
+            for v in self.variants
+        }
+        self.graphs: dict[str, Any] = {}
+        self.warm_up()
+        self.capture()
+
+    def _make_cache(self, v: StepVariant):
+        from freetoken.moe.offload_cache import OffloadMoeCache
+
+        cfg, src = self.config, self.banks.layers
+        typed = [self.banks.typed(layer % src, self.geoms) for layer in range(cfg.layers)]
+        sources = {g.name: [typed[layer][g.name] for layer in range(cfg.layers)] for g in self.geoms}
+        with gather_env(v.env):
+            cache = OffloadMoeCache(
+                num_layers=cfg.layers, num_experts=cfg.experts, cache_size=cfg.cache_slots,
+                device=self.device, quant_format="nvfp4",
+            )  # fmt: skip
+        cache.set_bank_sources(sources)
+        cache.collect_stats = True
+        return cache
+
+    @contextlib.contextmanager
+    def _module_of(self, v: StepVariant) -> Iterator[None]:
+        """decode_gather's JIT factory answers ``v.module`` while ``v``'s step is traced (if set)."""
+        if v.module is None:
+            yield
+            return
+        from freetoken.kernel import decode_gather as dgm
+
+        jit = dgm._jit_decode_gather_module
+        dgm._jit_decode_gather_module = lambda **kw: v.module
+        try:
+            yield
+        finally:
+            dgm._jit_decode_gather_module = jit
+
+    def body(self, v: StepVariant) -> None:
+        """One decode step of ``v``'s cache from its static routing buffer, layer by layer."""
+        cache, ids = self.caches[v.name], self.static[v.name]
+        with self._module_of(v):
+            for layer in range(self.config.layers):
+                cache.ensure_experts(layer, ids[layer])
+                if v.copy:
+                    cache.copy_missing()
+
+    def warm_up(self) -> None:
+        """``config.warm`` eager steps per variant (JIT builds, descriptor checks), then fresh stats."""
+        for t in range(self.config.warm):
+            for v in self.variants:
+                self.static[v.name].copy_(self.trace[t])
+                self.body(v)
+        self.torch.cuda.synchronize(self.device)
+        for c in self.caches.values():
+            c.reset_stats()
+
+    def capture(self) -> None:
+        torch = self.torch
+        for v in self.variants:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                self.body(v)
+            self.graphs[v.name] = g
+
+    def replay(self, name: str, step: int) -> None:
+        """Trace step ``warm + step`` through ``name``'s captured graph."""
+        self.static[name].copy_(self.trace[self.config.warm + step])
+        self.graphs[name].replay()
+
+    def block(self, name: str, start: int, count: int) -> None:
+        for k in range(count):
+            self.replay(name, start + k)
+
+    def time_block(self, name: str, start: int, count: int) -> float:
+        """Device µs per step of ``count`` replays from an idle GPU."""
+        return time_replays(lambda: self.block(name, start, count), 1) / count * 1e6
+
+    def state_diff(self, a: str, b: str) -> str | None:
+        """None when the two caches hold the same slot map, routed slots and bank bytes."""
+        torch, ca, cb = self.torch, self.caches[a], self.caches[b]
+        if not torch.equal(ca.slot_for_id, cb.slot_for_id):
+            return f"{b}: slot_for_id differs from {a}"
+        if not torch.equal(ca.id_of_slot, cb.id_of_slot):
+            return f"{b}: id_of_slot differs from {a}"
+        if not torch.equal(self.static[a], self.static[b]):
+            return f"{b}: routed slots differ from {a}"
+        for g in self.geoms:
+            if not torch.equal(cache_rows(ca, g.name), cache_rows(cb, g.name)):
+                return f"{b}: bank {g.name} differs from {a}"
+        return None
+
+    def reference_diff(self, name: str) -> str | None:
+        """None when every resident slot of ``name``'s cache holds its source row (see cache_reference_diff)."""
+        src = self.banks.layers
+        return cache_reference_diff(
+            self.caches[name], lambda layer: self.banks.dev[layer % src], self.geoms, self.config.experts
+        )
+
+    def miss_stats(self) -> dict[str, Any]:
+        return {name: c.decode_miss_stats() for name, c in self.caches.items()}
+
+    def close(self) -> None:
+        self.graphs.clear()
+        if self.own_banks:
+            self.banks.close()

@@ -1,0 +1,159 @@
+"""Kernel handles: the installed decode_gather and fast_index_copy modules, their calls on a slot-cache
+descriptor, parallel JIT builds (extra kernels welcome), and a launch counter."""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
+from gpukit.memory import SlotCache
+
+
+def load_kernels():
+    """``(decode_gather module, fast_index_copy module)`` from the installed freetoken."""
+    from freetoken.kernel import decode_gather as dgm
+    from freetoken.kernel import fast_index_copy as fic
+
+    return dgm, fic
+
+
+def default_ring(dgm) -> Ring:
+    return Ring(int(dgm.DEFAULT_CTAS), int(dgm.DEFAULT_STAGES), int(dgm.DEFAULT_CHUNK_BYTES))
+
+
+def precompile(
+    dgm,
+    fic,
+    rings: Iterable[Ring],
+    upstream_blocks: Iterable[int] = (UPSTREAM_BLOCKS_PER_BANK,),
+    workers: int = 8,
+    progress: Callable[[str], None] | None = None,
+    extra: Mapping[str, Callable[[], Any]] | None = None,
+) -> dict[str, str]:
+    """JIT-build every ring and upstream width, plus ``extra`` ({name: zero-argument builder}, e.g. a
+    kernel variant's JIT module), in parallel threads (nvcc runs as subprocesses); returns
+    {name: error} for the builds that failed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs: dict[str, Callable[[], Any]] = {}
+    for r in dict.fromkeys(rings):
+        jobs[f"ring {r.tag}"] = functools.partial(dgm._jit_decode_gather_module, **r.kwargs())
+    for b in dict.fromkeys(upstream_blocks):
+        jobs[f"upstream {UPSTREAM_THREADS}x{b}"] = functools.partial(
+            fic._jit_fast_index_copy_multi_module, num_threads=UPSTREAM_THREADS, blocks_per_bank=b
+        )
+    jobs.update(extra or {})
+    errors: dict[str, str] = {}
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max(1, workers)) as ex:
+        futs = {name: ex.submit(fn) for name, fn in jobs.items()}
+        for name, fut in futs.items():
+            try:
+                fut.result()
+            except Exception as e:
+                errors[name] = f"{type(e).__name__}: {str(e)[-400:]}"
+            if progress:
+                progress(f"built {name}" + (" FAILED" if name in errors else ""))
+    if progress:
+        progress(f"{len(jobs)} JIT modules ready in {time.perf_counter() - t0:.1f}s ({len(errors)} failed)")
+    return errors
+
+
+class _CountingModule:
+    """A JIT module whose ``launch`` bumps a counter of a LaunchCounter."""
+
+    def __init__(self, inner, owner, counter: str):
+        self._inner, self._owner, self._counter = inner, owner, counter
+
+    def launch(self, *a, **k):
+        setattr(self._owner, self._counter, getattr(self._owner, self._counter) + 1)
+        return self._inner.launch(*a, **k)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class LaunchCounter:
+    """Counts launches of both JIT modules by wrapping their ``_jit_*_module`` factories (whatever
+    Python path reaches them) and, for good measure, calls of the public ``decode_gather_jit``."""
+
+    def __init__(self, dgm, fic):
+        self.dgm, self.fic = dgm, fic
+        self.decode_gather = 0
+        self.upstream = 0
+        self.decode_gather_jit_calls = 0
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def _wrap_factory(self, mod, attr: str, counter: str) -> None:
+        if not hasattr(mod, attr):
+            return
+        orig = getattr(mod, attr)
+        owner = self
+
+        def factory(*a, **k):
+            m = orig(*a, **k)
+            # unwrap first: nested factories, or a wrapper an lru cache kept from an earlier counter
+            while isinstance(m, _CountingModule):
+                m = m._inner
+            return _CountingModule(m, owner, counter)
+
+        for name in ("cache_info", "cache_clear"):
+            if hasattr(orig, name):
+                setattr(factory, name, getattr(orig, name))
+        self._saved.append((mod, attr, orig))
+        setattr(mod, attr, factory)
+
+    def __enter__(self) -> LaunchCounter:
+        # the lru-cached factories and the loader under them (a module cached by a caller at
+        # construction still goes through one of these first); a module is wrapped once
+        for attr in ("_jit_decode_gather_module", "load_decode_gather_module"):
+            self._wrap_factory(self.dgm, attr, "decode_gather")
+        self._wrap_factory(self.fic, "_jit_fast_index_copy_multi_module", "upstream")
+        orig = self.dgm.decode_gather_jit
+        owner = self
+
+        @functools.wraps(orig)
+        def spy(*a, **k):
+            owner.decode_gather_jit_calls += 1
+            return orig(*a, **k)
+
+        self._saved.append((self.dgm, "decode_gather_jit", orig))
+        self.dgm.decode_gather_jit = spy
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for mod, attr, orig in reversed(self._saved):
+            setattr(mod, attr, orig)
+        self._saved.clear()
+
+    def reset(self) -> None:
+        self.decode_gather = self.upstream = self.decode_gather_jit_calls = 0
+
+
+def call_ours(dgm, cache: SlotCache, src_ptrs, dst, src, num, ring: Ring | None = None) -> None:
+    """decode_gather_jit on ``cache``'s descriptor; ``ring`` None takes the module defaults."""
+    kw = ring.kwargs() if ring is not None else {}
+    dgm.decode_gather_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)
+
+
+def call_upstream(
+    fic, cache: SlotCache, src_ptrs, dst, src, num, blocks_per_bank: int = UPSTREAM_BLOCKS_PER_BANK
+) -> None:
+    """Upstream fast_index_copy_multi_jit on the same descriptor (the cache's default grid: 1024 x 8 per bank)."""
+    fic.fast_index_copy_multi_jit(
+        cache.dst_ptrs,
+        src_ptrs,
+        cache.feat,
+        dst,
+        src,
+        num,
+        num_threads=UPSTREAM_THREADS,
+        blocks_per_bank=blocks_per_bank,
+    )
+
+
+def call_module(module, cache: SlotCache, src_ptrs, dst, src, num) -> None:
+    """Any JIT module with decode_gather's launch signature (a kernel variant a caller built) on ``cache``."""
+    module.launch(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num)

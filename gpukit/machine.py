@@ -1,0 +1,194 @@
+"""Machine facts for every result file: device, PCIe link (idle and under load), driver, torch/CUDA,
+nvcc, freetoken, and the provenance of the patched tree."""
+
+from __future__ import annotations
+
+import functools
+import platform
+import re
+import shutil
+import subprocess
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from freetoken_overlay.toolchain import find_nvcc
+from gpukit.cudart import cuda_runtime_versions
+from gpukit.provenance import provenance
+
+
+def device_slug(name: str | None) -> str:
+    """'NVIDIA H200' -> 'h200'; 'NVIDIA GeForce RTX 5090' -> 'geforce-rtx-5090'."""
+    s = (name or "unknown").strip().lower()
+    s = re.sub(r"^nvidia\s+", "", s)
+    s = re.sub(r"[^a-z0-9]+", "-", s).strip("-")
+    return s or "unknown"
+
+
+
+
+
+def _run(cmd: Sequence[str], timeout: float = 20.0) -> str | None:
+    try:
+        out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def nvidia_smi(gpu_id: str | None = None) -> dict[str, Any]:
+    """Driver, PCIe link generation/width (current and max) of one GPU, from nvidia-smi."""
+    fields = [
+        "name",
+        "driver_version",
+        "pcie.link.gen.current",
+        "pcie.link.width.current",
+        "pcie.link.gen.max",
+        "pcie.link.width.max",
+    ]
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return {}
+    cmd = [exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+    out = _run(cmd + (["-i", gpu_id] if gpu_id else []))
+    if out is None and gpu_id:
+        out = _run(cmd + ["-i", "0"])
+    if not out:
+        return {}
+    vals = [v.strip() for v in out.splitlines()[0].split(",")]
+    if len(vals) != len(fields):
+        return {"nvidia_smi_raw": out}
+    d = dict(
+        zip(["smi_name", "driver", "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max"], vals)
+    )
+    return d
+
+
+def nvcc_version() -> str | None:
+    """The release of the nvcc ``freetoken_overlay.toolchain`` finds (the one the SASS gate uses)."""
+    exe = find_nvcc()
+    out = _run([exe, "--version"]) if exe else None
+    if not out:
+        return None
+    m = re.search(r"release\s+([\d.]+)", out)
+    return m.group(1) if m else out.splitlines()[-1]
+
+
+def freetoken_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("freetoken")
+    except Exception:
+        pass
+    try:
+        import freetoken
+
+        return getattr(freetoken, "__version__", None)
+    except Exception:
+        return None
+
+
+def decode_gather_defaults() -> dict[str, Any] | None:
+    try:
+        from freetoken.kernel import decode_gather as dgm
+    except Exception:
+        return None
+    return {
+        "ctas": getattr(dgm, "DEFAULT_CTAS", None),
+        "stages": getattr(dgm, "DEFAULT_STAGES", None),
+        "chunk_bytes": getattr(dgm, "DEFAULT_CHUNK_BYTES", None),
+        "max_banks": getattr(dgm, "MAX_BANKS", None),
+    }
+
+
+def gpu_smi_id() -> str | None:
+    """nvidia-smi's id of CUDA device 0 (its UUID), so CUDA_VISIBLE_DEVICES remapping is honoured."""
+    try:
+        import torch
+
+        uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)
+        if uuid is None:
+            return None
+        s = str(uuid)
+        return s if s.startswith("GPU-") else f"GPU-{s}"
+    except Exception:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def machine_info() -> dict[str, Any]:
+    """Everything a results file needs to say which machine and software produced it."""
+    info: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
+    try:
+        import torch
+    except Exception:
+        torch = None
+    if torch is not None:
+        info["torch"] = torch.__version__
+        info["torch_cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            p = torch.cuda.get_device_properties(0)
+            info["device_name"] = p.name
+            info["device_slug"] = device_slug(p.name)
+            info["capability"] = f"{p.major}.{p.minor}"
+            info["sm_count"] = p.multi_processor_count
+            info["total_memory_bytes"] = p.total_memory
+            rt = cuda_runtime_versions()
+            info.update(rt)
+    info.update(nvidia_smi(gpu_smi_id() if torch is not None and torch.cuda.is_available() else None))
+    info["nvcc"] = nvcc_version()
+    info["freetoken"] = freetoken_version()
+    info.update(provenance())
+    info["decode_gather_defaults"] = decode_gather_defaults()
+    return info
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    """One line: device, PCIe link, driver, torch/CUDA, freetoken, series."""
+    parts = [info.get("device_name") or info.get("smi_name") or "unknown device"]
+    if info.get("capability"):
+        parts[-1] += f" (sm_{info['capability'].replace('.', '')})"
+    gen = info.get("pcie_gen_under_load") or info.get("pcie_gen_current")
+    width = info.get("pcie_width_under_load") or info.get("pcie_width_current")
+    if gen:
+        parts.append(
+            f"PCIe Gen{gen} x{width}"
+            + (
+                f" (max Gen{info.get('pcie_gen_max')} x{info.get('pcie_width_max')})"
+                if info.get("pcie_gen_max")
+                else ""
+            )
+        )
+    if info.get("driver"):
+        parts.append(f"driver {info['driver']}")
+    if info.get("torch"):
+        parts.append(f"torch {info['torch']} (CUDA {info.get('torch_cuda')})")
+    if info.get("nvcc"):
+        parts.append(f"nvcc {info['nvcc']}")
+    if info.get("freetoken"):
+        parts.append(f"freetoken {info['freetoken']}")
+    if info.get("series_hash"):
+        parts.append(f"series {info['series_hash']}")
+    if info.get("tree"):
+        parts.append(f"tree {info['tree'][:12]}")
+    return ", ".join(parts)
+
+
+def pcie_under_load(work: Callable[[], None]) -> dict[str, Any]:
+    """nvidia-smi's link gen/width sampled while ``work`` keeps the link busy (an idle link may
+    report a power-saving lower generation)."""
+    result: dict[str, Any] = {}
+
+    def sample() -> None:
+        time.sleep(0.05)
+        d = nvidia_smi(gpu_smi_id())
+        if d:
+            result["pcie_gen_under_load"] = d.get("pcie_gen_current")
+            result["pcie_width_under_load"] = d.get("pcie_width_current")
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    work()
+    th.join(timeout=30)
+    return result

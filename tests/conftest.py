@@ -1,0 +1,131 @@
+"""Shared fixtures of the CPU tests: a synthetic results tree (clearly labelled) for the report."""
+
+from __future__ import annotations
+
+import argparse as _ap
+from pathlib import Path
+
+import pytest
+
+from bench import sweep
+from gpukit.geometry import NVFP4_EXPERT_BYTES
+from gpukit.schema import write
+from gpukit.stats import summarize_rounds
+
+
+@pytest.fixture
+def synthetic_results(tmp_path) -> Path:
+    """``tmp/results/synthetic-gpu/`` with every document kind the report reads."""
+    root = tmp_path / "results"
+    write_synthetic_results(root)
+    return root
+
+
+def write_synthetic_results(root: Path) -> None:
+    """A complete synthetic results/<device>/ tree (clearly labelled) for the CPU smoke path."""
+
+    slug = "synthetic-gpu"
+    d = root / slug
+    machine = {
+        "device_name": "Synthetic GPU (dry run)",
+        "device_slug": slug,
+        "capability": "9.0",
+        "driver": "0.0",
+        "pcie_gen_current": "5",
+        "pcie_width_current": "16",
+        "torch": "0.0",
+        "torch_cuda": "0.0",
+        "freetoken": "0.0+dry",
+        "series_hash": "000000000000",
+    }
+    rows = []
+    for layers, ns in ((40, (0, 1, 2, 8)), (16, (1, 4)), (4, (600,))):
+        for n in ns:
+            up = 1.4 + 36.0 * n
+            ours = up / (1.2 if n == 0 else 1.0)
+            b = n * NVFP4_EXPERT_BYTES
+            rounds = {
+                "upstream": [up] * 5,
+                "upstream_aa": [up * 1.004] * 5,
+                "ours": [ours] * 5,
+                **({"copy_engine": [up * 1.3] * 5} if n else {}),
+            }
+            s = summarize_rounds(rounds)
+            gbps = {k: (b / (v * 1e-6) / 1e9 if b else None) for k, v in s["median_us"].items()}
+            rows.append(
+                {
+                    "layers": layers,
+                    "n": n,
+                    "bytes_per_layer": b,
+                    "us": s["median_us"],
+                    "rounds_us": rounds,
+                    "speedup": s["speedup"],
+                    "aa_spread": s["aa_spread"],
+                    "verdict": s["verdict"],
+                    "gbps": gbps,
+                    "pct_of_ceiling": {k: (100 * v / 53.0 if v else None) for k, v in gbps.items()},
+                    "ideal_us": b / 53e9 * 1e6,
+                }
+            )
+    bench = {
+        "schema": "freetoken-decode-gather-bench/1",
+        "synthetic": True,
+        "machine": machine,
+        "kernel": {
+            "decode_gather_default_ring": {"ctas": 16, "stages": 4, "chunk_bytes": 8192},
+            "upstream": {"num_threads": 1024, "blocks_per_bank": 8},
+        },
+        "geometry": {"bytes_per_expert": NVFP4_EXPERT_BYTES},
+        "method": {"rounds": 5},
+        "ceiling": {"start": {"gbps": 53.0, "bytes": 256 << 20, "reps": 10}, "end": {"gbps": 52.9}},
+        "gather": rows,
+        "verified": {"timed_sets": 123, "bytes": 10**10},
+        "decode_step": {
+            "layers": 40,
+            "cache_slots": 1920,
+            "miss_rate": 0.1,
+            "misses_per_step": 32.0,
+            "us_per_step": {"unset": 1500.0, "tma": 1490.0},
+            "speedup": 1.007,
+            "ideal_copy_us_per_step": 1075.0,
+            "zipf_exponent": 1.5,
+            "modelled_miss_rate": 0.1,
+            "top_k": 8,
+            "batch": 1,
+            "rounds": 7,
+            "steps_per_round": 10,
+            "note": "synthetic",
+        },
+    }
+    write(d / "bench.json", bench)
+    args = _ap.Namespace(flat_bytes="64M", gather_n=32)
+    ring_list = sweep.parse_rings([4, 16, 64], "4x8K,4x16K")
+    ceiling = sweep.synthetic(args, ring_list, [4, 8], [1 << 20, 64 << 20], 96 * 1024)
+    ceiling["summary"] = sweep.summarize(ceiling)
+    ceiling["machine"] = machine
+    write(d / "ceiling.json", ceiling)
+    summary = {
+        "synthetic": True,
+        "passed": True,
+        "duration_s": 100,
+        "machine": machine,
+        "groups": {"gather_exact": {"calls": 1202, "bytes": 10**11, "tests": {"passed": 20}}},
+        "totals": {
+            "verified_calls": 1202,
+            "verified_bytes": 10**11,
+            "upstream_control_calls": 6,
+            "tests": {"passed": 20},
+        },
+        "failures": [],
+    }
+    write(d / "conformance" / "summary.json", summary)
+    write(
+        d / "conformance" / "sanitizer.json",
+        {
+            "synthetic": True,
+            "passed": True,
+            "tools": {
+                t: {"errors": 0, "warnings": 0, "case_exact": True} for t in ("memcheck", "racecheck", "synccheck")
+            },
+        },
+    )

@@ -1,0 +1,146 @@
+"""CPU checks of gpukit (no GPU): geometry and statistics, the reference check, the miss-list generator,
+the routing model, the recorded clock that hands paired rounds to pytest-benchmark, provenance."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from gpukit.geometry import NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, Ring, geometry_rows, nvfp4_banks, rows_for_bank_count
+from gpukit.machine import device_slug
+from gpukit.memory import HostBanks, SlotCache, check_slot_cache, random_misses
+from gpukit.routing import calibrate_zipf, lru_miss_rate, zipf_routing_trace
+from gpukit.schema import REPO_ROOT, resolve_dir
+from gpukit.stats import summarize_rounds, verdict
+
+
+def test_nvfp4_geometry():
+    assert NVFP4_ROW_BYTES == [1048576, 131072, 4096, 524288, 65536, 8192]
+    assert NVFP4_EXPERT_BYTES == 1781760
+    assert [b.dtype for b in nvfp4_banks()] == [
+        "uint8",
+        "float8_e4m3fn",
+        "float32",
+        "uint8",
+        "float8_e4m3fn",
+        "float32",
+    ]
+
+
+def test_device_slug_and_dirs():
+    assert device_slug("NVIDIA H200") == "h200"
+    assert device_slug("NVIDIA GeForce RTX 5090") == "geforce-rtx-5090"
+    assert device_slug(None) == "unknown"
+    assert resolve_dir("results/{device}/conformance", "h200") == REPO_ROOT / "results/h200/conformance"
+
+
+def test_ring_parse_and_geometry_rows():
+    assert Ring.parse("16x4x8K") == Ring(16, 4, 8192) == Ring.parse("16x4x8192")
+    assert Ring(16, 4, 8192).tag == "16x4x8K" and Ring(16, 4, 8192).bytes_in_flight == 512 * 1024
+    for chunk in (2048, 8192, 32768):
+        rows = geometry_rows(chunk)
+        assert all(r % 16 == 0 and r > 0 for r in rows)
+        assert {chunk - 16, chunk + 16, chunk, 16, 48, 4096 + 16, (1 << 20) + 16} <= set(rows)
+    assert [len(rows_for_bank_count(b, 8192)) for b in range(1, 9)] == list(range(1, 9))
+
+
+def test_summarize_rounds_and_verdict():
+    rounds = {
+        "upstream": [10.0, 10.2, 9.9, 10.1, 10.0],
+        "upstream_aa": [10.1, 10.0, 10.0, 10.0, 10.1],
+        "ours": [8.0, 8.1, 8.0, 7.9, 8.0],
+    }
+    s = summarize_rounds(rounds)
+    assert s["verdict"] == "faster" and s["speedup"] == pytest.approx(10.0 / 8.0)
+    assert s["aa_spread"] == pytest.approx(
+        max(abs(a / b - 1) for a, b in zip(rounds["upstream"], rounds["upstream_aa"]))
+    )
+    tie = summarize_rounds({**rounds, "ours": [10.05] * 5})
+    assert tie["verdict"] == "tie"
+    assert verdict(0.9, 0.01) == "slower" and verdict(None, 0.01) == "n/a"
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 600])
+def test_random_misses_place_the_extremes(n):
+    rng = random.Random(n)
+    for _ in range(20):
+        dst, src = random_misses(rng, 600, n, 640, 256)
+        assert len(set(dst)) == 600 and all(0 <= s < 640 for s in dst) and all(0 <= r < 256 for r in src)
+        if n >= 2:
+            assert dst[0] == 639 and dst[n - 1] == 0 and src[0] == 255 and src[n - 1] == 0
+        if n == 1:
+            assert dst[0] in (0, 639) and src[0] in (0, 255)
+    dst, _ = random_misses(random.Random(1), 64, 64, 640, 256, forbid_slot=639)
+    assert 639 not in dst
+
+
+def test_reference_check_catches_every_kind_of_damage():
+    torch = pytest.importorskip("torch")
+    rows = [16, 48, 4112]
+    banks = HostBanks(2, 5, rows, "cpu", seed=3)
+    assert banks.ends_at_allocation_end
+    assert all(t.data_ptr() % 16 == 0 for layer in banks.host for t in layer)
+    assert all(torch.equal(h, d) for hl, dl in zip(banks.host, banks.dev) for h, d in zip(hl, dl))
+    cache = SlotCache(6, rows, "cpu")
+    plan = [([5, 0], [4, 1], banks.dev[1])]
+
+    def written():
+        cache.poison(0xA5)
+        for b in range(len(rows)):
+            cache.dst[b][5] = banks.dev[1][b][4]
+            cache.dst[b][0] = banks.dev[1][b][1]
+
+    written()
+    assert check_slot_cache(cache, 0xA5, plan) is None
+    written()
+    cache.dst[2][3, 7] ^= 1  # an untouched slot
+    assert "untouched" in check_slot_cache(cache, 0xA5, plan)
+    written()
+    cache.dst[1][5, -1] ^= 1  # the last byte of a written row
+    assert "written" in check_slot_cache(cache, 0xA5, plan)
+    written()
+    cache.flat[0][-1] ^= 1  # the canary after bank 0
+    assert "canary AFTER" in check_slot_cache(cache, 0xA5, plan)
+
+
+def test_lru_model_and_zipf_calibration():
+    pytest.importorskip("torch")
+    trace = zipf_routing_trace(30, 4, 64, 8, 1.2, seed=1)
+    assert tuple(trace.shape) == (30, 4, 1, 8)
+    assert all(len(set(tok)) == 8 for step in trace.tolist() for layer in step for tok in layer)
+    assert lru_miss_rate(trace, 64, 4 * 64) == pytest.approx(
+        len({(lay, e) for step in trace.tolist() for lay, layer in enumerate(step) for tok in layer for e in tok})
+        / (30 * 4 * 8)
+    )
+    s, rate = calibrate_zipf(0.1, steps=60, layers=4, experts=64, top_k=8, cache_size=4 * 20, warm_steps=20)
+    assert abs(rate - 0.1) < 0.05 and s > 0
+
+
+def test_recorded_clock_hands_over_each_round():
+    """pedantic mode over the recorded clock: the record's rounds are exactly the durations loaded."""
+    from gpukit.timing import RecordedClock
+
+    clock = RecordedClock()
+    clock.load([0.5, 0.25, 1.0])
+    assert [clock() for _ in range(6)] == [0.0, 0.5, 0.5, 0.75, 0.75, 1.75]
+    assert isinstance(clock(), float)  # nothing queued: a real clock again
+    clock.load([1.0])
+    with pytest.raises(RuntimeError, match="not read"):
+        clock.load([2.0])
+
+
+def test_scrub_removes_machine_paths():
+    from gpukit.schema import scrub
+
+    doc = {"a": ["/tmp/conformance-sass-x1/k.cu", "-I/home/u/.venv/lib/python3.12/site-packages/tvm_ffi/include"],
+           "b": str(REPO_ROOT / "results"), "n": 3}
+    assert scrub(doc) == {"a": ["<tmp>/k.cu", "-I<site-packages>/tvm_ffi/include"], "b": "results", "n": 3}
+
+
+def test_committed_results_hold_no_machine_paths():
+    for path in (REPO_ROOT / "results").rglob("*"):
+        if path.suffix in (".json", ".md", ".log"):
+            text = path.read_text(errors="replace")
+            assert not re.search(r"(/tmp/|/work/|/root/|/home/)", text), f"{path}: a machine path"
