@@ -59,15 +59,16 @@ from freetoken_overlay.util import (
 from gpukit import commands
 
 nox.options.sessions = ["test"]  # GPU sessions are tagged: nox -t gpu
+nox.options.reuse_venv = "yes"
+nox.options.default_venv_backend = "none"  # the sessions share SHARED_VENV instead (see _venv)
+os.environ[NOX_ENV] = "1"  # the steps' advice names nox sessions
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 
 
 def _group(name: str) -> list[str]:
     """A PEP 735 dependency group of pyproject.toml."""
     return list(nox.project.dependency_groups(PYPROJECT, name))
-nox.options.reuse_venv = "yes"
-nox.options.default_venv_backend = "none"  # the sessions share SHARED_VENV instead (see _venv)
-os.environ[NOX_ENV] = "1"  # the steps' advice names nox sessions
+
 
 _OUTER_SITE_PTH = "_ft_overlay_outer_site.pth"
 #: The virtual environment the installing sessions share, and its record of what pip installed.
@@ -323,7 +324,7 @@ def sweep(session: nox.Session) -> None:
     session.run(_python(session), "-m", *commands.SWEEP.args, *_posargs(session))
 
 
-@nox.session
+@nox.session(venv_backend="virtualenv")  # its own small venv: jinja2 only
 def report(session: nox.Session) -> None:
     """Render results/README.md, REPORT.md and PR.md from the committed JSON with the templates (no GPU)."""
     session.install(*_group("report"))
@@ -337,7 +338,7 @@ def sass(session: nox.Session) -> None:
     session.run(_python(session), "-m", *commands.SASS.args, *_posargs(session))
 
 
-@nox.session
+@nox.session(venv_backend="virtualenv")  # its own small venv: pytest-benchmark only
 def compare(session: nox.Session) -> None:
     """pytest-benchmark compare of the committed runs: the kernels side by side per miss count (no GPU)."""
     session.install(*_group("compare"))
