@@ -48,12 +48,11 @@ def numa_of(addr: int) -> str | None:
 
 
 def gpu_numa_node(torch, device: int) -> str | None:
-    bus = torch.cuda.get_device_properties(device).pci_bus_id.lower()
-    for cand in (bus, bus[4:] if bus.count(":") == 2 and len(bus.split(":")[0]) == 8 else bus):
-        p = Path("/sys/bus/pci/devices") / cand / "numa_node"
-        if p.exists():
-            return p.read_text().strip()
-    return None
+    """The NUMA node sysfs gives the GPU's PCI function, or None where sysfs does not say."""
+    p = torch.cuda.get_device_properties(device)
+    bus = f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+    node = Path("/sys/bus/pci/devices") / bus / "numa_node"
+    return node.read_text().strip() if node.exists() else None
 
 
 def worker(rank: int, args, barrier, queue) -> None:

@@ -18,7 +18,6 @@ host can check what the GPU will do:
 * :class:`RingModel`         -- the TMA branch's ring (prologue, mbarrier waits and parities,
   ``wait_group.read 1`` refills, final ``wait_group 0``), with the rules of the hardware it
   relies on checked as it runs,
-* :func:`fallback_lane_units` -- the sub-sm_90 warp copy's 16-byte units per lane.
 
 It also has the independent references the tests compare against: :func:`direct_chunk` (the
 closed form ``row = k // cpr``, ``j = k % cpr``, bank by bisection) and the interval-arithmetic
@@ -37,7 +36,6 @@ from typing import Sequence
 
 K_MAX_BANKS = 8  # decode_gather::kMaxBanks
 K_THREADS = 32  # decode_gather::kThreads (one warp; lane 0 drives the ring)
-K_UNROLL = 4  # the fallback copy's 16-byte loads in flight per lane
 MAX_CHUNK_BYTES = 1 << 20  # static_assert(kChunkBytes < (1u << 20)): an mbarrier's tx count
 INT32_MAX = (1 << 31) - 1
 
@@ -490,31 +488,6 @@ def simulate_ring(chunks: Sequence[Chunk], stages: int, *, model_cls: type[RingM
 
 
 # --------------------------------------------------------------------------------------------
-# the sub-sm_90 fallback
-# --------------------------------------------------------------------------------------------
-
-
-def fallback_lane_units(chunk_size: int, *, unit_of=None) -> dict[int, list[int]]:
-    """Per lane, the 16-byte units of one chunk it loads and stores (the warp-copy loop).
-
-    ``unit_of(base, u, lane)`` defaults to the kernel's ``base + u * kThreads + lane``.
-    """
-    unit_of = unit_of or (lambda base, u, lane: base + u * K_THREADS + lane)
-    step = K_THREADS * 16 * K_UNROLL  # kStep, bytes
-    units = chunk_size // 16
-    out: dict[int, list[int]] = {lane: [] for lane in range(K_THREADS)}
-    for lane in range(K_THREADS):
-        base = 0
-        while base < units:
-            for u in range(K_UNROLL):
-                at = unit_of(base, u, lane)
-                if at < units:
-                    out[lane].append(at)
-            base += step // 16
-    return out
-
-
-# --------------------------------------------------------------------------------------------
 # the device statements this model mirrors
 # --------------------------------------------------------------------------------------------
 
@@ -533,9 +506,9 @@ KERNEL_SOURCE_ANCHORS = (
     "const int32_t chunks_per_row = __shfl_sync(0xffffffffu, upto, kMaxBanks);",
     # cta_chunks
     "const int64_t total = n * chunks_per_row;",
-    "if (first_chunk >= total) { return; }",
-    "const int64_t my_chunks = (total - first_chunk + kCtas - 1) / kCtas;",
-    "static_cast<int64_t>(first_chunk / chunks_per_row), first_chunk % chunks_per_row, chunks_per_row, "
+    "if (first >= total) { return; }",
+    "const int64_t my_chunks = (total - first + kCtas - 1) / kCtas;",
+    "static_cast<int64_t>(first / chunks_per_row), first % chunks_per_row, chunks_per_row, "
     "static_cast<int64_t>(static_cast<int32_t>(kCtas) / chunks_per_row), static_cast<int32_t>(kCtas) % chunks_per_row,",
     # ChunkCursor::next
     "while (j >= table->first_chunk[b + 1]) { ++b; }",
@@ -545,16 +518,13 @@ KERNEL_SOURCE_ANCHORS = (
     "row += row_step; j += j_step; if (j >= chunks_per_row) { j -= chunks_per_row; ++row; }",
     # RingModel.run
     "const int64_t prologue = my_chunks < static_cast<int64_t>(kStages) ? my_chunks : kStages;",
-    "mbar_wait(&full[stage], phase); bulk_store(pending_dst[stage], ring + stage * kChunkBytes, pending_bytes[stage]);",
+    "mbar_wait(&smem.full[stage], phase); "
+    "bulk_store(smem.pending_dst[stage], ring + stage * kChunkBytes, smem.pending_bytes[stage]);",
     "if (i >= 1 && i - 1 + static_cast<int64_t>(kStages) < my_chunks) { "
     'asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); issue(); }',
     "if (++stage == kStages) { stage = 0; phase ^= 1; }",
     'asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");',
     "load_stage = load_stage + 1 == kStages ? 0 : load_stage + 1;",
-    # fallback_lane_units
-    "constexpr int kUnroll = 4;",
-    "const int64_t at = base + u * kThreads + lane;",
-    "for (int64_t base = 0; base < units; base += kStep / 16) {",
 )
 
 

@@ -671,8 +671,13 @@ DECODE_GATHER_INSTANTIATIONS = {
 }
 
 
+def is_decode_gather(f: "FunctionReport") -> bool:
+    """Whether ``f`` is one of decode_gather's kernel instantiations."""
+    return any(fragment in f.name for fragment in DECODE_GATHER_INSTANTIATIONS)
+
+
 def expects_ublkcp(arch: int) -> bool:
-    """The bulk-copy (TMA) path is compiled for sm_90 and newer; sm_80 gets the LDG/STG fallback."""
+    """The bulk-copy (TMA) path is compiled for sm_90 and newer; below it the kernel is a trap stub."""
     return arch >= 90
 
 
@@ -688,16 +693,21 @@ def decode_gather_violations(report: SassReport) -> list[str]:
             if f.instructions == 0:
                 problems.append(f"sm_{arch}: {f.short_name} has no instructions")
     for f in report.functions:
-        if expects_ublkcp(arch):
+        # the engine contract is decode_gather's; the no-call/no-stack rules below hold for every
+        # function of the module (it also compiles fast_index_copy.cuh's kernels, whose checks it shares)
+        if not is_decode_gather(f):
+            pass
+        elif expects_ublkcp(arch):
             for op in ("UBLKCP.S.G", "UBLKCP.G.S"):
                 if f.count(op) == 0:
                     problems.append(f"sm_{arch}: {f.short_name} has no {op} (bulk copy not lowered natively)")
         else:
             if f.ublkcp:
                 problems.append(f"sm_{arch}: {f.short_name} has UBLKCP below sm_90")
-            for op in ("LDG.E.128", "STG.E.128"):
-                if f.count(op) == 0:
-                    problems.append(f"sm_{arch}: {f.short_name} has no {op} (16-byte fallback copy)")
+            if not any(op.startswith("BPT.TRAP") for op in f.opcodes):
+                problems.append(f"sm_{arch}: {f.short_name} does not trap (the host refuses pre-sm_90; the stub must too)")
+            if f.count("LDG.E.128") or f.count("STG.E.128"):
+                problems.append(f"sm_{arch}: {f.short_name} copies with LDG/STG below sm_90 (expected a trap stub)")
         for s in f.call_abs_noinc:
             problems.append(f"sm_{arch}: CALL.ABS.NOINC (driver routine call) at {s}")
         for s in f.calls:

@@ -108,14 +108,6 @@ def test_ring_stores_every_chunk_once_without_races(my_chunks, stages):
     assert cp.simulate_ring(chunks, stages) == chunks
 
 
-@settings(max_examples=100, deadline=None)
-@given(units=st.integers(1, (64 * 1024) // 16))
-def test_fallback_warp_copy_covers_each_unit_once(units):
-    lanes = cp.fallback_lane_units(16 * units)
-    seen = sorted(u for us in lanes.values() for u in us)
-    assert seen == list(range(units))
-
-
 @settings(max_examples=60, deadline=None)
 @given(length=st.integers(0, 50), v=st.one_of(st.none(), st.integers(-(2**62), 2**62)))
 def test_miss_count_is_clamped_to_the_index_capacity(length, v):
@@ -304,9 +296,3 @@ def test_broken_ring_is_caught(model_cls, stages):
     chunks = [cp.Chunk(0, k, k, 0, 0, 0, 16) for k in range(3 * stages + 1)]
     with pytest.raises(cp.RingError):
         cp.simulate_ring(chunks, stages, model_cls=model_cls)
-
-
-def test_broken_fallback_copy_is_caught():
-    lanes = cp.fallback_lane_units(16 * 1000, unit_of=lambda base, u, lane: base + u * cp.K_THREADS + lane // 2)
-    seen = sorted(u for us in lanes.values() for u in us)
-    assert seen != list(range(1000))

@@ -4,7 +4,7 @@ For sm_80, sm_90, sm_100 and sm_120, the kernel as upstream's JIT builds it (the
 freetoken's decode_gather.cuh, the default ring, DEFAULT_CUDA_CFLAGS) must:
 
 * use the bulk-copy engine natively on sm_90+ (UBLKCP.S.G host->smem and UBLKCP.G.S
-  smem->slot) and fall back to 16-byte LDG/STG on sm_80 (no UBLKCP there);
+  smem->slot) and are a trap stub on sm_80 (no bulk-copy engine; the host refuses such devices);
 * call nothing: no CALL.ABS.NOINC (a driver routine whose first launch raises the context's
   per-thread stack limit for good) and no other CALL, no __cuda_syscall extern;
 * have a 0-byte stack frame, no LDL/STL and no spills.
@@ -84,13 +84,13 @@ def control_reports(tmp_path_factory, nvcc, disassembler, cuda_cflags) -> dict:
 
 
 def _kernel_functions(report: sass.SassReport) -> list[sass.FunctionReport]:
-    """All functions of the cubin, after checking both index instantiations are among them."""
+    """decode_gather's kernels in the cubin, after checking both index instantiations are among them."""
     for fragment, idx in sass.DECODE_GATHER_INSTANTIATIONS.items():
         assert report.find(fragment), (
             f"sm_{report.arch}: no {idx}-index decode_gather instantiation ({fragment}...) among "
             f"{[f.name for f in report.functions]}"
         )
-    return report.functions
+    return [f for f in report.functions if sass.is_decode_gather(f)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,9 +123,8 @@ def test_bulk_copy_engine_exactly_on_sm90_and_newer(decode_gather_reports, arch)
             assert f.count("UBLKCP.G.S") > 0, f"sm_{arch} {f.short_name}: no UBLKCP.G.S (smem -> slot bulk store)"
         else:
             assert not f.ublkcp, f"sm_{arch} {f.short_name}: UBLKCP below sm_90: {[str(s) for s in f.ublkcp]}"
-            assert f.count("LDG.E.128") > 0 and f.count("STG.E.128") > 0, (
-                f"sm_{arch} {f.short_name}: the 16-byte fallback copy (LDG.E.128/STG.E.128) is missing: "
-                f"{sorted(f.opcodes)}"
+            assert any(op.startswith("BPT.TRAP") for op in f.opcodes), (
+                f"sm_{arch} {f.short_name}: the pre-sm_90 stub does not trap: {sorted(f.opcodes)}"
             )
 
 

@@ -36,6 +36,7 @@ class StepVariant:
     name: str
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # FREETOKEN_* while the cache is built
     module: Any = None  # a JIT module that replaces decode_gather's for this cache's launches
+    upstream_module: Any = None  # likewise for fast_index_copy_multi's (a variant of upstream's kernel)
     copy: bool = True  # False: ensure_experts only (the routing/bookkeeping share of a step)
 
 
@@ -81,6 +82,25 @@ def gather_env(env: Mapping[str, str]) -> Iterator[None]:
             os.environ.pop(k, None)
             if v is not None:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def variant_modules(v: StepVariant) -> Iterator[None]:
+    """The JIT factories answer ``v.module`` / ``v.upstream_module`` meanwhile (where set): launches
+    traced or captured in the block use those modules."""
+    from freetoken.kernel import decode_gather as dgm
+    from freetoken.kernel import fast_index_copy as fic
+
+    swaps = [(dgm, "decode_gather_module", v.module), (fic, "_jit_fast_index_copy_multi_module", v.upstream_module)]
+    saved = [(mod, attr, getattr(mod, attr)) for mod, attr, module in swaps if module is not None]
+    try:
+        for mod, attr, module in swaps:
+            if module is not None:
+                setattr(mod, attr, lambda *a, _m=module, **kw: _m)
+        yield
+    finally:
+        for mod, attr, orig in saved:
+            setattr(mod, attr, orig)
 
 
 class DecodeStep:
@@ -141,25 +161,10 @@ class DecodeStep:
         cache.collect_stats = True
         return cache
 
-    @contextlib.contextmanager
-    def _module_of(self, v: StepVariant) -> Iterator[None]:
-        """decode_gather's JIT factory answers ``v.module`` while ``v``'s step is traced (if set)."""
-        if v.module is None:
-            yield
-            return
-        from freetoken.kernel import decode_gather as dgm
-
-        jit = dgm._jit_decode_gather_module
-        dgm._jit_decode_gather_module = lambda **kw: v.module
-        try:
-            yield
-        finally:
-            dgm._jit_decode_gather_module = jit
-
     def body(self, v: StepVariant) -> None:
         """One decode step of ``v``'s cache from its static routing buffer, layer by layer."""
         cache, ids = self.caches[v.name], self.static[v.name]
-        with self._module_of(v):
+        with variant_modules(v):
             for layer in range(self.config.layers):
                 cache.ensure_experts(layer, ids[layer])
                 if v.copy:

@@ -39,7 +39,7 @@ def precompile(
 
     jobs: dict[str, Callable[[], Any]] = {}
     for r in dict.fromkeys(rings):
-        jobs[f"ring {r.tag}"] = functools.partial(dgm._jit_decode_gather_module, **r.kwargs())
+        jobs[f"ring {r.tag}"] = functools.partial(dgm.decode_gather_module, **r.kwargs())
     for b in dict.fromkeys(upstream_blocks):
         jobs[f"upstream {UPSTREAM_THREADS}x{b}"] = functools.partial(
             fic._jit_fast_index_copy_multi_module, num_threads=UPSTREAM_THREADS, blocks_per_bank=b
@@ -108,7 +108,7 @@ class LaunchCounter:
     def __enter__(self) -> LaunchCounter:
         # the lru-cached factories and the loader under them (a module cached by a caller at
         # construction still goes through one of these first); a module is wrapped once
-        for attr in ("_jit_decode_gather_module", "load_decode_gather_module"):
+        for attr in ("decode_gather_module", "load_decode_gather_module"):
             self._wrap_factory(self.dgm, attr, "decode_gather")
         self._wrap_factory(self.fic, "_jit_fast_index_copy_multi_module", "upstream")
         orig = self.dgm.decode_gather_jit

@@ -1,8 +1,12 @@
-"""Bad input is stopped by the host-side checks, never by the GPU.
+"""Bad input is stopped on the host, never by the GPU.
 
-Each case raises a clear error naming the offending argument, launches nothing (a counter wraps the
-JIT module's ``launch``), leaves no asynchronous CUDA error behind (the device synchronizes cleanly)
-and leaves the slot cache, canaries included, byte-identical. A valid call afterwards still works.
+Two contracts. The bank descriptor's limits (at most 8 banks, one entry per bank, row sizes and
+bases multiples of 16) are what ``decode_gather_jit`` trusts: ``check_decode_gather_layout`` must
+refuse a descriptor that breaks them with a ValueError naming the entry (the offload cache runs it
+when it builds its copy plan). Every per-call argument (dtypes, shapes, devices, bank count) is
+checked by the C++ launcher before the launch. Either way nothing is launched (a counter wraps the
+JIT module's ``launch``), no asynchronous CUDA error is left behind and the slot cache, canaries
+included, stays byte-identical. A valid call afterwards still works.
 """
 
 from __future__ import annotations
@@ -63,162 +67,78 @@ def _shift(t, torch, bank, by):
     return out
 
 
-def _with_rows(*row_bytes):
-    """A builder whose descriptor has these per-bank row sizes (bytes)."""
+def _rows(*row_bytes):
     return lambda g, b, c, m: _args(
         g, b, c, m, feat_bytes=lambda a, t: t.tensor(row_bytes, dtype=t.int64, device=a["feat_bytes"].device)
     )
 
 
-# name -> (exception, substring the message must contain, builder, needs a CUDA device)
-CASES = {
-    "more_than_8_banks": (ValueError, "num_banks", _nine_banks, False),
-    "row_24_bytes": (ValueError, "feat_bytes", _with_rows(24, 4112, 48), False),
-    "row_8_bytes": (ValueError, "feat_bytes", _with_rows(16, 4112, 8), False),
-    "dst_base_misaligned": (
-        ValueError,
-        "dst_ptrs",
-        lambda g, b, c, m: _args(g, b, c, m, dst_ptrs=lambda a, t: _shift(a["dst_ptrs"], t, 1, 8)),
-        False,
-    ),
-    "src_base_misaligned": (
-        ValueError,
-        "src_ptrs",
-        lambda g, b, c, m: _args(g, b, c, m, src_ptrs=lambda a, t: _shift(a["src_ptrs"], t, 2, 8)),
-        False,
-    ),
-    "descriptor_int32": (
-        ValueError,
-        "feat_bytes",
-        lambda g, b, c, m: _args(g, b, c, m, feat_bytes=lambda a, t: a["feat_bytes"].to(t.int32)),
-        False,
-    ),
-    "descriptor_length_mismatch": (
-        ValueError,
-        "src_ptrs",
-        lambda g, b, c, m: _args(g, b, c, m, src_ptrs=lambda a, t: a["src_ptrs"][:2].clone()),
-        False,
-    ),
-    "dst_indices_float32": (
-        ValueError,
-        "dst_indices",
-        lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].float(), src_indices=None),
-        False,
-    ),
-    "dst_indices_int16": (
-        ValueError,
-        "dst_indices",
-        lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].to(t.int16), src_indices=None),
-        False,
-    ),
-    "dst_indices_2d": (
-        ValueError,
-        "dst_indices",
-        lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].view(1, -1), src_indices=None),
-        False,
-    ),
-    "src_indices_int64_vs_int32": (
-        ValueError,
-        "src_indices",
-        lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"].long()),
-        False,
-    ),
-    "src_indices_shorter": (
-        ValueError,
-        "src_indices",
-        lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"][:3].clone()),
-        False,
-    ),
-    "num_indices_int32": (
-        ValueError,
-        "num_indices",
-        lambda g, b, c, m: _args(g, b, c, m, num_indices=lambda a, t: a["num_indices"].to(t.int32)),
-        False,
-    ),
-    "num_indices_two_elements": (
-        ValueError,
-        "num_indices",
-        lambda g, b, c, m: _args(
-            g, b, c, m, num_indices=lambda a, t: t.zeros(2, dtype=t.int64, device=a["num_indices"].device)
-        ),
-        False,
-    ),
-    "dst_indices_on_cpu": (
-        ValueError,
-        "dst_indices",
-        lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].cpu(), src_indices=None),
-        True,
-    ),
-    "src_indices_on_cpu": (
-        ValueError,
-        "src_indices",
-        lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"].cpu()),
-        True,
-    ),
-    "num_indices_on_cpu": (
-        ValueError,
-        "num_indices",
-        lambda g, b, c, m: _args(g, b, c, m, num_indices=lambda a, t: a["num_indices"].cpu()),
-        True,
-    ),
-}
+# descriptor limits: name -> (substring the ValueError must contain, builder)
+LAYOUT_CASES = {
+    "more_than_8_banks": ("num_banks", _nine_banks),
+    "row_24_bytes": ("feat_bytes[0]=24", _rows(24, 4112, 48)),
+    "row_8_bytes": ("feat_bytes[2]=8", _rows(16, 4112, 8)),
+    "dst_base_misaligned": ("dst_ptrs[1]", lambda g, b, c, m: _args(g, b, c, m, dst_ptrs=lambda a, t: _shift(a["dst_ptrs"], t, 1, 8))),
+    "src_base_misaligned": ("src_ptrs[2]", lambda g, b, c, m: _args(g, b, c, m, src_ptrs=lambda a, t: _shift(a["src_ptrs"], t, 2, 8))),
+    "descriptor_length_mismatch": ("one entry per bank", lambda g, b, c, m: _args(g, b, c, m, src_ptrs=lambda a, t: a["src_ptrs"][:2].clone())),
+}  # fmt: skip
+
+# per-call arguments, refused by the C++ launcher: name -> (builder, needs a CUDA device)
+CALL_CASES = {
+    "more_than_8_banks": (_nine_banks, False),
+    "descriptor_int32": (lambda g, b, c, m: _args(g, b, c, m, feat_bytes=lambda a, t: a["feat_bytes"].to(t.int32)), False),
+    "descriptor_length_mismatch": (lambda g, b, c, m: _args(g, b, c, m, src_ptrs=lambda a, t: a["src_ptrs"][:2].clone()), False),
+    "dst_indices_float32": (lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].float(), src_indices=None), False),
+    "dst_indices_int16": (lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].to(t.int16), src_indices=None), False),
+    "dst_indices_2d": (lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].view(1, -1), src_indices=None), False),
+    "src_indices_int64_vs_int32": (lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"].long()), False),
+    "src_indices_shorter": (lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"][:3].clone()), False),
+    "num_indices_int32": (lambda g, b, c, m: _args(g, b, c, m, num_indices=lambda a, t: a["num_indices"].to(t.int32)), False),
+    "num_indices_two_elements": (lambda g, b, c, m: _args(g, b, c, m, num_indices=lambda a, t: t.zeros(2, dtype=t.int64, device=a["num_indices"].device)), False),
+    "dst_indices_on_cpu": (lambda g, b, c, m: _args(g, b, c, m, dst_indices=lambda a, t: a["dst_indices"].cpu(), src_indices=None), True),
+    "src_indices_on_cpu": (lambda g, b, c, m: _args(g, b, c, m, src_indices=lambda a, t: a["src_indices"].cpu()), True),
+    "num_indices_on_cpu": (lambda g, b, c, m: _args(g, b, c, m, num_indices=lambda a, t: a["num_indices"].cpu()), True),
+    "descriptor_on_cpu": (lambda g, b, c, m: _args(g, b, c, m, dst_ptrs=lambda a, t: a["dst_ptrs"].cpu()), True),
+}  # fmt: skip
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_is_rejected_on_the_host(gpu, setup, tally, case):
-    exc, needle, build, needs_cuda = CASES[case]
-    if needs_cuda and gpu.fake:
-        pytest.skip("a wrong-device case needs a CUDA device")
-    banks, cache, misses = setup
-    args = build(gpu, banks, cache, misses)
-    gpu.sync()
-    snap = cache.snapshot()
-    with LaunchCounter(gpu.dgm, gpu.fic) as counter:
-        with pytest.raises(exc) as info:
-            gpu.dgm.decode_gather_jit(**args)
-    gpu.sync()  # an asynchronous device error would surface here
-    assert needle in str(info.value), f"{case}: the error does not name {needle!r}: {info.value}"
-    assert counter.decode_gather == 0, f"{case}: the kernel was launched"
-    assert cache.equals_snapshot(snap), f"{case}: the slot cache changed"
-    tally(0, 0)
-    tally.note(case, f"{type(info.value).__name__}: {info.value}")
+def _release_nine_banks() -> None:
     kept = getattr(_nine_banks, "keep", None)
     if kept:
         kept[0].close()
         _nine_banks.keep = None
 
 
-def test_descriptor_on_the_wrong_device_is_rejected(real_gpu, setup, tally):
-    """Not checked in Python (the descriptor's device is taken from feat_bytes): the C++ launcher's
-    tensor matcher must reject it before the launch; the cache must be untouched."""
+@pytest.mark.parametrize("case", list(LAYOUT_CASES))
+def test_layout_check_names_the_bad_entry(gpu, setup, tally, case):
+    needle, build = LAYOUT_CASES[case]
+    args = build(gpu, *setup)
+    with pytest.raises(ValueError) as info:
+        gpu.dgm.check_decode_gather_layout(args["dst_ptrs"], args["src_ptrs"], args["feat_bytes"])
+    assert needle in str(info.value), f"{case}: the error does not name {needle!r}: {info.value}"
+    tally(0, 0)
+    tally.note(f"layout {case}", f"ValueError: {info.value}")
+    _release_nine_banks()
+
+
+@pytest.mark.parametrize("case", list(CALL_CASES))
+def test_bad_call_is_refused_before_launch(real_gpu, setup, tally, case):
+    build, _ = CALL_CASES[case]
     gpu = real_gpu
     banks, cache, misses = setup
-    args = _args(gpu, banks, cache, misses, dst_ptrs=lambda a, t: a["dst_ptrs"].cpu())
-    snap = cache.snapshot()
-    with pytest.raises((ValueError, RuntimeError, TypeError)) as info:
-        gpu.dgm.decode_gather_jit(**args)
+    args = build(gpu, banks, cache, misses)
     gpu.sync()
-    assert cache.equals_snapshot(snap)
-    tally.note("descriptor_on_cpu", f"{type(info.value).__name__}: {str(info.value)[:300]}")
-
-
-def test_unchecked_descriptor_under_capture_raises(real_gpu, setup, tally):
-    """A descriptor first seen during CUDA-graph capture cannot be read back to the host: the call
-    raises RuntimeError instead of syncing inside the capture, and nothing is recorded."""
-    gpu, torch = real_gpu, real_gpu.torch
-    banks, cache, misses = setup
-    args = _args(gpu, banks, cache, misses)
-    scratch = torch.zeros(1, device=gpu.device)
     snap = cache.snapshot()
-    graph = torch.cuda.CUDAGraph()
-    with pytest.raises(RuntimeError, match="before CUDA-graph capture"):
-        with torch.cuda.graph(graph):
-            scratch.add_(1)
+    with LaunchCounter(gpu.dgm, gpu.fic) as counter:
+        with pytest.raises(RuntimeError) as info:
             gpu.dgm.decode_gather_jit(**args)
-    gpu.sync()
-    assert cache.equals_snapshot(snap)
-    del graph
+    gpu.sync()  # an asynchronous device error would surface here
+    assert str(info.value).strip(), f"{case}: an empty error message"
+    assert counter.decode_gather == 0, f"{case}: the kernel was launched"
+    assert cache.equals_snapshot(snap), f"{case}: the slot cache changed"
     tally(0, 0)
+    tally.note(f"call {case}", f"{type(info.value).__name__}: {str(info.value)[-300:]}")
+    _release_nine_banks()
 
 
 def test_valid_call_after_the_bad_ones(gpu, setup, tally):
