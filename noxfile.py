@@ -324,6 +324,31 @@ def sweep(session: nox.Session) -> None:
     session.run(_python(session), "-m", *commands.SWEEP.args, *_posargs(session))
 
 
+def _run_with_device(session: nox.Session, cmd: commands.Command) -> None:
+    """``cmd`` with ``{device}`` filled in, in the shared environment with the patched wheel."""
+    _install_patched(session, *_group("test"))
+    args = [a.replace("{device}", _device_slug(session)) for a in cmd.args]
+    session.run(_python(session), *(["-m"] if cmd.module else []), *args, *_posargs(session))
+
+
+@nox.session(tags=["gpu"], default=False)
+def upstream_bench(session: nox.Session) -> None:
+    """GPU: the series' benchmarks/bench_decode_gather.py (per-layer copy, A/A, verdicts) -> results/<device>/."""
+    _run_with_device(session, commands.UPSTREAM_BENCH_RUN)
+
+
+@nox.session(tags=["gpu"], default=False)
+def step(session: nox.Session) -> None:
+    """GPU: decode-step breakdown and PDL A/B (unset, tma, tma+PDL, upstream+PDL) -> results/<device>/step_pdl.json."""
+    _run_with_device(session, commands.STEP)
+
+
+@nox.session(tags=["gpu"], default=False)
+def contention(session: nox.Session) -> None:
+    """GPU x2: both GPUs gathering at once against each one's solo rate -> results/<device>x2/contention.json."""
+    _run_with_device(session, commands.CONTENTION)
+
+
 @nox.session(venv_backend="virtualenv")  # its own small venv: jinja2 only
 def report(session: nox.Session) -> None:
     """Render results/README.md, REPORT.md and PR.md from the committed JSON with the templates (no GPU)."""
