@@ -62,14 +62,16 @@ def precompile(
 
 
 class _CountingModule:
-    """A JIT module whose ``launch`` bumps a counter of a LaunchCounter."""
+    """A JIT module whose ``launch`` bumps a counter of a LaunchCounter when it returns (a call that
+    its argument checks refuse raises before any kernel is launched, and is not counted)."""
 
     def __init__(self, inner, owner, counter: str):
         self._inner, self._owner, self._counter = inner, owner, counter
 
     def launch(self, *a, **k):
+        out = self._inner.launch(*a, **k)
         setattr(self._owner, self._counter, getattr(self._owner, self._counter) + 1)
-        return self._inner.launch(*a, **k)
+        return out
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
