@@ -15,7 +15,6 @@ Run on a machine with two CUDA GPUs and the patched freetoken: ``python -m bench
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -195,12 +194,13 @@ def main() -> int:
         log(f"n={s['n']:>2} {s['kernel']:>8} GPU{s['rank']}: solo {s['solo_gbps']:.1f} GB/s, "
             f"both {s['both_gbps']:.1f} GB/s, kept {s['kept']:.3f}")
     wrong = [x for x in rows if not x["verified"]]
-    doc = {"schema": "freetoken-decode-gather-contention/1", "gpus": infos, "args": vars(args),
-           "summary": summary, "rows": rows, "wrong_sets": len(wrong), "torch": torch.__version__}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "contention.json").write_text(json.dumps(doc, indent=1))
-    log(f"{len(rows)} timed sets, {len(wrong)} wrong; wrote {out / 'contention.json'}")
+    from gpukit.machine import machine_info
+    from gpukit.schema import document, write
+
+    doc = document("contention", machine=machine_info(), gpus=infos, args=vars(args), summary=summary, rows=rows,
+                   wrong_sets=len(wrong))  # fmt: skip
+    path = write(Path(args.out) / "contention.json", doc)
+    log(f"{len(rows)} timed sets, {len(wrong)} wrong; wrote {path}")
     return 1 if wrong or any(proc.exitcode for proc in procs) else 0
 
 

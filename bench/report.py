@@ -25,6 +25,7 @@ import jinja2
 from gpukit import commands
 from gpukit.geometry import fmt_bytes
 from gpukit.machine import machine_line
+from bench.report_sections import contention_section, contention_sentence, step_pdl_section, upstream_bench_section
 from gpukit.schema import RESULTS, load, load_device
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -68,15 +69,21 @@ def load_results(results: Path) -> dict[str, dict[str, Any]]:
             "ceiling": docs.get("ceiling"),
             "summary": docs.get("conformance"),
             "sanitizer": docs.get("sanitizer"),
+            "upstream_bench": docs.get("upstream_bench"),
+            "step_pdl": docs.get("step_pdl"),
+            "contention": docs.get("contention"),
             "png": f"{d.name}/ceiling.png" if (d / "ceiling.png").exists() else None,
         }
-        if any(entry[k] for k in ("bench", "ceiling", "summary", "sanitizer")):
+        if any(entry[k] for k in DOC_KEYS):
             out[d.name] = entry
     return out
 
 
+DOC_KEYS = ("bench", "ceiling", "summary", "sanitizer", "upstream_bench", "step_pdl", "contention")
+
+
 def machine_of(entry: dict[str, Any]) -> dict[str, Any]:
-    for key in ("bench", "ceiling", "summary", "sanitizer"):
+    for key in DOC_KEYS:
         doc = entry.get(key)
         if doc and doc.get("machine"):
             return doc["machine"]
@@ -347,8 +354,21 @@ def device_section(e: dict[str, Any]) -> str:
         if e.get("png"):
             out += [f"![ceiling sweep]({e['png']})", ""]
         out += [f"Sweep command: `{ce.get('command') or commands.SWEEP.line}`", ""]
+    out += extra_sections(e)
     out += conformance_section(e)
     return "\n".join(out)
+
+
+def extra_sections(e: dict[str, Any], heading: str = "###") -> list[str]:
+    """The series' benchmark, the decode-step breakdown and PDL A/B, and the two-GPU run (where measured)."""
+    out: list[str] = []
+    if e.get("upstream_bench"):
+        out += upstream_bench_section(e["upstream_bench"], heading=heading)
+    if e.get("step_pdl"):
+        out += step_pdl_section(e["step_pdl"], heading=heading)
+    if e.get("contention"):
+        out += contention_section(e["contention"], heading=heading)
+    return out
 
 
 def conformance_section(e: dict[str, Any]) -> list[str]:
@@ -569,6 +589,7 @@ def pr_device_section(e: dict[str, Any]) -> str:
         v = bench["verified"]
         out += [f"- Benchmarks: every timed set byte-verified ({f(v.get('timed_sets'), 0)} sets)."]
     out += [""]
+    out += extra_sections(e, heading="####")
     return "\n".join(out)
 
 
@@ -584,6 +605,8 @@ def headline(slug: str, e: dict[str, Any]) -> str:
     m = machine_of(e)
     link = f", PCIe Gen{m.get('pcie_gen_under_load') or m.get('pcie_gen_current')}" if m.get("pcie_gen_current") else ""
     if not main:
+        if e.get("contention"):
+            return f"On two {device_name(slug, e)}s of one host, {contention_sentence(e['contention'])}"
         return f"{device_name(slug, e)}{link}: no benchmark yet."
     groups = verdict_counts(main)
     parts = [f"{v} at n = {', '.join(str(n) for n in ns)}" for v, ns in sorted(groups.items())]
@@ -635,6 +658,7 @@ def context(results: Path) -> dict[str, Any]:
         "data": data,
         "devices": [
             {"slug": slug, "name": device_name(slug, e), "machine": machine_line(machine_of(e)), "entry": e,
+             "history": (results / slug / "history" / "README.md").is_file(),
              "headline": headline(slug, e), "report": device_section(e), "pr": pr_device_section(e)}
             for slug, e in data.items()
         ],  # fmt: skip

@@ -25,7 +25,6 @@ list of n experts, 40 layers per graph, every timed set byte-verified).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -37,6 +36,7 @@ from gpukit.decode_step import DecodeStep, StepConfig, StepVariant, gather_env, 
 from gpukit.geometry import MODEL, nvfp4_banks
 from gpukit.machine import machine_info
 from gpukit.memory import cache_rows
+from gpukit.schema import document, write
 from gpukit.timing import time_replays
 
 POISON = 0x5A
@@ -234,19 +234,17 @@ def main() -> int:
     t0 = time.perf_counter()
     probes = pdl_probes()
     log(f"PDL probes built in {time.perf_counter() - t0:.0f}s")
-    doc = {"schema": "freetoken-decode-gather-step-pdl/1", "machine": machine_info(), "args": vars(args)}
-    doc["decode_step"] = s = decode_step(args, probes)
+    fields = {"args": vars(args)}
+    fields["decode_step"] = s = decode_step(args, probes)
     log("decode step: " + ", ".join(f"{k} {v:.1f} us" for k, v in s["median_us"].items())
         + f"; A/A ±{s['aa_spread']:.4f}; ratios " + ", ".join(f"{k} {v:.4f}" for k, v in s["ratio"].items()))
     for name, b in s["breakdown"].items():
         if b.get("calls"):
             log(f"  {name}: per layer call ensure {b['mean_us']['ensure_us']:.2f} us, gap {b['mean_us']['gap_us']:.2f} us, "
                 f"copy {b['mean_us']['copy_us']:.2f} us ({b['calls']} calls)")
-    doc["per_layer"] = per_layer(args, probes)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "step_pdl.json").write_text(json.dumps(doc, indent=1, default=str))
-    log(f"wrote {out / 'step_pdl.json'} in {time.perf_counter() - t0:.0f}s")
+    fields["per_layer"] = per_layer(args, probes)
+    path = write(Path(args.out) / "step_pdl.json", document("step_pdl", machine=machine_info(), **fields))
+    log(f"wrote {path} in {time.perf_counter() - t0:.0f}s")
     return 0
 
 

@@ -46,9 +46,7 @@ COMPARE = Command(
 #: The benchmark the series adds to upstream's tree: one command to measure another host.
 UPSTREAM_BENCH = Command(None, ("benchmarks/bench_decode_gather.py",), module=False)
 #: ``nox -s upstream_bench`` runs it from .work/upstream and keeps its JSON with the results.
-UPSTREAM_BENCH_JSON = "results/{device}/upstream_bench.json"
-UPSTREAM_BENCH_RUN = Command("upstream_bench", (".work/upstream/benchmarks/bench_decode_gather.py", "--json",
-                                                UPSTREAM_BENCH_JSON), module=False)  # fmt: skip
+UPSTREAM_BENCH_RUN = Command("upstream_bench", ("bench.upstream_bench",), note="the series' benchmark")
 STEP = Command("step", ("bench.step_pdl", "--out", "results/{device}"), note="decode-step breakdown and PDL A/B")
 CONTENTION = Command("contention", ("bench.contention", "--out", "results/{device}x2"), note="needs two GPUs")
 

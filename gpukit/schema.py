@@ -10,9 +10,9 @@ ceiling         ``ceiling.json``                              ``python -m bench.
 conformance     ``conformance/summary.json``                  ``conformance/gpu`` (conftest)
 sanitizer       ``conformance/sanitizer.json``                ``python -m conformance.gpu.run_sanitizer``
 sass            ``results/sass.json`` (not per device)        ``python -m conformance.sass``
-step_breakdown  ``step_breakdown.json``                       (planned: ``bench/step_breakdown.py``)
-contention      ``contention.json``                           (planned: ``bench/contention.py``)
-upstream_bench  ``upstream_bench.json``                       (planned: upstream's benchmark)
+step_pdl        ``step_pdl.json``                             ``python -m bench.step_pdl``
+contention      ``contention.json`` (``results/<device>x2/``)  ``python -m bench.contention``
+upstream_bench  ``upstream_bench.json``                       ``python -m bench.upstream_bench``
 =============== ============================================= ===============================
 
 A new kind is one line in :data:`KINDS`; :func:`document` stamps every new file with its schema
@@ -46,7 +46,7 @@ KINDS: dict[str, Kind] = {
     "conformance": Kind("freetoken-decode-gather-conformance/1", "conformance/summary.json"),
     "sanitizer": Kind("freetoken-decode-gather-sanitizer/1", "conformance/sanitizer.json"),
     "sass": Kind("freetoken-decode-gather-sass/1", "sass.json", per_device=False),
-    "step_breakdown": Kind("freetoken-decode-gather-step-breakdown/1", "step_breakdown.json"),
+    "step_pdl": Kind("freetoken-decode-gather-step-pdl/1", "step_pdl.json"),
     "contention": Kind("freetoken-decode-gather-contention/1", "contention.json"),
     "upstream_bench": Kind("freetoken-decode-gather-upstream-bench/1", "upstream_bench.json"),
 }

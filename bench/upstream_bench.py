@@ -1,0 +1,57 @@
+"""Run the series' upstream benchmark (``benchmarks/bench_decode_gather.py``) and keep its JSON.
+
+The benchmark ships in the upstream tree and knows nothing of this repository; this wrapper runs it
+from ``.work/upstream`` (after ``nox -s apply build``) and stores what it wrote as an
+``upstream_bench`` result document (schema id, provenance, machine) in ``results/<device>/``.
+Extra arguments go to the benchmark (``--ring 8x4x16384``, ``--misses 0 1 2``, ...).
+
+``python -m bench.upstream_bench [--out results/{device}] [BENCHMARK ARGS...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from freetoken_overlay.series import work_repo
+from freetoken_overlay.util import Workdir
+from gpukit.machine import device_slug, machine_info
+from gpukit.schema import document, load, resolve_dir, write
+
+SCRIPT = Path("benchmarks") / "bench_decode_gather.py"
+
+
+def wrap(raw: dict, **extra) -> dict:
+    """The benchmark's own JSON as an ``upstream_bench`` document (its fields kept under their names)."""
+    fields = {k: v for k, v in raw.items() if k != "schema"} | extra
+    machine = fields.pop("machine", None)
+    return document("upstream_bench", machine=machine, benchmark_schema=raw.get("schema"), **fields)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="results/{device}", help="directory for upstream_bench.json (default: %(default)s)")
+    args, rest = ap.parse_known_args(argv)
+    script = work_repo(Workdir.from_env()) / SCRIPT
+    if not script.is_file():
+        print(f"[upstream_bench] {script} is missing: run `nox -s apply` first", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="upstream-bench-") as tmp:
+        raw_path = Path(tmp) / "raw.json"
+        rc = subprocess.run([sys.executable, str(script), "--json", str(raw_path), *rest], check=False).returncode
+        raw = load(raw_path)
+    if raw is None:
+        print(f"[upstream_bench] the benchmark wrote no JSON (exit {rc})", file=sys.stderr)
+        return rc or 1
+    info = machine_info()
+    out = resolve_dir(args.out, device_slug(info.get("device_name"))) / "upstream_bench.json"
+    write(out, wrap(raw, machine=info, exit_code=rc))
+    print(f"[upstream_bench] wrote {out} (benchmark exit {rc})")
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
