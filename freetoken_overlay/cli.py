@@ -33,10 +33,13 @@ def _patches(args: argparse.Namespace) -> Path:
 def cmd_apply(args: argparse.Namespace) -> None:
     if (args.upstream is None) != (args.rev is None):
         raise OverlayError("--upstream PATH and --rev REV go together")
+    if args.author is not None and args.upstream is None:
+        raise OverlayError("--author is for the submission branch: use it with --upstream PATH --rev REV")
     if args.upstream is not None:
         series.apply_to_clone(
-            Path(args.upstream).resolve(), args.rev, patches_dir=_patches(args), branch=args.branch, force=args.force
-        )
+            Path(args.upstream).resolve(), args.rev, patches_dir=_patches(args), branch=args.branch, force=args.force,
+            author=args.author,
+        )  # fmt: skip
         return
     series.apply(
         pins.get_pin(args.release),
@@ -134,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     apply = command("apply", cmd_apply, "build the work repo and git-am the series onto branch decode-gather")
     apply.add_argument("--upstream", metavar="PATH", help="apply onto this upstream clone instead")
     apply.add_argument("--rev", metavar="REV", help="with --upstream: the commit to branch off")
+    apply.add_argument(
+        "--author", metavar="'NAME <EMAIL>'",
+        help="with --upstream: author and commit the branch as this person, dated now (patches/ keeps its fixed author)",
+    )  # fmt: skip
     apply.add_argument(
         "--branch", default=series.BRANCH, help=f"with --upstream: branch name (default {series.BRANCH})"
     )

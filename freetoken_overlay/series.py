@@ -23,7 +23,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .pin import BASE_AUTHOR_EMAIL, BASE_AUTHOR_NAME, BASE_DATE, DEFAULT_VERSION, Pin
@@ -118,16 +118,18 @@ def _failed_files(output: str) -> list[str]:
     return found
 
 
-def am_series(repo: Path, patches: Sequence[Path], *, hermetic: bool = True) -> str:
+def am_series(
+    repo: Path, patches: Sequence[Path], *, hermetic: bool = True, identity: Mapping[str, str] | None = None
+) -> str:
     """``git am`` each patch onto the checked-out branch of ``repo``; the new tip.
 
-    One ``git am`` per patch, so a failure names the patch file directly.
+    One ``git am`` per patch, so a failure names the patch file directly. With ``identity``
+    (``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` variables) each commit is re-authored to it, dated now:
+    a submission branch carries a real, accountable author, while ``patches/`` keeps its fixed one.
     """
     for index, patch in enumerate(patches, 1):
-        proc = git(
-            repo, "am", "--committer-date-is-author-date", "--no-3way", str(patch),
-            hermetic=hermetic, check=False,
-        )  # fmt: skip
+        dates = () if identity else ("--committer-date-is-author-date",)
+        proc = git(repo, "am", *dates, "--no-3way", str(patch), hermetic=hermetic, env=identity, check=False)
         output = "\n".join(s.strip() for s in (proc.stdout, proc.stderr) if s.strip())
         if proc.returncode != 0:
             files = _failed_files(output)
@@ -137,8 +139,22 @@ def am_series(repo: Path, patches: Sequence[Path], *, hermetic: bool = True) -> 
                 f"patch {patch.name} ({index} of {len(patches)}) does not apply{where}\n{errors}",
                 patch, index, len(patches),
             )  # fmt: skip
+        if identity:
+            git(repo, "commit", "-q", "--amend", "--no-edit", "--reset-author", hermetic=hermetic, env=identity)
         log(f"[{index}/{len(patches)}] {patch.name}: {output.splitlines()[0] if output else 'applied'}")
     return git_out(repo, "rev-parse", "HEAD", hermetic=hermetic)
+
+
+_AUTHOR = re.compile(r"^(?P<name>[^<>]*\S)\s*<(?P<email>[^<>\s]+@[^<>\s]+)>$")
+
+
+def author_identity(author: str) -> dict[str, str]:
+    """``GIT_AUTHOR_*`` and ``GIT_COMMITTER_*`` for ``"Name <email>"``; OverlayError naming the value otherwise."""
+    match = _AUTHOR.match(author.strip())
+    if not match:
+        raise OverlayError(f"--author {author!r}: expected 'Name <email>', e.g. --author 'Ada Lovelace <ada@example.org>'")
+    name, email = match["name"], match["email"]
+    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
 
 
 def _base_env() -> dict[str, str]:
@@ -380,14 +396,19 @@ def apply_to_clone(
     patches_dir: Path | None = None,
     branch: str = BRANCH,
     force: bool = False,
+    author: str | None = None,
 ) -> str:
     """Apply the series onto ``rev`` of a real upstream clone, as branch ``branch``.
 
     The patches are applied in a temporary detached worktree, so the clone's
     own checkout is never touched, and the branch only moves once every patch
-    applied.  The user's git configuration applies here (it is their clone);
-    the committer identity and dates are the overlay's fixed ones.
+    applied.  The user's git configuration applies here (it is their clone).
+    Without ``author`` the commits keep the patches' fixed author and dates
+    (the overlay's identity commits them); with ``author`` ("Name <email>")
+    they are authored and committed by that person, dated now: the branch to
+    submit.
     """
+    identity = author_identity(author) if author is not None else None
     if not (clone / ".git").exists() and git(clone, "rev-parse", "--git-dir", hermetic=False, check=False).returncode:
         raise OverlayError(f"--upstream {clone}: not a git repository")
     base = git(clone, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}", hermetic=False, check=False).stdout.strip()
@@ -399,7 +420,7 @@ def apply_to_clone(
         git(clone, "worktree", "add", "--detach", str(worktree), base, hermetic=False)
         try:
             log(f"applying {len(patches)} patch(es) onto {rev} ({base}) of {clone}")
-            head = am_series(worktree, patches, hermetic=False)
+            head = am_series(worktree, patches, hermetic=False, identity=identity)
         except PatchError as exc:
             raise PatchError(
                 f"{exc}\nnothing in {clone} changed; to resolve it there by hand: "

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -387,6 +388,24 @@ def test_apply_onto_an_upstream_clone(throwaway_series: Path, tmp_path: Path, wo
     assert "up to date" in overlay(*args, workdir=workdir).stdout
 
 
+def test_submission_branch_has_a_real_author(throwaway_series: Path, tmp_path: Path, workdir: Path) -> None:
+    clone = tmp_path / "clone"
+    shutil.copytree(workdir / "upstream", clone)
+    git(clone, "checkout", "-q", "-b", "main", PIN.tag)
+    git(clone, "branch", "-D", BRANCH)
+    before = sorted(p.read_bytes() for p in throwaway_series.glob("*.patch"))
+    args = ("apply", "--patches", str(throwaway_series), "--upstream", str(clone), "--rev", "main")
+    overlay(*args, "--author", "Ada Lovelace <ada@example.org>", workdir=workdir)
+    log = git(clone, "log", "--format=%an <%ae>|%cn <%ce>|%at", f"main..{BRANCH}").splitlines()
+    assert log and all(line.startswith("Ada Lovelace <ada@example.org>|Ada Lovelace <ada@example.org>|") for line in log)
+    assert all(abs(int(line.rsplit("|", 1)[1]) - time.time()) < 3600 for line in log)  # dated now, not the fixed date
+    # same changes as the fixed-identity branch, and patches/ untouched
+    assert git(clone, "rev-parse", f"{BRANCH}^{{tree}}") == git(workdir / "upstream", "rev-parse", f"{BRANCH}^{{tree}}")
+    assert sorted(p.read_bytes() for p in throwaway_series.glob("*.patch")) == before
+    bad = overlay(*args, "--author", "nobody", "--branch", "other", workdir=workdir, check=False)
+    assert bad.returncode != 0 and "--author 'nobody': expected 'Name <email>'" in bad.stderr
+
+
 def test_format_patch_flags_are_stable() -> None:
     for flag in ("--zero-commit", "--no-signature", "--full-index", "--numbered"):
         assert flag in FORMAT_PATCH_FLAGS
@@ -492,7 +511,7 @@ def test_aot_kernel_builds_without_gpu(tmp_path: Path) -> None:
     assert [p.name for p in built] == ["freetoken__fast_index_copy_update_flag.so"]
 
 
-@pytest.mark.cuda
+@pytest.mark.gpu
 def test_kernel_cache_loads_on_gpu() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
