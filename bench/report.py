@@ -43,8 +43,9 @@ NOT_MEASURED = [
     ),
     (
         "NVLink-C2C (GH200 / GB200)",
-        "a coherent host link several times faster than PCIe needs far more bytes in "
-        "flight; no Grace-Hopper/Grace-Blackwell run, so the default ring's behaviour there is unknown",
+        "a coherent host link several times faster than PCIe needs far more bytes in flight; no "
+        "Grace-Hopper/Grace-Blackwell run, so there `tma` warns and keeps fast_index_copy_multi unless "
+        "FREETOKEN_DECODE_GATHER_RING is set (run the benchmark with `--ring` to choose one)",
     ),
     (
         "Other PCIe hosts",
@@ -594,7 +595,9 @@ def pr_device_section(e: dict[str, Any]) -> str:
 
 
 def device_name(slug: str, e: dict[str, Any]) -> str:
-    return machine_of(e).get("device_name") or slug
+    """The GPU's name; ``results/<slug>x2/`` holds runs on two of them (the contention run)."""
+    name = machine_of(e).get("device_name") or slug
+    return f"2 x {name}" if slug.endswith("x2") else name
 
 
 def headline(slug: str, e: dict[str, Any]) -> str:
@@ -606,7 +609,7 @@ def headline(slug: str, e: dict[str, Any]) -> str:
     link = f", PCIe Gen{m.get('pcie_gen_under_load') or m.get('pcie_gen_current')}" if m.get("pcie_gen_current") else ""
     if not main:
         if e.get("contention"):
-            return f"On two {device_name(slug, e)}s of one host, {contention_sentence(e['contention'])}"
+            return f"On {device_name(slug, e)} of one host, {contention_sentence(e['contention'])}"
         return f"{device_name(slug, e)}{link}: no benchmark yet."
     groups = verdict_counts(main)
     parts = [f"{v} at n = {', '.join(str(n) for n in ns)}" for v, ns in sorted(groups.items())]
@@ -663,6 +666,7 @@ def context(results: Path) -> dict[str, Any]:
             for slug, e in data.items()
         ],  # fmt: skip
         "summary": table(SUMMARY_HEADER, summary_rows(data)) if data else "",
+        "verdict": next((headline(slug, e) for slug, e in data.items() if e.get("bench")), None),
         "sass": "\n".join(sass_section(results)),
         "targets": "\n".join(targets_section(data)),
         "open_questions": "\n".join(open_questions_section(data)),
