@@ -618,6 +618,10 @@ def headline(slug: str, e: dict[str, Any]) -> str:
     if d and d.get("speedup") is not None:
         spread = f" against an A/A spread of ±{d['aa_spread']:.3f}" if d.get("aa_spread") is not None else ""
         text += f"; the captured decode step is a {d.get('verdict')} ({d['speedup']:.3f}{spread})"
+    step = (e.get("step_pdl") or {}).get("decode_step") or {}
+    if "tma" in (step.get("ratio") or {}):
+        text += (f" and, in the breakdown run, {step['verdict']['tma']} ({step['ratio']['tma']:.3f}, "
+                 f"A/A ±{step['aa_spread']:.3f})")  # fmt: skip
     return text + "."
 
 
