@@ -4,10 +4,11 @@
     python -m bench.report --results DIR --out DIR
 
 Every figure is read from the result documents (``gpukit.schema``: bench, ceiling, conformance,
-sanitizer, sass); the documents' layout is in the jinja2 templates ``bench/templates/*.md.j2``,
+sanitizer, sass, upstream_bench, step_pdl, contention); the documents' layout is in the jinja2 templates ``bench/templates/*.md.j2``,
 the commands they print come from ``gpukit.commands``. This module turns documents into the
-tables and sentences the templates place. Long (~600 lines) because each table and sentence of
-the three pages is built here from optional fields of up to five document kinds.
+tables and sentences the templates place. Long (~700 lines) because each table and sentence of
+the three pages is built here from optional fields of the older document kinds; the sections of
+the newer kinds (upstream_bench, step_pdl, contention) live in ``bench/report_sections.py``.
 
 A speedup is upstream/ours (> 1: ours faster) and is called a tie when |speedup - 1| is within the
 A/A spread measured in the same run (upstream against a second capture of itself).
@@ -22,10 +23,10 @@ from typing import Any
 
 import jinja2
 
+from bench.report_sections import contention_section, contention_sentence, step_pdl_section, upstream_bench_section
 from gpukit import commands
 from gpukit.geometry import fmt_bytes
 from gpukit.machine import machine_line
-from bench.report_sections import contention_section, contention_sentence, step_pdl_section, upstream_bench_section
 from gpukit.schema import RESULTS, load, load_device
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

@@ -24,6 +24,9 @@ closed form ``row = k // cpr``, ``j = k % cpr``, bank by bisection) and the inte
 checker :func:`plan_problems`. :data:`KERNEL_SOURCE_ANCHORS` lists the device statements this
 model mirrors; a test asserts each is still in the installed ``.cuh``, so a kernel change that
 the model does not follow fails loudly instead of leaving the model checking an old kernel.
+
+Over 500 lines because it mirrors every statement of the kernel's chunk plan and ring, with the
+broken-model variants its tests use as controls.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ Without ``--source`` it scans FreeToken's decode_gather kernel, found through th
 
 Tools: nvcc and a disassembler, cuobjdump preferred, nvdisasm as a fallback, found by
 ``freetoken_overlay.toolchain`` (one search order for every caller).
+
+Long (~800 lines) because one module holds everything that knows the formats involved: the
+nvcc/ptxas invocation, two disassemblers' output, ``ptxas -v`` and ``-res-usage`` parsing, the report
+model and its CLI; split, each format's knowledge would be spread over files.
 """
 
 from __future__ import annotations
