@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 KERNELS = ("upstream", "tma")
-NVFP4_FEATS = [1048576, 131072, 4096, 524288, 65536, 8192]
 POISON = 0x5A
 
 
@@ -59,6 +58,10 @@ def worker(rank: int, args, barrier, queue) -> None:
 
     from freetoken.moe.offload_cache import OffloadMoeCache
 
+    from gpukit.decode_step import copy_all_layers, expected_slots, stage_misses
+    from gpukit.geometry import NVFP4_ROW_BYTES
+    from gpukit.timing import time_replays
+
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
     layers, experts = args.layers, 256
@@ -66,7 +69,7 @@ def worker(rank: int, args, barrier, queue) -> None:
     host = []
     for _ in range(args.sources):
         host.append([torch.randint(0, 256, (experts, f), dtype=torch.uint8, device=dev, generator=gen).cpu().pin_memory()
-                     for f in NVFP4_FEATS])
+                     for f in NVFP4_ROW_BYTES])
     caches = {}
     for kernel in KERNELS:
         os.environ["FREETOKEN_DECODE_GATHER"] = "tma" if kernel == "tma" else ""
@@ -82,35 +85,19 @@ def worker(rank: int, args, barrier, queue) -> None:
     for n in args.ns:
         dst = torch.randperm(experts, device=dev, generator=gen)[:n].to(torch.int32)
         src = torch.randperm(experts, device=dev, generator=gen)[:n].to(torch.int32)
-        last = host[(layers - 1) % args.sources]
-        expected = []
-        for k, f in enumerate(NVFP4_FEATS):
-            e = torch.full((experts, f), POISON, dtype=torch.uint8, device=dev)
-            e[dst.long()] = last[k][src.cpu().long()].to(dev)
-            expected.append(e)
+        expected = expected_slots(host[(layers - 1) % args.sources], experts, dst, src, POISON)
         graphs = {}
         for kernel, c in caches.items():
-            c.evict_slots[:n].copy_(dst), c.src_indices[:n].copy_(src), c.num_indices.fill_(n)
-
-            def calls(c=c):
-                for layer in range(layers):
-                    c._pending_src_layer, c._pending_whole_layer = layer, False  # as ensure_experts leaves them
-                    c.copy_missing()
-
-            calls()
+            stage_misses(c, dst, src)
+            copy_all_layers(c, layers)  # eager first: JIT builds outside capture
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                calls()
+                copy_all_layers(c, layers)
             graphs[kernel] = g
-        torch.cuda.synchronize()
-        per_replay = {}
-        for kernel, g in graphs.items():
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record(), g.replay(), b.record(), b.synchronize()
-            per_replay[kernel] = a.elapsed_time(b) / 1e3
-        # the same replay count on both GPUs, sized by GPU 0's upstream time, so the concurrent sets overlap
-        reps_box = [max(2, round(args.target_s / per_replay["upstream"]))]
-        queue.put(("reps", rank, n, reps_box[0]))
+        # each GPU sizes its replay count from its own upstream replay; the links are alike, so the two
+        # sets of a "both" phase last about as long and overlap
+        reps = max(2, round(args.target_s / time_replays(graphs["upstream"].replay, 1)))
+        queue.put(("reps", rank, n, reps))
         for r in range(args.rounds):
             for kernel in KERNELS if r % 2 == 0 else KERNELS[::-1]:
                 for phase in ("solo0", "solo1", "both"):
@@ -122,20 +109,14 @@ def worker(rank: int, args, barrier, queue) -> None:
                         torch.cuda.synchronize()
                     barrier.wait()
                     if active:
-                        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                         t0 = time.perf_counter()
-                        a.record()
-                        for _ in range(reps_box[0]):
-                            graphs[kernel].replay()
-                        b.record()
-                        b.synchronize()
+                        secs = time_replays(graphs[kernel].replay, reps)
                         wall = time.perf_counter() - t0
-                        secs = a.elapsed_time(b) / 1e3
                         ok = all(torch.equal(c.bank_caches[name].view(torch.uint8).reshape(experts, -1), e)
                                  for name, e in zip(c.bank_schema, expected))
                         rows.append({"n": n, "kernel": kernel, "phase": phase, "round": r, "seconds": secs,
-                                     "wall_s": wall, "reps": reps_box[0], "verified": ok,
-                                     "gbps": n * sum(NVFP4_FEATS) * layers * reps_box[0] / secs / 1e9})
+                                     "wall_s": wall, "reps": reps, "verified": ok,
+                                     "gbps": n * sum(NVFP4_ROW_BYTES) * layers * reps / secs / 1e9})
                     barrier.wait()
         del graphs, expected
     queue.put(("done", rank, info, rows))

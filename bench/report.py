@@ -4,7 +4,8 @@
     python -m bench.report --results DIR --out DIR
 
 Every figure is read from the result documents (``gpukit.schema``: bench, ceiling, conformance,
-sanitizer, sass, upstream_bench, step_pdl, contention); the documents' layout is in the jinja2 templates ``bench/templates/*.md.j2``,
+sanitizer, sass, upstream_bench, step_pdl, contention); the documents' layout is in the jinja2
+templates ``bench/templates/*.md.j2``,
 the commands they print come from ``gpukit.commands``. This module turns documents into the
 tables and sentences the templates place. Long (~700 lines) because each table and sentence of
 the three pages is built here from optional fields of the older document kinds; the sections of
@@ -23,7 +24,14 @@ from typing import Any
 
 import jinja2
 
-from bench.report_sections import contention_section, contention_sentence, step_pdl_section, upstream_bench_section
+from bench.report_sections import (
+    contention_section,
+    contention_sentence,
+    f,
+    step_pdl_section,
+    table,
+    upstream_bench_section,
+)
 from gpukit import commands
 from gpukit.geometry import fmt_bytes
 from gpukit.machine import machine_line
@@ -95,20 +103,6 @@ def machine_of(entry: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 # Formatting
 # ---------------------------------------------------------------------------
-
-
-def f(x: Any, digits: int = 2, unit: str = "") -> str:
-    if x is None:
-        return "–"
-    if isinstance(x, int) and not digits:
-        return f"{x:,}{unit}"
-    return f"{x:,.{digits}f}{unit}"
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def verdict_text(row: dict[str, Any]) -> str:

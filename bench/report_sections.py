@@ -10,13 +10,20 @@ from __future__ import annotations
 from typing import Any
 
 
-def _f(x: Any, digits: int = 2) -> str:
-    return "–" if x is None else f"{x:,.{digits}f}"
+def f(x: Any, digits: int = 2, unit: str = "") -> str:
+    """A figure for a page: thousands separated, ``digits`` decimals, "–" when missing."""
+    if x is None:
+        return "–"
+    if isinstance(x, int) and not digits:
+        return f"{x:,}{unit}"
+    return f"{x:,.{digits}f}{unit}"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table, the first column left-aligned and the rest right-aligned."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
-    return lines + ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
 
 
 def _cell(ratio: float | None, v: str | None) -> str:
@@ -46,9 +53,9 @@ def upstream_bench_section(doc: dict[str, Any], *, heading: str = "###") -> list
         f"{heading} The series' benchmark (`benchmarks/bench_decode_gather.py`)",
         "",
         f"`copy_missing` of a real OffloadMoeCache per layer, {args.get('layers')} layers per captured graph, "
-        f"{args.get('quant_format')} experts of {_f(doc.get('expert_bytes'), 0)} B, {args.get('rounds')} paired "
+        f"{args.get('quant_format')} experts of {f(doc.get('expert_bytes'), 0)} B, {args.get('rounds')} paired "
         f"alternating rounds; ratio = upstream (default grid) / variant, a tie is within the A/A spread. Copy engine "
-        f"in the same run: {' / '.join(_f(x, 1) for x in ce)} GB/s (start / end). "
+        f"in the same run: {' / '.join(f(x, 1) for x in ce)} GB/s (start / end). "
         f"{sum(r.get('verified_sets', 0) for r in rows)} timed sets byte-verified, {len(doc.get('failures') or [])} wrong. "
         f"{_provenance(doc)}.",
         "",
@@ -57,9 +64,9 @@ def upstream_bench_section(doc: dict[str, Any], *, heading: str = "###") -> list
     for r in rows:
         cells = [_cell((r.get("ratio") or {}).get(k), (r.get("verdict") or {}).get(k)) for k in names]
         gb = (r.get("gbps") or {}).get("tma")
-        table_rows.append([str(r["n"]), _f(r["median_us"]["upstream"]), "±" + _f(r.get("aa_spread"), 3), *cells,
-                           _f(gb, 1)])  # fmt: skip
-    out += _table(["n / layer", "upstream µs", "A/A", *names, "tma GB/s"], table_rows) + [""]
+        table_rows.append([str(r["n"]), f(r["median_us"]["upstream"]), "±" + f(r.get("aa_spread"), 3), *cells,
+                           f(gb, 1)])  # fmt: skip
+    out += [table(["n / layer", "upstream µs", "A/A", *names, "tma GB/s"], table_rows), ""]
     return out
 
 
@@ -94,18 +101,18 @@ def step_pdl_section(doc: dict[str, Any], *, heading: str = "###") -> list[str]:
     out = [
         f"{heading} Decode step: where the time goes, and programmatic dependent launch",
         "",
-        f"The real OffloadMoeCache, {s.get('cache_slots')} slots, Zipf exponent {_f(s.get('zipf_exponent'), 3)} "
-        f"(modelled LRU miss rate {_f(s.get('modelled_miss_rate'), 3)}; measured {_f(s.get('misses_per_step'), 1)} "
+        f"The real OffloadMoeCache, {s.get('cache_slots')} slots, Zipf exponent {f(s.get('zipf_exponent'), 3)} "
+        f"(modelled LRU miss rate {f(s.get('modelled_miss_rate'), 3)}; measured {f(s.get('misses_per_step'), 1)} "
         f"missed experts per step), one captured graph per cache, {s.get('rounds')} paired alternating rounds of "
         f"{s.get('per_block')} steps; every round all caches hold the same slot map and bytes, and at the end every "
         f"resident slot its source rows. `tma_pdl` and `upstream_pdl` are probes (the kernels rebuilt with "
         f"`griddepcontrol.wait` and launched with PDL), not part of the series. {_provenance(doc)}.",
         "",
     ]
-    rows = [["unset", _f(med.get("unset"), 1), "1 (base)"], ["unset_aa", _f(med.get("unset_aa"), 1),
-            f"A/A: ±{_f(s.get('aa_spread'), 4)}"]]  # fmt: skip
-    rows += [[k, _f(med.get(k), 1), _cell(r, vv)] for k, (r, vv) in v.items()]
-    out += _table(["variant", "µs / step", "unset / variant"], rows) + [""]
+    rows = [["unset", f(med.get("unset"), 1), "1 (base)"], ["unset_aa", f(med.get("unset_aa"), 1),
+            f"A/A: ±{f(s.get('aa_spread'), 4)}"]]  # fmt: skip
+    rows += [[k, f(med.get(k), 1), _cell(r, vv)] for k, (r, vv) in v.items()]
+    out += [table(["variant", "µs / step", "unset / variant"], rows), ""]
     if pdl_sentence(doc):
         out += [pdl_sentence(doc), ""]
     b = s.get("breakdown") or {}
@@ -124,8 +131,7 @@ def step_pdl_section(doc: dict[str, Any], *, heading: str = "###") -> list[str]:
             mean, medn, per = x["mean_us"], x["median_us"], x["per_step_us"]
             rows.append([name, *(f"{mean[k]:.2f} ({medn[k]:.2f})" for k in ("ensure_us", "gap_us", "copy_us")),
                          *(f"{per[k]:.1f}" for k in ("ensure_us", "gap_us", "copy_us"))])  # fmt: skip
-        out += _table(["variant", "ensure", "gap", "copy", "ensure / step", "gaps / step", "copies / step"], rows)
-        out += [""]
+        out += [table(["variant", "ensure", "gap", "copy", "ensure / step", "gaps / step", "copies / step"], rows), ""]
         u = b.get("unset") or {}
         if u.get("calls"):
             per = u["per_step_us"]
@@ -149,12 +155,12 @@ def step_pdl_section(doc: dict[str, Any], *, heading: str = "###") -> list[str]:
         names = list(next(iter(per.values())).get("ratio") or {})
         rows = []
         for n, r in per.items():
-            rows.append([n, _f(r["median_us"]["unset"]), "±" + _f(r.get("aa_spread"), 3),
+            rows.append([n, f(r["median_us"]["unset"]), "±" + f(r.get("aa_spread"), 3),
                          *(_cell(r["ratio"][k], r["verdict"][k]) for k in names)])  # fmt: skip
         out += [
             "Per layer (`copy_missing` alone, 40 layers per graph, the same variants; every set verified):",
             "",
-            *_table(["n / layer", "unset µs", "A/A", *names], rows),
+            table(["n / layer", "unset µs", "A/A", *names], rows),
             "",
         ]
     return out
@@ -180,9 +186,9 @@ def contention_section(doc: dict[str, Any], *, heading: str = "###") -> list[str
         f"{doc.get('wrong_sets')} wrong. Host memory: {numa}. {_provenance(doc)}.",
         "",
     ]
-    out += _table(["n / layer", "kernel", "GPU", "solo GB/s", "both GB/s", "kept"],
-                  [[str(r["n"]), r["kernel"], str(r["rank"]), _f(r["solo_gbps"], 1), _f(r["both_gbps"], 1),
-                    _f(r["kept"], 3)] for r in rows])  # fmt: skip
+    out += [table(["n / layer", "kernel", "GPU", "solo GB/s", "both GB/s", "kept"],
+                  [[str(r["n"]), r["kernel"], str(r["rank"]), f(r["solo_gbps"], 1), f(r["both_gbps"], 1),
+                    f(r["kept"], 3)] for r in rows])]  # fmt: skip
     out += ["", contention_sentence(doc).capitalize(), ""]
     return out
 

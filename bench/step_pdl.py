@@ -32,11 +32,21 @@ from pathlib import Path
 
 import torch
 
-from gpukit.decode_step import DecodeStep, StepConfig, StepVariant, gather_env, variant_modules
+from gpukit.decode_step import (
+    DecodeStep,
+    StepConfig,
+    StepVariant,
+    copy_all_layers,
+    expected_slots,
+    gather_env,
+    stage_misses,
+    variant_modules,
+)
 from gpukit.geometry import MODEL, nvfp4_banks
 from gpukit.machine import machine_info
 from gpukit.memory import cache_rows
 from gpukit.schema import document, write
+from gpukit.stats import summarize_rounds
 from gpukit.timing import time_replays
 
 POISON = 0x5A
@@ -84,15 +94,16 @@ def pdl_probes():
 
 
 def summarize(rounds: dict[str, list[float]]) -> dict:
-    """Medians, ratio unset/variant (>1: variant faster), the A/A spread max|unset/unset_aa - 1|, verdicts."""
-    med = {k: statistics.median(v) for k, v in rounds.items()}
-    aa = [b / a for b, a in zip(rounds["unset"], rounds["unset_aa"])]
-    spread = max(abs(r - 1) for r in aa)
-    out = {"median_us": med, "rounds_us": rounds, "aa_ratios": aa, "aa_spread": spread, "ratio": {}, "verdict": {}}
+    """Medians, the A/A spread of unset against unset_aa and, per other variant, the ratio unset/variant
+    (>1: variant faster) and its verdict (``gpukit.stats``: a tie is within the A/A spread)."""
+    out = {"median_us": {k: statistics.median(v) for k, v in rounds.items()}, "rounds_us": rounds,
+           "ratio": {}, "verdict": {}}  # fmt: skip
     for k in rounds:
-        if k not in ("unset", "unset_aa"):
-            out["ratio"][k] = r = med["unset"] / med[k]
-            out["verdict"][k] = "tie" if abs(r - 1) <= spread else ("faster" if r > 1 else "slower")
+        if k in ("unset", "unset_aa"):
+            continue
+        s = summarize_rounds(rounds, ours=k, base="unset", aa="unset_aa")
+        out |= {"aa_ratios": s["aa_ratios"], "aa_spread": s["aa_spread"]}
+        out["ratio"][k], out["verdict"][k] = s["speedup"], s["verdict"]
     return out
 
 
@@ -184,26 +195,16 @@ def per_layer(args, probes) -> dict:
     for n in args.ns:
         dst = torch.randperm(experts, device="cuda", generator=gen)[:n].to(torch.int32)
         src = torch.randperm(experts, device="cuda", generator=gen)[:n].to(torch.int32)
-        expected = []
-        for k, g in enumerate(geoms):
-            e = torch.full((experts, g.row_bytes), POISON, dtype=torch.uint8, device="cuda")
-            e[dst.long()] = banks.dev[last][k][src.long()]
-            expected.append(e)
+        expected = expected_slots(banks.dev[last], experts, dst, src, POISON)
         graphs = {}
         for v in variants:
             c = caches[v.name]
-            c.evict_slots[:n].copy_(dst), c.src_indices[:n].copy_(src), c.num_indices.fill_(n)
-
-            def calls(c=c):
-                for layer in range(layers):
-                    c._pending_src_layer, c._pending_whole_layer = layer, False  # as ensure_experts leaves them
-                    c.copy_missing()
-
+            stage_misses(c, dst, src)
             with variant_modules(v):
-                calls()
+                copy_all_layers(c, layers)  # eager first: JIT builds outside capture
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g):
-                    calls()
+                    copy_all_layers(c, layers)
             graphs[v.name] = g
         rounds = {v.name: [] for v in variants}
         for r in range(args.rounds):

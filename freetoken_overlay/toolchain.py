@@ -1,7 +1,10 @@
 """The CUDA toolchain on this machine: nvcc and the disassemblers (cuobjdump, nvdisasm), found in ONE order.
 
-Every caller (the SASS gate in ``conformance/sass.py``, the machine facts in ``gpukit/device.py``)
-looks here, so a report and a gate never name different compilers. The order:
+Every caller of a tool (the SASS gate in ``conformance/sass.py``, the machine facts in
+``gpukit/machine.py``) looks here, so a report and a gate never name different compilers.
+(``freetoken_overlay.kernels.find_cuda_home`` answers another question, the toolkit root tvm-ffi
+builds with, and needs cudart beside nvcc; it searches the same places, less the tool variables and
+Triton's copies.) The order:
 
 1. the tool's own variable (``$NVCC``, ``$CUOBJDUMP``, ``$NVDISASM``): must be an executable;
 2. ``$CUDA_HOME/bin``, ``$CUDA_PATH/bin`` (the toolkit ``build-kernels`` compiles with);

@@ -103,6 +103,37 @@ def variant_modules(v: StepVariant) -> Iterator[None]:
             setattr(mod, attr, orig)
 
 
+def stage_misses(cache, dst, src) -> None:
+    """The state ``ensure_experts`` leaves for ``copy_missing``: rows ``src`` -> slots ``dst``, the count on the device."""
+    n = dst.numel()
+    cache.evict_slots[:n].copy_(dst)
+    cache.src_indices[:n].copy_(src)
+    cache.num_indices.fill_(n)
+
+
+def copy_all_layers(cache, layers: int) -> None:
+    """``copy_missing`` of every layer with the staged miss list (the per-layer copy without the routing)."""
+    for layer in range(layers):
+        cache._pending_src_layer, cache._pending_whole_layer = layer, False  # as ensure_experts leaves them
+        cache.copy_missing()
+
+
+def expected_slots(sources: Sequence[Any], slots: int, dst, src, poison: int) -> list[Any]:
+    """Per bank, a slot cache ``[slots, row]`` holding ``poison`` except rows ``sources[b][src]`` at ``dst``.
+
+    ``sources`` are one layer's bank rows (``[experts, row_bytes]`` uint8, on the host or the device);
+    the result lives on ``dst``'s device: what a poisoned cache must hold after the staged copy.
+    """
+    import torch
+
+    out = []
+    for bank in sources:
+        e = torch.full((slots, bank.shape[1]), poison, dtype=torch.uint8, device=dst.device)
+        e[dst.long()] = bank[src.to(bank.device).long()].to(dst.device)
+        out.append(e)
+    return out
+
+
 class DecodeStep:
     """Caches, trace and captured step graphs of ``variants`` (see the module docstring)."""
 

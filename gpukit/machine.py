@@ -160,16 +160,9 @@ def machine_line(info: dict[str, Any]) -> str:
                 else ""
             )
         )
-    if info.get("driver"):
-        parts.append(f"driver {info['driver']}")
-    if info.get("torch"):
-        parts.append(f"torch {info['torch']} (CUDA {info.get('torch_cuda')})")
-    if info.get("nvcc"):
-        parts.append(f"nvcc {info['nvcc']}")
-    if info.get("freetoken"):
-        parts.append(f"freetoken {info['freetoken']}")
-    if info.get("series_hash"):
-        parts.append(f"series {info['series_hash']}")
+    labels = {"driver": "driver {}", "torch": "torch {} (CUDA " + str(info.get("torch_cuda")) + ")", "nvcc": "nvcc {}",
+              "freetoken": "freetoken {}", "series_hash": "series {}"}  # fmt: skip
+    parts += [label.format(info[key]) for key, label in labels.items() if info.get(key)]
     if info.get("tree"):
         parts.append(f"tree {info['tree'][:12]}")
     return ", ".join(parts)
