@@ -1,0 +1,108 @@
+"""Why does the ring pay for fresh miss lists, and does touching the host pages ahead of it fix it?
+
+Decode-regime probe (gpukit.decode_regime): 40-layer captured graphs over the model's full bank
+footprint (HostBank: mmap, fill, register), a new miss list before every replay, against the same
+graphs with one replayed list. Kernels: upstream fast_index_copy_multi at 8 blocks per bank (twice:
+the A/A control) and at 32, decode_gather as installed, and decode_gather with the toucher warp
+(``kTouch`` of the installed .cuh: 1 prefetch.global.L2 per 4 KiB page, 2 a load per page, 3 a bulk
+L2 prefetch per chunk). Optionally the captured decode step of the real OffloadMoeCache
+(``--step``). Writes ``$OUT/probe_fresh.json``.
+
+    python -m bench.probes.probe_fresh --ns 0,1,2,4,8,32 --touch 1,2,3 --step 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from bench.probes import harness as H
+from gpukit.decode_regime import REGIMES, Footprint, ModelBanks, RegimeGraphs, Slots
+from gpukit.geometry import UPSTREAM_THREADS
+from gpukit.kernels import call_upstream, load_kernels, precompile
+from gpukit.stats import summarize_rounds
+
+
+def reps_for(n: int) -> int:
+    return 24 if n <= 2 else (12 if n <= 8 else 4)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ns", default="0,1,2,4,8,32")
+    ap.add_argument("--touch", default="1,2,3", help="kTouch values of the installed kernel to add")
+    ap.add_argument("--regimes", default="decode,replay")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--gib", type=float, default=None, help="cap the banks' footprint (default: full model)")
+    ap.add_argument("--step", default="", help="kTouch values to add to the decode-step A/B (e.g. '2')")
+    args = ap.parse_args()
+    ns = [int(x) for x in args.ns.split(",") if x]
+    touches = [int(x) for x in args.touch.split(",") if x]
+    regimes = [r for r in args.regimes.split(",") if r]
+    assert all(r in REGIMES for r in regimes), regimes
+
+    from freetoken.kernel.utils import load_jit, make_cpp_args
+
+    dgm, fic = load_kernels()
+    ring = (dgm.DEFAULT_CTAS, dgm.DEFAULT_STAGES, dgm.DEFAULT_CHUNK_BYTES)
+
+    def touch_module(t: int):
+        a = make_cpp_args(*ring, t)
+        return load_jit("decode_gather_touch", *a, cuda_files=["decode_gather.cuh"],
+                        cuda_wrappers=[("launch", f"&DecodeGatherKernel<{a}>::run")])  # fmt: skip
+
+    mods: dict[int, object] = {}
+    extra = {f"touch{t}": (lambda t=t: mods.setdefault(t, touch_module(t))) for t in sorted(set(touches) | {
+        int(x) for x in args.step.split(",") if x})}  # fmt: skip
+    errors = precompile(dgm, fic, [], upstream_blocks=(8, 32), extra=extra, progress=lambda s: print(s, flush=True))
+    assert not errors, errors
+
+    dev = torch.device("cuda")
+    fp = Footprint.scaled(args.gib)
+    t0 = time.perf_counter()
+    banks = ModelBanks(fp, dev, progress=lambda s: print(s, flush=True))
+    slots = Slots(fp.row_bytes, dev)
+    log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "bank_setup_s": time.perf_counter() - t0,
+                 "per_n": {}}  # fmt: skip
+
+    def up(bpb: int):
+        return lambda s, src_ptrs, dst, src, num: fic.fast_index_copy_multi_jit(
+            s.dst_ptrs, src_ptrs, s.feat, dst, src, num, num_threads=UPSTREAM_THREADS, blocks_per_bank=bpb)
+
+    def mod(m):
+        return lambda s, src_ptrs, dst, src, num: m.launch(s.dst_ptrs, src_ptrs, s.feat, dst, src, num)
+
+    kernels = {"up": up(8), "upAA": up(8), "up32": up(32), "tma": mod(dgm.decode_gather_module(*ring))}
+    kernels.update({f"tma+t{t}": mod(mods[t]) for t in touches})
+    for n in ns:
+        rg = RegimeGraphs(banks, slots, n, layers=fp.layers if n <= 32 else 4)
+        for name, fn in kernels.items():
+            rg.capture(name, fn)
+        entry: dict = {"layers": rg.layers}
+        for regime in regimes:
+            rounds = rg.rounds(list(kernels), regime, args.rounds, reps_for(n))
+            summ = {k: summarize_rounds(rounds, ours=k, base="up", aa="upAA") for k in kernels if k not in ("up", "upAA")}
+            entry[regime] = {"rounds_us": rounds, "summary": summ}
+            us = {k: H.median(v) for k, v in rounds.items()}
+            aa = summ["tma"]["aa_spread"]
+            print(f"n={n:3d} {regime:6s} up {us['up']:8.2f} us  A/A +-{aa:.4f}  "
+                  + "  ".join(f"{k} {s['speedup_paired']:.4f}" for k, s in summ.items()), flush=True)  # fmt: skip
+        entry["verified_replays"] = rg.verified
+        log["per_n"][n] = entry
+        H.save(log, "probe_fresh.json")  # after every n: a run cut short still leaves its figures
+        del rg
+    slots = None
+    banks.close()
+    if args.step:
+        specs = [H.StepSpec("unset", {}), H.StepSpec("unsetAA", {}), H.StepSpec("tma", {"FREETOKEN_DECODE_GATHER": "tma"})]
+        specs += [H.StepSpec(f"tma+t{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mods[int(t)])
+                  for t in args.step.split(",") if t]  # fmt: skip
+        log["step"] = H.decode_step(specs, rounds=9)
+        H.print_step(log["step"])
+    H.save(log, "probe_fresh.json")
+
+
+if __name__ == "__main__":
+    main()

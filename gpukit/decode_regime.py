@@ -1,0 +1,231 @@
+"""The decode regime: per-layer gather timings as a decode step meets them.
+
+A decode step misses different experts every token, over every MoE layer of a bank set far larger
+than any cache on the GPU. Replaying ONE miss list warms what a step finds cold (the host pages'
+address translations, above all) and flatters a kernel that pays for cold rows. So here:
+
+* the banks have the model's footprint (default: the proposal's 40 layers x 256 experts x NVFP4
+  rows, 18.2 GB) and are allocated as FreeToken allocates them by default
+  (``freetoken.moe.host_banks.HostBank``: a lazy anonymous mmap per layer and bank, filled, then
+  ``cudaHostRegister``);
+* a captured graph copies ``n`` rows in every layer, each layer from its own banks with its own
+  device miss list;
+* ``regime="decode"``: before EVERY replay a new miss list is written into the captured index
+  tensors (every layer draws the next rows of its own seeded permutation of the experts, so a row
+  comes back only after ``experts / n`` replays, and fresh distinct slots);
+  ``regime="replay"``: one list, replayed (the flattering figure, labelled as such);
+* every replay is timed alone between two device events and then verified byte-exact against a
+  device copy of the banks (torch indexing); the rows it wrote are poisoned again, and after each
+  set the whole slot cache must hold the poison (nothing else was written).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Callable, Sequence
+
+from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, fmt_bytes
+
+REGIMES = ("decode", "replay")
+#: Slots of the slot cache (the proposal's decode run held 3164 experts in VRAM).
+SLOTS = 3164
+POISON = 0xA5
+
+
+@dataclasses.dataclass(frozen=True)
+class Footprint:
+    """The host banks' shape: ``layers`` x ``experts`` rows of ``row_bytes`` per bank."""
+
+    layers: int = MODEL["moe_layers"]
+    experts: int = MODEL["experts"]
+    row_bytes: tuple[int, ...] = tuple(NVFP4_ROW_BYTES)
+
+    @property
+    def nbytes(self) -> int:
+        return self.layers * self.experts * sum(self.row_bytes)
+
+    def describe(self) -> dict:
+        return {
+            "layers": self.layers,
+            "experts": self.experts,
+            "row_bytes": list(self.row_bytes),
+            "bytes": self.nbytes,
+            "full": self == Footprint(),
+        }
+
+    @classmethod
+    def scaled(cls, gib: float | None) -> "Footprint":
+        """The full footprint, or fewer layers so the banks take at most ``gib`` GiB (for hosts with
+        less RAM); rows and experts per layer stay the model's."""
+        full = cls()
+        if gib is None or gib * (1 << 30) >= full.nbytes:
+            return full
+        per_layer = full.nbytes // full.layers
+        return dataclasses.replace(full, layers=max(1, int(gib * (1 << 30)) // per_layer))
+
+
+class ModelBanks:
+    """Host banks of ``fp`` as FreeToken's host_banks allocates them (mmap, fill, register), plus a
+    device reference ``ref[b]`` of shape ``[layers, experts, row]`` per bank and the per-layer
+    int64 descriptor ``src_ptrs[layer]`` of source bases."""
+
+    def __init__(self, fp: Footprint, device, *, seed: int = 1, progress: Callable[[str], None] = print):
+        import torch
+        from freetoken.moe.host_banks import HostBank
+
+        self.fp, self.device = fp, torch.device(device)
+        g = torch.Generator(device=self.device)
+        g.manual_seed(seed)
+        self.ref = [torch.empty((fp.layers, fp.experts, r), dtype=torch.uint8, device=self.device) for r in fp.row_bytes]
+        self.host: list[list] = []
+        t0 = time.perf_counter()
+        for layer in range(fp.layers):
+            banks = []
+            for b, r in enumerate(fp.row_bytes):
+                hb = HostBank((fp.experts, r), torch.uint8, backing="mmap")
+                self.ref[b][layer].random_(0, 256, generator=g)
+                hb.tensor.copy_(self.ref[b][layer])  # fill the lazy mmap, then pin it (pin-after-fill)
+                hb.pin()
+                banks.append(hb)
+            self.host.append(banks)
+            if (layer + 1) % 10 == 0 or layer + 1 == fp.layers:
+                progress(f"banks: {layer + 1}/{fp.layers} layers, {fmt_bytes((layer + 1) * fp.nbytes / fp.layers)} "
+                         f"filled and registered in {time.perf_counter() - t0:.0f}s")  # fmt: skip
+        self.src_ptrs = [
+            torch.tensor([hb.tensor.data_ptr() for hb in banks], dtype=torch.int64, device=self.device)
+            for banks in self.host
+        ]
+
+    def close(self) -> None:
+        import torch
+
+        torch.cuda.synchronize(self.device)
+        for banks in self.host:
+            for hb in banks:
+                hb.unpin()
+        self.host, self.ref = [], []
+
+
+class Slots:
+    """A ``[SLOTS, row]`` uint8 slot cache per bank holding ``POISON``, and its descriptor."""
+
+    def __init__(self, row_bytes: Sequence[int], device, slots: int = SLOTS):
+        import torch
+
+        self.slots = slots
+        self.rows = [torch.full((slots, r), POISON, dtype=torch.uint8, device=device) for r in row_bytes]
+        self.dst_ptrs = torch.tensor([t.data_ptr() for t in self.rows], dtype=torch.int64, device=device)
+        self.feat = torch.tensor(list(row_bytes), dtype=torch.int64, device=device)
+
+
+#: A kernel under test: ``launch(slots, src_ptrs, dst_indices, src_indices, num_indices)``.
+Launch = Callable[..., None]
+
+
+class RegimeGraphs:
+    """Captured ``layers``-layer graphs of several kernels over one set of banks, slots and miss lists,
+    timed per replay in the decode or the replay regime."""
+
+    def __init__(self, banks: ModelBanks, slots: Slots, n: int, *, layers: int | None = None, seed: int = 0):
+        import torch
+
+        fp = banks.fp
+        self.banks, self.slots, self.n = banks, slots, n
+        self.layers = min(layers or fp.layers, fp.layers)
+        if self.layers * n > slots.slots:
+            raise ValueError(f"n={n} x {self.layers} layers needs more than {slots.slots} slots")
+        dev = banks.device
+        cap = max(n, 1)
+        self.dst = torch.zeros((self.layers, cap), dtype=torch.int32, device=dev)
+        self.src = torch.zeros((self.layers, cap), dtype=torch.int32, device=dev)
+        self.num = torch.full((self.layers, 1), n, dtype=torch.int64, device=dev)
+        g = torch.Generator(device="cpu")
+        g.manual_seed(seed * 1000 + n)
+        self._perm = torch.stack([torch.randperm(fp.experts, generator=g) for _ in range(self.layers)]).to(dev)
+        self._gen = g
+        self.step = 0  # miss lists handed out so far (the decode regime's position in each permutation)
+        self.layer_ids = torch.arange(self.layers, device=dev).repeat_interleave(n)
+        self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
+        self.verified = 0
+        self.next_list()
+
+    def next_list(self) -> None:
+        """Write the next miss list into the captured index tensors (device copies, stream-ordered)."""
+        import torch
+
+        fp, n = self.banks.fp, self.n
+        if n == 0:
+            return
+        cols = (torch.arange(n, device=self._perm.device) + self.step * n) % fp.experts
+        self.src[:, :n] = self._perm[:, cols].to(torch.int32)
+        slots = torch.randperm(self.slots.slots, generator=self._gen)[: self.layers * n]
+        self.dst[:, :n] = slots.view(self.layers, n).to(device=self.dst.device, dtype=torch.int32)
+        self.step += 1
+
+    def capture(self, name: str, launch: Launch) -> None:
+        import torch
+
+        def body() -> None:
+            for layer in range(self.layers):
+                launch(self.slots, self.banks.src_ptrs[layer], self.dst[layer], self.src[layer], self.num[layer])
+
+        body()  # eager warm-up: module load and the kernels' one-time checks stay out of the capture
+        torch.cuda.synchronize()
+        self.verify(name)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            body()
+        self.graphs[name] = g
+
+    def verify(self, name: str) -> None:
+        """The rows of the current list hold their sources; then poison them again."""
+        import torch
+
+        n = self.n
+        if n == 0:
+            return
+        rows = self.src[:, :n].reshape(-1).long()
+        dst = self.dst[:, :n].reshape(-1).long()
+        for b, (cache, ref) in enumerate(zip(self.slots.rows, self.banks.ref)):
+            if not torch.equal(cache[dst], ref[self.layer_ids, rows]):
+                raise AssertionError(f"{name}: n={n} bank {b}: a copied slot differs from its source row")
+            cache[dst] = POISON
+        self.verified += 1
+
+    def check_clean(self, name: str) -> None:
+        """After a set: every slot holds the poison again (nothing outside the miss lists was written)."""
+        for b, cache in enumerate(self.slots.rows):
+            if not bool((cache == POISON).all()):
+                raise AssertionError(f"{name}: n={self.n} bank {b}: a slot outside the miss lists was written")
+
+    def time_set(self, name: str, regime: str, reps: int) -> float:
+        """Median device µs per LAYER over ``reps`` replays of ``name``'s graph, each timed alone and
+        verified; ``regime='decode'`` writes a new miss list before each replay."""
+        import torch
+
+        if regime not in REGIMES:
+            raise ValueError(f"regime={regime!r}: expected one of {REGIMES}")
+        g = self.graphs[name]
+        times = []
+        for _ in range(reps):
+            if regime == "decode":
+                self.next_list()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1e3 / self.layers)
+            self.verify(name)
+        self.check_clean(name)
+        return statistics.median(times)
+
+    def rounds(self, names: Sequence[str], regime: str, rounds: int, reps: int) -> dict[str, list[float]]:
+        """``rounds`` alternating rounds (odd rounds reversed) of every graph; µs per layer per round."""
+        out: dict[str, list[float]] = {k: [] for k in names}
+        for r in range(rounds):
+            for k in names if r % 2 == 0 else list(names)[::-1]:
+                out[k].append(self.time_set(k, regime, reps))
+        return out
