@@ -6,9 +6,13 @@ graphs with one replayed list. Kernels: upstream fast_index_copy_multi at 8 bloc
 the A/A control) and at 32, decode_gather as installed, and decode_gather with the toucher warp
 (``kTouch`` of the installed .cuh: 1 prefetch.global.L2 per 4 KiB page, 2 a load per page, 3 a bulk
 L2 prefetch per chunk). Optionally the captured decode step of the real OffloadMoeCache
-(``--step``). Writes ``$OUT/probe_fresh.json``.
+(``--step``), and other rings of the installed kernel (``--rings``). Writes ``$OUT/probe_fresh.json``.
 
-    python -m bench.probes.probe_fresh --ns 0,1,2,4,8,32 --touch 1,2,3 --step 2
+The toucher warp is not in the series (it did not pay: results/h200/probes/); ``--touch`` needs its
+kernel, ``results/h200/probes/ktouch-experiment.patch``, committed on top of the series in
+``.work/upstream`` before the wheel is built. Run 1 of session 4 was:
+
+    python -m bench.probes.probe_fresh --ns 1,0,2,4,8,32 --touch 1,2,3 --step 2
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import torch
 
 from bench.probes import harness as H
 from gpukit.decode_regime import REGIMES, Footprint, ModelBanks, RegimeGraphs, Slots
-from gpukit.geometry import UPSTREAM_THREADS
+from gpukit.geometry import UPSTREAM_THREADS, Ring
 from gpukit.kernels import call_upstream, load_kernels, precompile
 from gpukit.stats import summarize_rounds
 
@@ -32,15 +36,17 @@ def reps_for(n: int) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="0,1,2,4,8,32")
-    ap.add_argument("--touch", default="1,2,3", help="kTouch values of the installed kernel to add")
+    ap.add_argument("--touch", default="", help="kTouch values of the installed kernel to add")
     ap.add_argument("--regimes", default="decode,replay")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--gib", type=float, default=None, help="cap the banks' footprint (default: full model)")
+    ap.add_argument("--rings", default="", help="extra rings of the installed kernel, e.g. 32x4x4K,24x4x8K")
     ap.add_argument("--step", default="", help="kTouch values to add to the decode-step A/B (e.g. '2')")
     args = ap.parse_args()
     ns = [int(x) for x in args.ns.split(",") if x]
     touches = [int(x) for x in args.touch.split(",") if x]
     regimes = [r for r in args.regimes.split(",") if r]
+    rings = [Ring.parse(r) for r in args.rings.split(",") if r]
     assert all(r in REGIMES for r in regimes), regimes
 
     from freetoken.kernel.utils import load_jit, make_cpp_args
@@ -56,7 +62,7 @@ def main() -> None:
     mods: dict[int, object] = {}
     extra = {f"touch{t}": (lambda t=t: mods.setdefault(t, touch_module(t))) for t in sorted(set(touches) | {
         int(x) for x in args.step.split(",") if x})}  # fmt: skip
-    errors = precompile(dgm, fic, [], upstream_blocks=(8, 32), extra=extra, progress=lambda s: print(s, flush=True))
+    errors = precompile(dgm, fic, rings, upstream_blocks=(8, 32), extra=extra, progress=lambda s: print(s, flush=True))
     assert not errors, errors
 
     dev = torch.device("cuda")
@@ -64,7 +70,7 @@ def main() -> None:
     t0 = time.perf_counter()
     banks = ModelBanks(fp, dev, progress=lambda s: print(s, flush=True))
     slots = Slots(fp.row_bytes, dev)
-    log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "bank_setup_s": time.perf_counter() - t0,
+    log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "rings": [r.tag for r in rings], "bank_setup_s": time.perf_counter() - t0,
                  "per_n": {}}  # fmt: skip
 
     def up(bpb: int):
@@ -76,6 +82,7 @@ def main() -> None:
 
     kernels = {"up": up(8), "upAA": up(8), "up32": up(32), "tma": mod(dgm.decode_gather_module(*ring))}
     kernels.update({f"tma+t{t}": mod(mods[t]) for t in touches})
+    kernels.update({f"tma_{r.tag}": mod(dgm.decode_gather_module(*r)) for r in rings})
     for n in ns:
         rg = RegimeGraphs(banks, slots, n, layers=fp.layers if n <= 32 else 4)
         for name, fn in kernels.items():
