@@ -5,6 +5,16 @@
 
 What is measured
 ----------------
+``test_gather_decode[decode-L40-n<n>]`` (the regime that decides): :mod:`gpukit.decode_regime`. The
+model's full bank footprint (40 layers x 256 experts of NVFP4 rows, 18.2 GB, allocated as FreeToken's
+host_banks does: mmap, fill, cudaHostRegister; ``BENCH_BANKS_GIB`` caps it for hosts with less RAM),
+every layer its own banks and its own miss list of ``n`` experts, and a NEW miss list written into the
+captured index tensors before every replay, as a decode step has; each replay timed alone and
+verified. Variants upstream, upstream_aa, ours (the copy engine's per-row nodes are fixed at capture,
+so it cannot follow a device-side list and is measured in the replay regime only).
+
+The replay regime (labelled ``regime = replay``; it warms what a decode step finds cold and flatters a
+kernel that pays for cold rows):
 ``test_gather_graph[L<layers>-n<n>]``: one captured CUDA graph of ``layers`` gather launches, each
 layer reading its own pinned source (``BENCH_SOURCES`` distinct layers of the NVFP4 banks, used
 cyclically), all layers sharing one device miss list of ``n`` experts (1,781,760 B each) -- the
@@ -34,7 +44,7 @@ one captured decode-step graph (ensure_experts + copy_missing per layer) per cac
 alternating blocks of steps, the caches' slot maps and slot-cache bytes compared after every block;
 records ``kernel`` = upstream (unset), upstream_aa, decode_gather (tma) with ``n`` = "step".
 
-Knobs (environment): BENCH_N40 (0,1,2,4,8,16,32), BENCH_N_BIG (600), BENCH_BIG_LAYERS (4),
+Knobs (environment): BENCH_N_DECODE (0,1,2,4,8,32), BENCH_BANKS_GIB (unset: the full footprint), BENCH_N40 (0,1,2,4,8,16,32), BENCH_N_BIG (600), BENCH_BIG_LAYERS (4),
 BENCH_N16 (0,1,2,4,8), BENCH_ROUNDS (7), BENCH_SOURCES (8), BENCH_TARGET_MS (20),
 BENCH_DECODE (1; 0 skips the decode-step benchmark), BENCH_DECODE_SLOTS_PER_LAYER (48),
 BENCH_RESULTS_DIR (results/{device}).
@@ -51,6 +61,7 @@ from typing import Any
 import pytest
 
 from gpukit.cudart import memcpy_h2d_async
+from gpukit.decode_regime import Footprint, ModelBanks, RegimeGraphs, Slots
 from gpukit.decode_step import DEFAULT_VARIANTS, DecodeStep, StepConfig
 from gpukit.geometry import (
     MODEL,
@@ -91,6 +102,8 @@ TARGET_S = float(os.environ.get("BENCH_TARGET_MS", "20")) / 1e3
 DECODE = os.environ.get("BENCH_DECODE", "1") != "0"
 DECODE_SLOTS_PER_LAYER = int(os.environ.get("BENCH_DECODE_SLOTS_PER_LAYER", "48"))
 RESULTS = os.environ.get("BENCH_RESULTS_DIR", "results/{device}")
+N_DECODE = _ints("BENCH_N_DECODE", "0,1,2,4,8,32")
+BANKS_GIB = float(os.environ["BENCH_BANKS_GIB"]) if os.environ.get("BENCH_BANKS_GIB") else None
 
 SLOTS = 640
 EXPERTS = MODEL["experts"]
@@ -99,6 +112,7 @@ VARIANTS = ("upstream", "upstream_aa", "ours", "copy_engine")  # bench.json's ke
 KERNELS = {"upstream": "upstream", "upstream_aa": "upstream_aa", "decode_gather": "ours", "copy_engine": "copy_engine"}
 STEP_KERNELS = {"upstream": "unset", "upstream_aa": "unset_aa", "decode_gather": "tma"}
 CASES = [(40, n) for n in N40] + [(BIG_LAYERS, n) for n in N_BIG] + [(16, n) for n in N16]
+DECODE_CASES = [(40, n) for n in N_DECODE]
 
 
 def _f(x, digits: int = 2) -> str:
@@ -133,8 +147,9 @@ class Ctx:
         assert self.ceiling["start"]["verified"], "copy-engine ceiling copy was not exact"
         log(f"copy-engine ceiling (256 MiB H2D): {self.ceiling['start']['gbps']:.2f} GB/s")
         self.rows: list[dict[str, Any]] = []
-        self.measured: dict[tuple[int, int], dict[str, Any]] = {}
+        self.measured: dict[tuple[str, int, int], dict[str, Any]] = {}
         self.decode: dict[str, Any] | None = None
+        self.model_banks: tuple[ModelBanks, Slots] | None = None
         self.verified_sets = 0
         self.verified_bytes = 0
         self.started = now_iso()
@@ -147,9 +162,10 @@ class Ctx:
         info = machine_info()
         info = {**info, **{k: v for k, v in self.ceiling["start"].items() if k.startswith("pcie_")}}
         out = resolve_dir(RESULTS, info.get("device_slug", "unknown")) / "bench.json"
-        rows = {(r["layers"], r["n"]): r for r in _existing_rows(out, info)}
+        key = lambda r: (r.get("regime", "replay"), r["layers"], r["n"])  # noqa: E731
+        rows = {key(r): r for r in _existing_rows(out, info)}
         for r in self.rows:
-            rows[(r["layers"], r["n"])] = r
+            rows[key(r)] = r
         fields = {
             "started_at": self.started,
             "kernel": {
@@ -177,7 +193,8 @@ class Ctx:
                 "speedup": "median(upstream) / median(ours); > 1 means ours is faster",
                 "tie": "|speedup - 1| <= A/A spread = max over rounds |upstream/upstream_aa - 1|",
             },
-            "gather": sorted(rows.values(), key=lambda r: (r["layers"] != 40, r["layers"], r["n"])),
+            "gather": sorted(rows.values(), key=lambda r: (r.get("regime") != "decode", r["layers"] != 40, r["layers"],
+                                                           r["n"])),  # fmt: skip
             "decode_step": self.decode if self.decode is not None else _existing_decode(out, info),
             "verified": {"timed_sets": self.verified_sets, "bytes": self.verified_bytes},
         }
@@ -215,6 +232,8 @@ def ctx():
     log(f"copy-engine ceiling at the end: {c.ceiling['end']['gbps']:.2f} GB/s")
     c.write()
     c.banks.close()
+    if c.model_banks is not None:
+        c.model_banks[0].close()
 
 
 def record(benchmark, seconds: list[float], **extra: Any) -> None:
@@ -301,6 +320,7 @@ def measure_gather(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
     med = summary["median_us"]
     gbps = {k: (bytes_per_layer / (v * 1e-6) / 1e9 if v and bytes_per_layer else None) for k, v in med.items()}
     row = {
+        "regime": "replay",
         "layers": layers,
         "n": n,
         "bytes_per_layer": bytes_per_layer,
@@ -332,13 +352,82 @@ def measure_gather(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
     return row
 
 
+def measure_decode_regime(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
+    """upstream, upstream_aa and ours in the decode regime (module docstring); the row of bench.json."""
+    if ctx.model_banks is None:
+        t0 = time.perf_counter()
+        fp = Footprint.scaled(BANKS_GIB)
+        banks = ModelBanks(fp, ctx.device, progress=log)
+        ctx.model_banks = (banks, Slots(fp.row_bytes, ctx.device))
+        log(f"decode-regime banks: {fp.describe()} in {time.perf_counter() - t0:.0f}s")
+    banks, slots = ctx.model_banks
+    rg = RegimeGraphs(banks, slots, n, layers=layers)
+
+    def upstream(s, src_ptrs, dst, src, num):
+        ctx.fic.fast_index_copy_multi_jit(s.dst_ptrs, src_ptrs, s.feat, dst, src, num, num_threads=UPSTREAM_THREADS,
+                                          blocks_per_bank=UPSTREAM_BLOCKS_PER_BANK)  # fmt: skip
+
+    def ours(s, src_ptrs, dst, src, num):
+        ctx.dgm.decode_gather_jit(s.dst_ptrs, src_ptrs, s.feat, dst, src, num)
+
+    for name, fn in (("upstream", upstream), ("upstream_aa", upstream), ("ours", ours)):
+        rg.capture(name, fn)
+    reps = 24 if n <= 2 else (12 if n <= 8 else 4)
+    rounds_us = rg.rounds(["upstream", "upstream_aa", "ours"], "decode", ROUNDS, reps)
+    summary = summarize_rounds(rounds_us)
+    med = summary["median_us"]
+    bytes_per_layer = n * NVFP4_EXPERT_BYTES
+    gbps = {k: (bytes_per_layer / (v * 1e-6) / 1e9 if v and bytes_per_layer else None) for k, v in med.items()}
+    row = {
+        "regime": "decode",
+        "layers": rg.layers,
+        "n": n,
+        "footprint": banks.fp.describe(),
+        "bytes_per_layer": bytes_per_layer,
+        "reps": reps,
+        "rounds": ROUNDS,
+        "us": med,
+        "rounds_us": rounds_us,
+        **{k: summary[k] for k in ("speedup", "speedup_paired", "aa_ratio", "aa_ratios", "aa_spread", "verdict")},
+        "gbps": gbps,
+        "pct_of_ceiling": {k: (100.0 * v / ctx.ceiling_gbps if v else None) for k, v in gbps.items()},
+        "ceiling_gbps": ctx.ceiling_gbps,
+        "verified_sets": rg.verified,
+        "timing_mode": "a new miss list before every replay; each replay timed alone between CUDA events and "
+        "verified; median per set, paired alternating rounds",
+    }
+    ctx.rows.append(row)
+    ctx.verified_sets += rg.verified
+    ctx.verified_bytes += rg.verified * rg.layers * bytes_per_layer
+    log(f"decode L{rg.layers} n={n}: upstream {_f(med['upstream'])} us, ours {_f(med['ours'])} us, speedup "
+        f"{_f(summary['speedup_paired'], 4)} paired (A/A spread {_f(summary['aa_spread'], 4)}: {summary['verdict']})")  # fmt: skip
+    return row
+
+
+@pytest.mark.benchmark(timer=RECORDED, group="gather")
+@pytest.mark.parametrize("kernel", ["upstream", "upstream_aa", "decode_gather"])
+@pytest.mark.parametrize("regime,layers,n", [("decode", *c) for c in DECODE_CASES],
+                         ids=[f"decode-L{layers}-n{n}" for layers, n in DECODE_CASES])  # fmt: skip
+def test_gather_decode(benchmark, ctx, regime, layers, n, kernel):
+    key = (regime, layers, n)
+    if key not in ctx.measured:
+        ctx.measured[key] = measure_decode_regime(ctx, layers, n)
+    row = ctx.measured[key]
+    record(
+        benchmark, [us * 1e-6 for us in row["rounds_us"][KERNELS[kernel]]], unit="seconds per layer (device clock)",
+        ring=ctx.ring.tag if kernel == "decode_gather" else None, speedup=row["speedup"], aa_spread=row["aa_spread"],
+        verdict=row["verdict"], paired_with=["upstream", "upstream_aa", "decode_gather"],
+    )  # fmt: skip
+
+
 @pytest.mark.benchmark(timer=RECORDED, group="gather")
 @pytest.mark.parametrize("kernel", list(KERNELS))
-@pytest.mark.parametrize("layers,n", CASES, ids=[f"L{layers}-n{n}" for layers, n in CASES])
-def test_gather_graph(benchmark, ctx, layers, n, kernel):
-    if (layers, n) not in ctx.measured:
-        ctx.measured[(layers, n)] = measure_gather(ctx, layers, n)
-    row = ctx.measured[(layers, n)]
+@pytest.mark.parametrize("regime,layers,n", [("replay", *c) for c in CASES],
+                         ids=[f"replay-L{layers}-n{n}" for layers, n in CASES])  # fmt: skip
+def test_gather_graph(benchmark, ctx, regime, layers, n, kernel):
+    if (regime, layers, n) not in ctx.measured:
+        ctx.measured[(regime, layers, n)] = measure_gather(ctx, layers, n)
+    row = ctx.measured[(regime, layers, n)]
     rounds = row["rounds_us"].get(KERNELS[kernel])
     if not rounds:
         pytest.skip(f"{kernel} has no graph at n = {n} (nothing to copy)")
