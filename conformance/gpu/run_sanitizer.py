@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from freetoken_overlay.toolchain import find_tool
 from gpukit.machine import machine_info
 from gpukit.schema import REPO_ROOT, document, resolve_dir, scrub, write
 
@@ -66,16 +66,8 @@ def self_test() -> None:
 
 
 def find_sanitizer(explicit: str | None) -> str | None:
-    if explicit:
-        return explicit
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    for root in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]):
-        p = Path(root) / "bin" / "compute-sanitizer"
-        if p.exists():
-            return str(p)
-    return None
+    """``explicit``, else compute-sanitizer in ``freetoken_overlay.toolchain``'s order."""
+    return explicit or find_tool("compute-sanitizer")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument(
-        "--sanitizer", help="path of compute-sanitizer (default: PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"
+        "--sanitizer", help="path of compute-sanitizer (default: $COMPUTE_SANITIZER, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin)"
     )
     ap.add_argument("--case-args", default="", help="extra arguments for sanitize_case.py, e.g. '--kernel both'")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per tool run")
@@ -108,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sample summary (not a result): {sample}")
         return 0
     if san is None:
-        print("run_sanitizer: compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)", file=sys.stderr)
+        print("run_sanitizer: compute-sanitizer not found ($COMPUTE_SANITIZER, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin)",
+              file=sys.stderr)
         return 2
     info = machine_info()
     out = resolve_dir(args.out, info.get("device_slug", "unknown"))
