@@ -9,7 +9,7 @@ together at a barrier); each timed set is byte-verified against the host banks. 
 each GPU's concurrent rate against its solo rate, and the NUMA node of each GPU and of the pages
 of its banks (``/proc/self/numa_maps``).
 
-Run on a machine with two CUDA GPUs and the patched freetoken: ``python -m bench.contention --out DIR``.
+Run on a machine with two CUDA GPUs and the patched freetoken: ``python -m bench.contention``.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def main() -> int:
     import torch.multiprocessing as mp
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", help="write contention.json into DIR (default: results/<device>x2/, gpukit.results)")
     p.add_argument("--ns", type=int, nargs="*", default=[1, 4, 32])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--layers", type=int, default=40)
@@ -175,12 +175,11 @@ def main() -> int:
         log(f"n={s['n']:>2} {s['kernel']:>8} GPU{s['rank']}: solo {s['solo_gbps']:.1f} GB/s, "
             f"both {s['both_gbps']:.1f} GB/s, kept {s['kept']:.3f}")
     wrong = [x for x in rows if not x["verified"]]
+    from gpukit import results
     from gpukit.machine import machine_info
-    from gpukit.schema import document, write
 
-    doc = document("contention", machine=machine_info(), gpus=infos, args=vars(args), summary=summary, rows=rows,
-                   wrong_sets=len(wrong))  # fmt: skip
-    path = write(Path(args.out) / "contention.json", doc)
+    path = results.save("contention", machine=machine_info(), out_dir=args.out, gpus=infos, args=vars(args),
+                        summary=summary, rows=rows, wrong_sets=len(wrong))  # fmt: skip
     log(f"{len(rows)} timed sets, {len(wrong)} wrong; wrote {path}")
     return 1 if wrong or any(proc.exitcode for proc in procs) else 0
 

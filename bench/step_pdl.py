@@ -19,7 +19,7 @@ breakdown of a block of replayed steps per variant (per layer: the ensure kernel
 copy kernel, the copy kernel); and the per-layer copy alone (``copy_missing`` with a staged miss
 list of n experts, 40 layers per graph, every timed set byte-verified).
 
-``python -m bench.step_pdl --out DIR`` on a CUDA machine with the patched freetoken installed.
+``python -m bench.step_pdl`` on a CUDA machine with the patched freetoken installed.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -45,7 +44,7 @@ from gpukit.decode_step import (
 from gpukit.geometry import MODEL, nvfp4_banks
 from gpukit.machine import machine_info
 from gpukit.memory import cache_rows
-from gpukit.schema import document, write
+from gpukit import results
 from gpukit.stats import summarize_rounds
 from gpukit.timing import time_replays
 
@@ -224,7 +223,7 @@ def per_layer(args, probes) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="directory for step_pdl.json")
+    p.add_argument("--out", help="write step_pdl.json into DIR (default: results/<device>/, gpukit.results)")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--per-block", type=int, default=10, help="decode steps per timed block")
     p.add_argument("--profile-steps", type=int, default=10)
@@ -244,7 +243,7 @@ def main() -> int:
             log(f"  {name}: per layer call ensure {b['mean_us']['ensure_us']:.2f} us, gap {b['mean_us']['gap_us']:.2f} us, "
                 f"copy {b['mean_us']['copy_us']:.2f} us ({b['calls']} calls)")
     fields["per_layer"] = per_layer(args, probes)
-    path = write(Path(args.out) / "step_pdl.json", document("step_pdl", machine=machine_info(), **fields))
+    path = results.save("step_pdl", machine=machine_info(), out_dir=args.out, **fields)
     log(f"wrote {path} in {time.perf_counter() - t0:.0f}s")
     return 0
 

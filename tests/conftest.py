@@ -9,7 +9,7 @@ import pytest
 
 from bench import sweep
 from gpukit.geometry import NVFP4_EXPERT_BYTES
-from gpukit.schema import write
+from gpukit.results import write_json as write
 from gpukit.stats import summarize_rounds
 
 
