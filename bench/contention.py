@@ -15,6 +15,7 @@ Run on a machine with two CUDA GPUs and the patched freetoken: ``python -m bench
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -58,8 +59,9 @@ def worker(rank: int, args, barrier, queue) -> None:
 
     from freetoken.moe.offload_cache import OffloadMoeCache
 
-    from gpukit.decode_step import copy_all_layers, expected_slots, stage_misses
+    from gpukit.decode_step import copy_all_layers, expected_slots, gather_env, stage_misses
     from gpukit.geometry import NVFP4_ROW_BYTES
+    from gpukit.rounds import run_rounds
     from gpukit.timing import time_replays
 
     torch.cuda.set_device(rank)
@@ -72,9 +74,9 @@ def worker(rank: int, args, barrier, queue) -> None:
                      for f in NVFP4_ROW_BYTES])
     caches = {}
     for kernel in KERNELS:
-        os.environ["FREETOKEN_DECODE_GATHER"] = "tma" if kernel == "tma" else ""
-        c = OffloadMoeCache(num_layers=layers, num_experts=experts, cache_size=experts, device=dev,
-                            quant_format="nvfp4", prefill_overlap=False)
+        with gather_env({"FREETOKEN_DECODE_GATHER": "tma"} if kernel == "tma" else {}):
+            c = OffloadMoeCache(num_layers=layers, num_experts=experts, cache_size=experts, device=dev,
+                                quant_format="nvfp4", prefill_overlap=False)
         c.set_bank_sources({name: [host[layer % args.sources][k] for layer in range(layers)]
                             for k, name in enumerate(c.bank_schema)})
         assert (c._decode_gather is not None) == (kernel == "tma")
@@ -98,27 +100,33 @@ def worker(rank: int, args, barrier, queue) -> None:
         # sets of a "both" phase last about as long and overlap
         reps = max(2, round(args.target_s / time_replays(graphs["upstream"].replay, 1)))
         queue.put(("reps", rank, n, reps))
-        for r in range(args.rounds):
-            for kernel in KERNELS if r % 2 == 0 else KERNELS[::-1]:
-                for phase in ("solo0", "solo1", "both"):
-                    active = phase == "both" or phase == f"solo{rank}"
-                    c = caches[kernel]
-                    if active:
-                        for name in c.bank_schema:
-                            c.bank_caches[name].view(torch.uint8).fill_(POISON)
-                        torch.cuda.synchronize()
-                    barrier.wait()
-                    if active:
-                        t0 = time.perf_counter()
-                        secs = time_replays(graphs[kernel].replay, reps)
-                        wall = time.perf_counter() - t0
-                        ok = all(torch.equal(c.bank_caches[name].view(torch.uint8).reshape(experts, -1), e)
-                                 for name, e in zip(c.bank_schema, expected))
-                        rows.append({"n": n, "kernel": kernel, "phase": phase, "round": r, "seconds": secs,
-                                     "wall_s": wall, "reps": reps, "verified": ok,
-                                     "gbps": n * sum(NVFP4_ROW_BYTES) * layers * reps / secs / 1e9})
-                    barrier.wait()
-        del graphs, expected
+
+        def phases(kernel: str, r: int) -> list[float]:
+            """This GPU's timed sets of round ``r``: alone, idle while the other is alone, then both at once."""
+            c, timed = caches[kernel], []
+            for phase in ("solo0", "solo1", "both"):
+                active = phase == "both" or phase == f"solo{rank}"
+                if active:
+                    for name in c.bank_schema:
+                        c.bank_caches[name].view(torch.uint8).fill_(POISON)
+                    torch.cuda.synchronize()
+                barrier.wait()
+                if active:
+                    t0 = time.perf_counter()
+                    secs = time_replays(graphs[kernel].replay, reps)
+                    wall = time.perf_counter() - t0
+                    ok = all(torch.equal(c.bank_caches[name].view(torch.uint8).reshape(experts, -1), e)
+                             for name, e in zip(c.bank_schema, expected))
+                    rows.append({"n": n, "kernel": kernel, "phase": phase, "round": r, "seconds": secs,
+                                 "wall_s": wall, "reps": reps, "verified": ok,
+                                 "gbps": n * sum(NVFP4_ROW_BYTES) * layers * reps / secs / 1e9})
+                    timed.append(secs)
+                barrier.wait()
+            return timed
+
+        # both processes run the same alternating order, so their barriers pair up
+        run_rounds({kernel: functools.partial(phases, kernel) for kernel in KERNELS}, args.rounds)
+        graphs.clear()  # free the captured graphs before the next n
     queue.put(("done", rank, info, rows))
 
 
