@@ -264,20 +264,28 @@ def read_json(source: str | os.PathLike) -> Any:
         return None
 
 
-def load(kind: str, device: str | None = None) -> dict[str, Any] | None:
-    """The document of ``kind`` for ``device`` (a ``results/`` directory name), or None."""
+def load(kind: str, device: str | None = None, base: Path | None = None) -> dict[str, Any] | None:
+    """The document of ``kind`` for ``device`` (a directory name under ``base``, default :func:`root`), or None."""
     k = KINDS[kind]
-    return read_json((root() / device / k.file) if k.per_device and device else path(kind, device))
+    if base is None and not (k.per_device and device):
+        return read_json(path(kind, device))
+    base = base or root()
+    return read_json(base / device / k.file if k.per_device else base / k.file)
 
 
-def load_device(device: str) -> dict[str, dict[str, Any]]:
-    """Every per-device document of ``results/<device>/`` by kind (missing kinds left out)."""
-    docs = {kind: load(kind, device) for kind, k in KINDS.items() if k.per_device}
+def load_device(device: str, base: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Every per-device document of ``<base>/<device>/`` by kind (missing kinds left out)."""
+    docs = {kind: load(kind, device, base) for kind, k in KINDS.items() if k.per_device}
     return {kind: doc for kind, doc in docs.items() if doc is not None}
 
 
-def devices() -> list[str]:
-    """The directories of ``results/`` that hold at least one document, sorted."""
-    here = root()
+def devices(base: Path | None = None) -> list[str]:
+    """The directories of ``base`` (default :func:`root`) that hold at least one document, sorted."""
+    here = base or root()
     files = {k.file for k in KINDS.values() if k.per_device}
-    return sorted(d.name for d in here.iterdir() if d.is_dir() and any((d / f).is_file() for f in files)) if here.is_dir() else []
+    found = (
+        [d.name for d in here.iterdir() if d.is_dir() and any((d / f).is_file() for f in files)]
+        if here.is_dir()
+        else []
+    )
+    return sorted(found)

@@ -67,7 +67,7 @@ class Rounds:
 
 
 def round_order(order: Order, index: int, names: Sequence[str]) -> tuple[str, ...]:
-    """The variants of round ``index``: ``alternate`` (even rounds as given, odd reversed), ``fixed``, or a callable's."""
+    """Round ``index``'s variants: ``alternate`` (even rounds as given, odd reversed), ``fixed``, or a callable's."""
     if callable(order):
         got = tuple(order(index, names))
         if sorted(got) != sorted(names):
