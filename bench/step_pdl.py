@@ -32,6 +32,7 @@ import time
 
 import torch
 
+from gpukit import results
 from gpukit.decode_step import (
     DecodeStep,
     StepConfig,
@@ -45,7 +46,6 @@ from gpukit.decode_step import (
 from gpukit.geometry import MODEL, nvfp4_banks
 from gpukit.machine import machine_info
 from gpukit.memory import cache_rows
-from gpukit import results
 from gpukit.rounds import Rounds, run_rounds
 from gpukit.timing import time_replays
 

@@ -36,11 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpukit import results
 from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
 from gpukit.kernels import call_ours, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, machine_line, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
-from gpukit import results
 from gpukit.timing import reps_for, time_replays
 
 DEFAULTS = {

@@ -27,34 +27,17 @@ def records(bench: dict) -> list[tuple]:
     rows = sorted(
         (gather_row(r) for r in bench.get("gather") or []), key=lambda r: (regime_key(r["regime"]), r["layers"], r["n"])
     )
-    out = [
-        (
-            r["regime"],
-            r["layers"],
-            r["n"],
-            r["us"].get("upstream"),
-            r["us"].get("ours"),
-            r["ratio"],
-            r["spread"],
-            r["verdict"],
-        )
-        for r in rows
-    ]
+    out = [_record(r["regime"], r["layers"], r["n"], r["us"].get("upstream"), r["us"].get("ours"), r) for r in rows]
     s = decode_step_view(bench)
     if s:
         out.append(
-            (
-                "decode step",
-                s.get("layers"),
-                s.get("misses_per_step"),
-                s["us"].get("unset"),
-                s["us"].get("tma"),
-                s["ratio"],
-                s["spread"],
-                s["verdict"],
-            )
+            _record("decode step", s["layers"], s["misses_per_step"], s["us"].get("unset"), s["us"].get("tma"), s)
         )
     return out
+
+
+def _record(regime: str, layers, n, upstream, ours, view: dict) -> tuple:
+    return (regime, layers, n, upstream, ours, view["ratio"], view["spread"], view["verdict"])
 
 
 def cells(rec: tuple) -> list[str]:

@@ -21,8 +21,8 @@ import tempfile
 import time
 
 from freetoken_overlay.toolchain import find_tool
-from gpukit.machine import machine_info
 from gpukit import results
+from gpukit.machine import machine_info
 
 CASE = "conformance.gpu.sanitize_case"  # run as a module from the repository root
 TOOLS = ("memcheck", "racecheck", "synccheck")
