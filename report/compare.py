@@ -51,10 +51,11 @@ def _f(x) -> str:
     return "–" if x is None else f"{x:,.3f}"
 
 
-def header(slug: str, bench: dict) -> str:
+def header(where: Path, bench: dict) -> str:
     m, p = bench.get("machine") or {}, bench.get("provenance") or {}
     series = p.get("series_hash") or m.get("series_hash")
-    return f"{m.get('device_name') or slug} (results/{slug}/bench.json, series {series})"
+    shown = where.relative_to(results.REPO_ROOT) if where.is_relative_to(results.REPO_ROOT) else where
+    return f"{m.get('device_name') or where.parent.name} ({shown}, series {series})"
 
 
 def table(rows: list[list[str]]) -> str:
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             w.writerows([slug, *r] for r in records(bench))
         return 0
     for i, (slug, bench) in enumerate(benches.items()):
-        print(("\n" if i else "") + header(slug, bench))
+        print(("\n" if i else "") + header(base / slug / results.KINDS["bench"].file, bench))
         print(LEGEND)
         print(table([cells(r) for r in records(bench)]))
     skipped = sorted(set(found) - set(benches))

@@ -209,7 +209,7 @@ def test_compare_prints_upstream_and_ours_per_regime_layers_n(capsys):
     assert compare.main(["--results", str(RESULTS)]) == 0
     out = capsys.readouterr().out
     bench = json.loads((RESULTS / "h200" / "bench.json").read_text())
-    assert out.startswith(f"{bench['machine']['device_name']} (results/h200/bench.json")
+    assert out.startswith(f"{bench['machine']['device_name']} (") and "h200/bench.json, series" in out.splitlines()[0]
     lines = [line.split() for line in out.splitlines() if line.startswith("replay")]
     keys = [(int(x[1]), int(x[2])) for x in lines]
     assert keys == sorted(keys) and len(keys) == len(bench["gather"])
