@@ -265,12 +265,12 @@ def read_json(source: str | os.PathLike) -> Any:
 
 
 def load(kind: str, device: str | None = None, base: Path | None = None) -> dict[str, Any] | None:
-    """The document of ``kind`` for ``device`` (a directory name under ``base``, default :func:`root`), or None."""
-    k = KINDS[kind]
-    if base is None and not (k.per_device and device):
-        return read_json(path(kind, device))
-    base = base or root()
-    return read_json(base / device / k.file if k.per_device else base / k.file)
+    """The document of ``kind`` in ``<base>/<device>/`` (``device``: a directory name such as ``h200x2``; by
+    default this machine's), ``base`` defaulting to :func:`root`; None when missing."""
+    k, base = KINDS[kind], base or root()
+    if not k.per_device:
+        return read_json(base / k.file)
+    return read_json(base / (device or device_dir(None, k.gpus).name) / k.file)
 
 
 def load_device(device: str, base: Path | None = None) -> dict[str, dict[str, Any]]:

@@ -66,6 +66,9 @@ def test_documents_carry_schema_and_provenance_of_the_installed_wheel(results_en
         assert doc["provenance"]["series_from"] == "installed freetoken"
         assert doc["provenance"]["tree"] is None  # the checkout's patches/ are another series
         assert doc["args"] == {"rounds": 3} and results.devices() == ["h200"]
+        assert results.save("contention", machine={"device_slug": "h200"}) == results_env / "h200x2/contention.json"
+        assert results.load("contention", "h200x2") == results.load("contention")  # this machine's: h200 -> h200x2
+        assert results.load("contention")["schema"] == results.KINDS["contention"].schema
         sass = results.document("sass", reports=[])
         assert "generated_at" not in sass and sass["schema"] == results.KINDS["sass"].schema and sass["provenance"]
         monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.2.1")
