@@ -274,26 +274,17 @@ def test(session: nox.Session) -> None:
     session.run(_python(session), "-m", "pytest", "-rs", *paths, *_posargs(session))
 
 
-def _device_slug(session: nox.Session) -> str:
-    """The device slug of this machine's GPU (``h200``), for paths the session itself must name."""
-    out = session.run(
-        _python(session), "-c", "from gpukit.machine import device_slug; import torch; "
-        "print(device_slug(torch.cuda.get_device_name() if torch.cuda.is_available() else None))", silent=True,
-    )  # fmt: skip
-    return (out or "unknown").strip().splitlines()[-1]
-
-
-def _results_dir(session: nox.Session) -> str:
-    """results/<device>/ for a GPU session's files ($BENCH_RESULTS_DIR overrides)."""
-    return session.env.get("BENCH_RESULTS_DIR") or str(ROOT / "results" / "{device}")
+def _run_gpu(session: nox.Session, cmd: commands.Command, *extra_requirements: str) -> None:
+    """``cmd`` in the shared environment with the patched wheel (files go where gpukit.results says)."""
+    _install_patched(session, *_group("test"), *extra_requirements)
+    session.run(_python(session), *(["-m"] if cmd.module else []), *cmd.args, *_posargs(session))
 
 
 @nox.session(tags=["gpu"], default=False)
 def gpu(session: nox.Session) -> None:
     """GPU tier only: conformance/gpu + the series' upstream tests, summary into results/<device>/conformance/."""
     _install_patched(session, *_group("test"))
-    report_dir = session.env.get("CONFORMANCE_REPORT_DIR") or str(ROOT / "results" / "{device}" / "conformance")
-    session.env["CONFORMANCE_REPORT_DIR"] = report_dir
+    session.env[commands.CONFORMANCE_SUMMARY_ENV] = "1"
     upstream_tests = sorted(str(p) for p in (work_repo(Workdir.from_env()) / "tests").glob("**/test_*.py"))
     session.run(_python(session), "-m", *commands.GPU.args, *upstream_tests, *_posargs(session))
 
@@ -301,52 +292,37 @@ def gpu(session: nox.Session) -> None:
 @nox.session(tags=["gpu"], default=False)
 def sanitize(session: nox.Session) -> None:
     """GPU: compute-sanitizer memcheck, racecheck and synccheck on a small eager and graph case."""
-    _install_patched(session, *_group("test"))
-    out = session.env.get("CONFORMANCE_REPORT_DIR") or str(ROOT / "results" / "{device}" / "conformance")
-    args = [a.replace(commands.CONFORMANCE_DIR, out) for a in commands.SANITIZE.args]
-    session.run(_python(session), "-m", *args, *_posargs(session))
+    _run_gpu(session, commands.SANITIZE)
 
 
 @nox.session(tags=["gpu"], default=False)
 def bench(session: nox.Session) -> None:
     """GPU: paired benchmarks (upstream, decode_gather, copy engine, A/A) -> results/<device>/bench.json."""
-    _install_patched(session, *_group("test"))
-    session.env.setdefault("BENCH_RESULTS_DIR", _results_dir(session))
-    storage = str(ROOT / commands.BENCH_STORAGE).replace("{device}", _device_slug(session))
-    args = [a.replace(commands.BENCH_STORAGE, storage) for a in commands.BENCH.args]
-    session.run(_python(session), "-m", *args, *_posargs(session))
+    _run_gpu(session, commands.BENCH)
 
 
 @nox.session(tags=["gpu"], default=False)
 def sweep(session: nox.Session) -> None:
     """GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> results/<device>/ceiling.json + .png."""
-    _install_patched(session, *_group("test"), *_group("sweep"))
-    session.run(_python(session), "-m", *commands.SWEEP.args, *_posargs(session))
-
-
-def _run_with_device(session: nox.Session, cmd: commands.Command) -> None:
-    """``cmd`` with ``{device}`` filled in, in the shared environment with the patched wheel."""
-    _install_patched(session, *_group("test"))
-    args = [a.replace("{device}", _device_slug(session)) for a in cmd.args]
-    session.run(_python(session), *(["-m"] if cmd.module else []), *args, *_posargs(session))
+    _run_gpu(session, commands.SWEEP, *_group("sweep"))
 
 
 @nox.session(tags=["gpu"], default=False)
 def upstream_bench(session: nox.Session) -> None:
     """GPU: the series' benchmarks/bench_decode_gather.py (per-layer copy, A/A, verdicts) -> results/<device>/."""
-    _run_with_device(session, commands.UPSTREAM_BENCH_RUN)
+    _run_gpu(session, commands.UPSTREAM_BENCH_RUN)
 
 
 @nox.session(tags=["gpu"], default=False)
 def step(session: nox.Session) -> None:
     """GPU: decode-step breakdown and PDL A/B (unset, tma, tma+PDL, upstream+PDL) -> results/<device>/step_pdl.json."""
-    _run_with_device(session, commands.STEP)
+    _run_gpu(session, commands.STEP)
 
 
 @nox.session(tags=["gpu"], default=False)
 def contention(session: nox.Session) -> None:
     """GPU x2: both GPUs gathering at once against each one's solo rate -> results/<device>x2/contention.json."""
-    _run_with_device(session, commands.CONTENTION)
+    _run_gpu(session, commands.CONTENTION)
 
 
 @nox.session(venv_backend="virtualenv")  # its own small venv: jinja2 only
@@ -363,14 +339,10 @@ def sass(session: nox.Session) -> None:
     session.run(_python(session), "-m", *commands.SASS.args, *_posargs(session))
 
 
-@nox.session(venv_backend="virtualenv")  # its own small venv: pytest-benchmark only
+@nox.session(python=False)  # stdlib only
 def compare(session: nox.Session) -> None:
-    """pytest-benchmark compare of the committed runs: the kernels side by side per miss count (no GPU)."""
-    session.install(*_group("compare"))
-    for storage in sorted((ROOT / "results").glob("*/pytest-benchmark")):
-        device = storage.parent.name
-        args = [a.replace("{device}", device) for a in commands.COMPARE.args]
-        session.run(*args, *session.posargs)
+    """Upstream vs decode_gather per (regime, layers, n) from the committed bench.json: ratio, A/A spread (no GPU)."""
+    session.run(sys.executable, "-m", *commands.COMPARE.args, *session.posargs, external=True)
 
 
 @nox.session(python=False)

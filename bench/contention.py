@@ -9,12 +9,13 @@ together at a barrier); each timed set is byte-verified against the host banks. 
 each GPU's concurrent rate against its solo rate, and the NUMA node of each GPU and of the pages
 of its banks (``/proc/self/numa_maps``).
 
-Run on a machine with two CUDA GPUs and the patched freetoken: ``python -m bench.contention --out DIR``.
+Run on a machine with two CUDA GPUs and the patched freetoken: ``python -m bench.contention``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -58,8 +59,9 @@ def worker(rank: int, args, barrier, queue) -> None:
 
     from freetoken.moe.offload_cache import OffloadMoeCache
 
-    from gpukit.decode_step import copy_all_layers, expected_slots, stage_misses
+    from gpukit.decode_step import copy_all_layers, expected_slots, gather_env, stage_misses
     from gpukit.geometry import NVFP4_ROW_BYTES
+    from gpukit.rounds import run_rounds
     from gpukit.timing import time_replays
 
     torch.cuda.set_device(rank)
@@ -72,9 +74,9 @@ def worker(rank: int, args, barrier, queue) -> None:
                      for f in NVFP4_ROW_BYTES])
     caches = {}
     for kernel in KERNELS:
-        os.environ["FREETOKEN_DECODE_GATHER"] = "tma" if kernel == "tma" else ""
-        c = OffloadMoeCache(num_layers=layers, num_experts=experts, cache_size=experts, device=dev,
-                            quant_format="nvfp4", prefill_overlap=False)
+        with gather_env({"FREETOKEN_DECODE_GATHER": "tma"} if kernel == "tma" else {}):
+            c = OffloadMoeCache(num_layers=layers, num_experts=experts, cache_size=experts, device=dev,
+                                quant_format="nvfp4", prefill_overlap=False)
         c.set_bank_sources({name: [host[layer % args.sources][k] for layer in range(layers)]
                             for k, name in enumerate(c.bank_schema)})
         assert (c._decode_gather is not None) == (kernel == "tma")
@@ -98,27 +100,33 @@ def worker(rank: int, args, barrier, queue) -> None:
         # sets of a "both" phase last about as long and overlap
         reps = max(2, round(args.target_s / time_replays(graphs["upstream"].replay, 1)))
         queue.put(("reps", rank, n, reps))
-        for r in range(args.rounds):
-            for kernel in KERNELS if r % 2 == 0 else KERNELS[::-1]:
-                for phase in ("solo0", "solo1", "both"):
-                    active = phase == "both" or phase == f"solo{rank}"
-                    c = caches[kernel]
-                    if active:
-                        for name in c.bank_schema:
-                            c.bank_caches[name].view(torch.uint8).fill_(POISON)
-                        torch.cuda.synchronize()
-                    barrier.wait()
-                    if active:
-                        t0 = time.perf_counter()
-                        secs = time_replays(graphs[kernel].replay, reps)
-                        wall = time.perf_counter() - t0
-                        ok = all(torch.equal(c.bank_caches[name].view(torch.uint8).reshape(experts, -1), e)
-                                 for name, e in zip(c.bank_schema, expected))
-                        rows.append({"n": n, "kernel": kernel, "phase": phase, "round": r, "seconds": secs,
-                                     "wall_s": wall, "reps": reps, "verified": ok,
-                                     "gbps": n * sum(NVFP4_ROW_BYTES) * layers * reps / secs / 1e9})
-                    barrier.wait()
-        del graphs, expected
+
+        def phases(kernel: str, r: int) -> list[float]:
+            """This GPU's timed sets of round ``r``: alone, idle while the other is alone, then both at once."""
+            c, timed = caches[kernel], []
+            for phase in ("solo0", "solo1", "both"):
+                active = phase == "both" or phase == f"solo{rank}"
+                if active:
+                    for name in c.bank_schema:
+                        c.bank_caches[name].view(torch.uint8).fill_(POISON)
+                    torch.cuda.synchronize()
+                barrier.wait()
+                if active:
+                    t0 = time.perf_counter()
+                    secs = time_replays(graphs[kernel].replay, reps)
+                    wall = time.perf_counter() - t0
+                    ok = all(torch.equal(c.bank_caches[name].view(torch.uint8).reshape(experts, -1), e)
+                             for name, e in zip(c.bank_schema, expected))
+                    rows.append({"n": n, "kernel": kernel, "phase": phase, "round": r, "seconds": secs,
+                                 "wall_s": wall, "reps": reps, "verified": ok,
+                                 "gbps": n * sum(NVFP4_ROW_BYTES) * layers * reps / secs / 1e9})
+                    timed.append(secs)
+                barrier.wait()
+            return timed
+
+        # both processes run the same alternating order, so their barriers pair up
+        run_rounds({kernel: functools.partial(phases, kernel) for kernel in KERNELS}, args.rounds)
+        graphs.clear()  # free the captured graphs before the next n
     queue.put(("done", rank, info, rows))
 
 
@@ -143,7 +151,7 @@ def main() -> int:
     import torch.multiprocessing as mp
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", help="write contention.json into DIR (default: results/<device>x2/, gpukit.results)")
     p.add_argument("--ns", type=int, nargs="*", default=[1, 4, 32])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--layers", type=int, default=40)
@@ -175,12 +183,11 @@ def main() -> int:
         log(f"n={s['n']:>2} {s['kernel']:>8} GPU{s['rank']}: solo {s['solo_gbps']:.1f} GB/s, "
             f"both {s['both_gbps']:.1f} GB/s, kept {s['kept']:.3f}")
     wrong = [x for x in rows if not x["verified"]]
+    from gpukit import results
     from gpukit.machine import machine_info
-    from gpukit.schema import document, write
 
-    doc = document("contention", machine=machine_info(), gpus=infos, args=vars(args), summary=summary, rows=rows,
-                   wrong_sets=len(wrong))  # fmt: skip
-    path = write(Path(args.out) / "contention.json", doc)
+    path = results.save("contention", machine=machine_info(), out_dir=args.out, gpus=infos, args=vars(args),
+                        summary=summary, rows=rows, wrong_sets=len(wrong))  # fmt: skip
     log(f"{len(rows)} timed sets, {len(wrong)} wrong; wrote {path}")
     return 1 if wrong or any(proc.exitcode for proc in procs) else 0
 

@@ -19,19 +19,20 @@ breakdown of a block of replayed steps per variant (per layer: the ensure kernel
 copy kernel, the copy kernel); and the per-layer copy alone (``copy_missing`` with a staged miss
 list of n experts, 40 layers per graph, every timed set byte-verified).
 
-``python -m bench.step_pdl --out DIR`` on a CUDA machine with the patched freetoken installed.
+``python -m bench.step_pdl`` on a CUDA machine with the patched freetoken installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
+from gpukit import results
 from gpukit.decode_step import (
     DecodeStep,
     StepConfig,
@@ -45,8 +46,7 @@ from gpukit.decode_step import (
 from gpukit.geometry import MODEL, nvfp4_banks
 from gpukit.machine import machine_info
 from gpukit.memory import cache_rows
-from gpukit.schema import document, write
-from gpukit.stats import summarize_rounds
+from gpukit.rounds import Rounds, run_rounds
 from gpukit.timing import time_replays
 
 POISON = 0x5A
@@ -93,18 +93,14 @@ def pdl_probes():
     return ours, upstream
 
 
-def summarize(rounds: dict[str, list[float]]) -> dict:
+def summarize(r: Rounds) -> dict:
     """Medians, the A/A spread of unset against unset_aa and, per other variant, the ratio unset/variant
     (>1: variant faster) and its verdict (``gpukit.stats``: a tie is within the A/A spread)."""
-    out = {"median_us": {k: statistics.median(v) for k, v in rounds.items()}, "rounds_us": rounds,
-           "ratio": {}, "verdict": {}}  # fmt: skip
-    for k in rounds:
-        if k in ("unset", "unset_aa"):
-            continue
-        s = summarize_rounds(rounds, ours=k, base="unset", aa="unset_aa")
-        out |= {"aa_ratios": s["aa_ratios"], "aa_spread": s["aa_spread"]}
-        out["ratio"][k], out["verdict"][k] = s["speedup"], s["verdict"]
-    return out
+    s = r.summaries()
+    first = next(iter(s.values()))
+    return {"median_us": {k: statistics.median(v) for k, v in r.values.items()}, "rounds_us": r.values,
+            "ratio": {k: v["speedup"] for k, v in s.items()}, "verdict": {k: v["verdict"] for k, v in s.items()},
+            "aa_ratios": first["aa_ratios"], "aa_spread": first["aa_spread"]}  # fmt: skip
 
 
 def profile_block(step: DecodeStep, name: str, start: int, count: int) -> dict:
@@ -147,13 +143,17 @@ def decode_step(args, probes) -> dict:
     cfg = StepConfig(steps=args.rounds * args.per_block + args.profile_steps)
     step = DecodeStep(variants, cfg, log=log)
     names = [v.name for v in variants]
-    rounds = {n: [] for n in names}
-    for r in range(args.rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            rounds[name].append(step.time_block(name, r * args.per_block, args.per_block))
+
+    def same_state(r: int) -> None:
         for name in names[1:]:
             diff = step.state_diff("unset", name)
             assert diff is None, f"round {r}: {diff}"
+
+    def block(name: str, r: int) -> float:  # µs per step of round r's block of trace steps
+        return step.time_block(name, r * args.per_block, args.per_block)
+
+    timed = {name: functools.partial(block, name) for name in names}
+    rounds = run_rounds(timed, args.rounds, base="unset", aa="unset_aa", after_round=same_state)
     for name in names:
         diff = step.reference_diff(name)
         assert diff is None, f"{name}: {diff}"
@@ -206,15 +206,19 @@ def per_layer(args, probes) -> dict:
                 with torch.cuda.graph(g):
                     copy_all_layers(c, layers)
             graphs[v.name] = g
-        rounds = {v.name: [] for v in variants}
-        for r in range(args.rounds):
-            for v in variants if r % 2 == 0 else variants[::-1]:
-                c = caches[v.name]
-                for g in geoms:
-                    cache_rows(c, g.name).fill_(POISON)
-                rounds[v.name].append(time_replays(graphs[v.name].replay, args.reps) / args.reps / layers * 1e6)
-                for g, e in zip(geoms, expected):
-                    assert torch.equal(cache_rows(c, g.name), e), f"n={n} {v.name} round {r}: bank {g.name} wrong"
+
+        def timed_set(name: str, r: int) -> float:
+            """µs per layer of ``args.reps`` replays into a poisoned cache, verified after."""
+            c = caches[name]
+            for g in geoms:
+                cache_rows(c, g.name).fill_(POISON)
+            us = time_replays(graphs[name].replay, args.reps) / args.reps / layers * 1e6
+            for g, e in zip(geoms, expected):
+                assert torch.equal(cache_rows(c, g.name), e), f"n={n} {name} round {r}: bank {g.name} wrong"
+            return us
+
+        timed = {v.name: functools.partial(timed_set, v.name) for v in variants}
+        rounds = run_rounds(timed, args.rounds, base="unset", aa="unset_aa")
         out[str(n)] = summarize(rounds) | {"verified_sets": args.rounds * len(variants)}
         log(f"per layer n={n}: " + ", ".join(f"{k} {v:.2f} us" for k, v in out[str(n)]["median_us"].items()))
         graphs.clear()
@@ -224,7 +228,7 @@ def per_layer(args, probes) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="directory for step_pdl.json")
+    p.add_argument("--out", help="write step_pdl.json into DIR (default: results/<device>/, gpukit.results)")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--per-block", type=int, default=10, help="decode steps per timed block")
     p.add_argument("--profile-steps", type=int, default=10)
@@ -244,7 +248,7 @@ def main() -> int:
             log(f"  {name}: per layer call ensure {b['mean_us']['ensure_us']:.2f} us, gap {b['mean_us']['gap_us']:.2f} us, "
                 f"copy {b['mean_us']['copy_us']:.2f} us ({b['calls']} calls)")
     fields["per_layer"] = per_layer(args, probes)
-    path = write(Path(args.out) / "step_pdl.json", document("step_pdl", machine=machine_info(), **fields))
+    path = results.save("step_pdl", machine=machine_info(), out_dir=args.out, **fields)
     log(f"wrote {path} in {time.perf_counter() - t0:.0f}s")
     return 0
 

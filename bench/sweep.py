@@ -17,8 +17,8 @@ Three ways to move the bytes, every copy verified word-exact against a device co
 
 Bytes in flight: ring = ctas x stages x chunk_bytes; LDG = blocks x 1024 threads x 16 B per bank.
 Rings above the module's shared-memory cap (decode_gather.MAX_RING_BYTES) are skipped. All JIT
-modules are built up front in ``--workers`` threads. Writes results/<device>/ceiling.json and
-ceiling.png (GB/s heatmaps over CTAs x ring, and GB/s against bytes in flight).
+modules are built up front in ``--workers`` threads. Writes ceiling.json and ceiling.png
+(``gpukit.results``: results/<device>/; GB/s heatmaps over CTAs x ring, and GB/s against bytes in flight).
 
 Just over 500 lines: the measurement loops, the synthetic ``--dry-run`` data and the plot of one
 sweep stay together.
@@ -36,11 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpukit import results
 from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
 from gpukit.kernels import call_ours, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, machine_line, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
-from gpukit.schema import document, resolve_dir, write
 from gpukit.timing import reps_for, time_replays
 
 DEFAULTS = {
@@ -221,7 +221,7 @@ def synthetic(args, rings: list[Ring], ldg: list[int], ce_sizes: list[int], max_
 
 
 def empty_doc(args, synthetic: bool = False) -> dict[str, Any]:
-    return document(
+    return results.document(
         "ceiling",
         **{
         "dry_run": bool(synthetic),
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--out",
         default=None,
-        help="output directory, {device} -> slug (default: results/{device}; a temp dir with --dry-run)",
+        help="write ceiling.json and .png into DIR (default: results/<device>/, gpukit.results; a temp dir with --dry-run)",
     )
     ap.add_argument("--ctas", default=None, help=f"CTA counts (default {DEFAULTS['ctas']})")
     ap.add_argument("--rings", default=None, help=f"STAGESxCHUNK per CTA (default {DEFAULTS['rings']})")
@@ -369,19 +369,18 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
 
     if args.dry_run:
-        out = Path(args.out.replace("{device}", "dry-run")) if args.out else Path(tempfile.mkdtemp(prefix="sweep-dry-"))
+        out = results.path("ceiling", out_dir=args.out or tempfile.mkdtemp(prefix="sweep-dry-"))
         doc = synthetic(args, rings, ldg, ce_sizes, 96 * 1024)
         doc["summary"] = summarize(doc)
         doc["machine"] = {"device_name": "synthetic (dry run)"}
-        png_err = None if args.no_png else render_png(doc, out / "ceiling.png")
+        png_err = None if args.no_png else render_png(doc, out.with_suffix(".png"))
         doc["png"] = None if (args.no_png or png_err) else "ceiling.png"
-        write(out / "ceiling.json", doc)
+        results.write_json(out, doc)
         say(
             f"dry run: synthetic {len(doc['ring'])} rings, {len(doc['ldg'])} LDG widths, {len(doc['copy_engine'])} CE sizes"
         )
         say(
-            f"wrote {out / 'ceiling.json'}"
-            + (f" and {out / 'ceiling.png'}" if doc["png"] else f" ({png_err or 'no PNG'})")
+            f"wrote {out}" + (f" and {out.with_suffix('.png')}" if doc["png"] else f" ({png_err or 'no PNG'})")
         )
         return 0
 
@@ -410,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     doc["errors"] = precompile(dgm, fic, todo, ldg, workers=args.workers, progress=say)
     doc["jit_seconds"] = round(time.perf_counter() - t0, 1)
     info = machine_info()
-    out = resolve_dir(args.out or "results/{device}", info.get("device_slug", "unknown"))
+    out = results.path("ceiling", info.get("device_slug"), args.out)
     runner = Runner(args)
 
     def save(partial: bool) -> None:
@@ -418,11 +417,11 @@ def main(argv: list[str] | None = None) -> int:
         doc["summary"] = summarize(doc)
         doc["partial"] = partial
         doc["duration_s"] = round(time.perf_counter() - t_start, 1)
-        png_err = None if args.no_png else render_png(doc, out / "ceiling.png")
+        png_err = None if args.no_png else render_png(doc, out.with_suffix(".png"))
         doc["png"] = None if (args.no_png or png_err) else "ceiling.png"
         if png_err:
             say(png_err)
-        write(out / "ceiling.json", doc)
+        results.write_json(out, doc)
 
     def healthy() -> bool:
         try:
@@ -495,8 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         f"best ring gather {s.get('best_ring_gather_gbps')}"
     )
     say(
-        f"wrote {out / 'ceiling.json'}"
-        + (f" and {out / 'ceiling.png'}" if doc["png"] else "")
+        f"wrote {out}" + (f" and {out.with_suffix('.png')}" if doc["png"] else "")
         + f" in {doc['duration_s']} s"
     )
     return 0

@@ -5,12 +5,10 @@ Everything here is generic (no GPU needed); conformance/gpu/ has its own conftes
 A test that cannot run SKIPS with a reason naming what is missing, never passes vacuously.
 With ``CONFORMANCE_STRICT=1`` in the environment a missing prerequisite FAILS instead, so a CI
 job that is meant to have the toolchain cannot go green by skipping everything.
-Reports (JSON) go to ``$CONFORMANCE_REPORT_DIR`` when it is set.
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 import pytest
@@ -18,9 +16,6 @@ import pytest
 from conformance import sass
 from conformance.prereq import skip_or_fail
 from freetoken_overlay import toolchain
-
-REPORT_DIR_ENV = "CONFORMANCE_REPORT_DIR"
-
 
 @pytest.fixture(scope="session")
 def freetoken_dir() -> pathlib.Path:
@@ -83,14 +78,3 @@ def disassembler() -> sass.Disassembler:
 def cuda_cflags() -> tuple[str, ...]:
     """The nvcc flags upstream's JIT uses (the installed freetoken's DEFAULT_CUDA_CFLAGS)."""
     return sass.upstream_cuda_cflags()[0]
-
-
-@pytest.fixture(scope="session")
-def report_dir() -> pathlib.Path | None:
-    """``$CONFORMANCE_REPORT_DIR`` (created), or None: where tests write their JSON reports."""
-    value = os.environ.get(REPORT_DIR_ENV)
-    if not value:
-        return None
-    path = pathlib.Path(value)
-    path.mkdir(parents=True, exist_ok=True)
-    return path

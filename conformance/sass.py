@@ -13,8 +13,8 @@ answers the questions the decode_gather conformance tier asks of the machine cod
 
 Used by the tests (``conformance/test_sass.py``) and as a script by the build/report steps::
 
-    python -m conformance.sass --arch 90 --out results/sass_sm90.json
-    python -m conformance.sass --arch 80,90,100,120 --check        # exit 1 on a violation
+    python -m conformance.sass --arch 90 --out /tmp/sass_sm90.json  # the full reports
+    python -m conformance.sass --arch 80,90,100,120 --save --check  # results/sass.json; exit 1 on a violation
     python -m conformance.sass --source my.cu --arch 120 -I include/
 
 Without ``--source`` it scans FreeToken's decode_gather kernel, found through the installed
@@ -555,6 +555,13 @@ class SassReport:
             "functions": [f.summary() for f in self.functions],
         }
 
+    def record(self) -> dict:
+        """What ``results/sass.json`` keeps: :meth:`summary`, the source's file name, nvcc's flags and the
+        opcode counts; no machine paths, no compile times (two runs on one toolchain write the same bytes)."""
+        flags = [a for a in self.command[1:-3] if not a.startswith("-I")]  # less nvcc, includes, source -o cubin
+        opcodes = {f.name: f.opcodes for f in self.functions}
+        return {**self.summary(), "source": pathlib.Path(self.source).name, "nvcc_flags": flags, "opcodes": opcodes}
+
     def to_dict(self) -> dict:
         out = self.summary()
         out.update(
@@ -785,7 +792,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ring", help="decode_gather ring CTAS,STAGES,CHUNK_BYTES (default: freetoken's default_ring())")
     parser.add_argument("-I", "--include", action="append", default=[], help="extra include directory")
     parser.add_argument("--flag", action="append", default=[], help="extra nvcc flag (repeatable)")
-    parser.add_argument("--out", help="write the reports as JSON here")
+    parser.add_argument("--out", help="write the full reports (paths, ptxas logs) as JSON here")
+    parser.add_argument("--save", action="store_true", help="record the reports as results/sass.json (gpukit.results)")
     parser.add_argument("--build-dir", help="keep the .cu and cubins here (default: a temporary directory)")
     parser.add_argument("--jobs", type=int, default=2, help="nvcc processes at a time (default 2)")
     parser.add_argument("--check", action="store_true", help="apply the decode_gather contract; exit 1 on a violation")
@@ -820,6 +828,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"reports": [r.to_dict() for r in ordered]}, indent=2) + "\n")
         print(f"wrote {out}")
+    if args.save:
+        from gpukit import results
+
+        ring = None if args.source else dict(zip(("ctas", "stages", "chunk_bytes"), ring))
+        print(f"wrote {results.save('sass', ring=ring, reports=[r.record() for r in ordered])}")
     if args.check:
         problems = [p for r in ordered for p in decode_gather_violations(r)]
         for p in problems:

@@ -12,6 +12,7 @@ the layout FREETOKEN_KERNEL_CACHE_DIR expects) with a ``MANIFEST.json``.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import toolchain
 from .requirements import NVCC_FROM_PYPI
 from .util import OverlayError, Workdir, log, run_checked
 
@@ -82,27 +84,24 @@ def _shim_cuda_home(root: Path, shim: Path) -> Path:
 
 
 def find_cuda_home(workdir: Workdir) -> Path | None:
-    """A CUDA toolkit usable by tvm-ffi's builder: $CUDA_HOME/$CUDA_PATH, else the one
-    behind ``nvcc`` on PATH, else /usr/local/cuda, else nvcc from PyPI in this
-    environment (``nvidia/cuNN``); None when there is none."""
+    """A CUDA toolkit usable by tvm-ffi's builder: the root of the first nvcc in
+    :mod:`freetoken_overlay.toolchain`'s order whose toolkit has cudart (a PyPI ``nvidia/cuNN``
+    toolkit through a shim); None when there is none. A set $CUDA_HOME or $CUDA_PATH without
+    ``bin/nvcc`` is an error, not a reason to look elsewhere."""
     for var in ("CUDA_HOME", "CUDA_PATH"):
         raw = os.environ.get(var, "").strip()
-        if raw:
-            if not (Path(raw) / "bin" / "nvcc").is_file():
-                raise OverlayError(f"{var}={raw!r}: no bin/nvcc there")
-            return Path(raw)
-    candidates: list[Path] = []
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        candidates += [p for p in (_nvcc_top(nvcc), Path(nvcc).resolve().parent.parent) if p]
-    candidates.append(Path("/usr/local/cuda"))
-    for root in candidates:
-        if _has_cudart(root):
-            return root
-    for entry in dict.fromkeys(Path(p) for p in sys.path if p):
-        for pypi_root in sorted(entry.glob("nvidia/cu[0-9]*")):
-            if (pypi_root / "bin" / "nvcc").is_file():
-                return _shim_cuda_home(pypi_root, workdir.root / "cuda-home")
+        if raw and not (Path(raw) / "bin" / "nvcc").is_file():
+            raise OverlayError(f"{var}={raw!r}: no bin/nvcc there")
+    try:
+        candidates = list(dict.fromkeys(toolchain.tool_candidates("nvcc")))
+    except toolchain.ToolNotFound as exc:
+        raise OverlayError(str(exc)) from None
+    for nvcc in candidates:
+        for root in dict.fromkeys(p for p in (_nvcc_top(nvcc), Path(nvcc).resolve().parent.parent) if p):
+            if _has_cudart(root):
+                return root
+            if any((root / "lib").glob("libcudart.so*")):
+                return _shim_cuda_home(root, workdir.root / "cuda-home")
     return None
 
 
@@ -129,6 +128,7 @@ def ensure_cuda_home(workdir: Workdir, *, pip_args: list[str]) -> Path:
             f"toolkit, put its nvcc on PATH, or make {' '.join(packages)} installable "
             "(add them to the offline wheelhouse)"
         ) from None
+    importlib.invalidate_caches()  # the new nvidia/ packages are looked up through importlib
     home = find_cuda_home(workdir)
     if home is None:
         raise OverlayError(f"installed {' '.join(packages)} but found no nvcc in this environment")

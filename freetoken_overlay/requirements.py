@@ -1,4 +1,4 @@
-"""Every Python requirement of the overlay's sessions, in one place.
+"""The requirements the sessions install besides pyproject.toml's dependency groups (those are read there).
 
 freetoken itself is always installed ``--no-deps``: its Requires-Dist asks for
 ``torch>=2.14,<2.15`` (from PyPI a multi-GB CUDA build), torchvision, fastapi,
@@ -20,6 +20,18 @@ preinstalled packages satisfy them, widened just enough where they do not
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def dependency_group(name: str) -> tuple[str, ...]:
+    """A PEP 735 group of pyproject.toml (plain requirements; the groups here include none)."""
+    with PYPROJECT.open("rb") as f:
+        return tuple(tomllib.load(f)["dependency-groups"][name])
+
+
 #: CPU torch for machines without a GPU (skipped when reusing a machine's torch).
 TORCH_CPU = "torch==2.13.0+cpu"
 
@@ -39,12 +51,6 @@ IMPORT_CLOSURE = (
 #: pip's resolver pull a CUDA torch on a machine without one.
 NO_DEPS = ("flashlib==0.4.0",)  # freetoken.moe.offload_cache (flashlib.kernels.slot_cache)
 
-#: tvm-ffi's JIT/AOT builder drives ninja (its ``cpp`` extra).
-KERNEL_BUILD = ("ninja",)
-
-#: What the test sessions need (pytest plugins the suites use).
-TEST = ("pytest", "hypothesis", "pytest-benchmark")
-
 #: NVIDIA's compiler from PyPI, for ``build`` where no CUDA toolkit is found;
 #: ``{major}`` is the torch CUDA major (13 for the GPU machine's cu130).
 NVCC_FROM_PYPI = ("nvidia-cuda-nvcc=={major}.*", "nvidia-cuda-cccl=={major}.*")
@@ -58,14 +64,13 @@ GPU_PYTHON = "3.12"
 #: pinned wheel, hash-checked) and the NO_DEPS packages.
 GPU_WHEELS_NO_DEPS = (*NO_DEPS,)
 
-#: Downloaded for the GPU machine with their dependencies, of which only those
-#: not in :data:`GPU_PREINSTALLED` are kept.
-GPU_WHEELS_WITH_DEPS = (
-    "apache-tvm-ffi==0.1.13.post3",
-    "pyzmq>=27,<28",
-    "nox",
-    "matplotlib",  # the sweep session's heatmap
-)
+def gpu_wheels_with_deps() -> tuple[str, ...]:
+    """Downloaded for the GPU machine with their dependencies, of which only those not in
+    :data:`GPU_PREINSTALLED` are kept: the closure's packages it lacks, nox, and pyproject.toml's
+    ``sweep`` group (the heatmap)."""
+    closure = tuple(r for r in IMPORT_CLOSURE if r.startswith(("apache-tvm-ffi", "pyzmq")))
+    return (*closure, "nox", *dependency_group("sweep"))
+
 
 #: Distributions the GPU machine's python3 (3.12, torch 2.11 cu130) already has
 #: that the sessions use (from the device documentation's package list); the

@@ -1,12 +1,12 @@
-"""The CUDA toolchain on this machine: nvcc and the disassemblers (cuobjdump, nvdisasm), found in ONE order.
+"""The CUDA toolchain on this machine: nvcc, the disassemblers and compute-sanitizer, found in ONE order.
 
-Every caller of a tool (the SASS gate in ``conformance/sass.py``, the machine facts in
-``gpukit/machine.py``) looks here, so a report and a gate never name different compilers.
-(``freetoken_overlay.kernels.find_cuda_home`` answers another question, the toolkit root tvm-ffi
-builds with, and needs cudart beside nvcc; it searches the same places, less the tool variables and
-Triton's copies.) The order:
+Every caller of a tool looks here: the SASS gate (``conformance/sass.py``), the machine facts
+(``gpukit/machine.py``), the sanitizer run (``conformance/gpu/run_sanitizer.py``) and the kernel
+build's toolkit root (``freetoken_overlay.kernels.find_cuda_home``, the first nvcc in this order whose
+toolkit has cudart). The order:
 
-1. the tool's own variable (``$NVCC``, ``$CUOBJDUMP``, ``$NVDISASM``): must be an executable;
+1. the tool's own variable (``$NVCC``, ``$CUOBJDUMP``, ``$NVDISASM``, ``$COMPUTE_SANITIZER``): must be
+   an executable;
 2. ``$CUDA_HOME/bin``, ``$CUDA_PATH/bin`` (the toolkit ``build-kernels`` compiles with);
 3. ``PATH``;
 4. ``/usr/local/cuda/bin``;
@@ -21,8 +21,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
-import shutil
 import subprocess
+from typing import Iterator
 
 NVCC_INSTALL_HINT = (
     "no nvcc found: set NVCC=/path/to/nvcc or CUDA_HOME, put nvcc on PATH, or install the CUDA toolkit "
@@ -35,7 +35,7 @@ DISASSEMBLER_INSTALL_HINT = (
 )
 #: The toolkit looked at after PATH.
 DEFAULT_CUDA_HOME = "/usr/local/cuda"
-TOOL_ENV = {"nvcc": "NVCC", "cuobjdump": "CUOBJDUMP", "nvdisasm": "NVDISASM"}
+TOOL_ENV = {"nvcc": "NVCC", "cuobjdump": "CUOBJDUMP", "nvdisasm": "NVDISASM", "compute-sanitizer": "COMPUTE_SANITIZER"}
 
 
 class ToolNotFound(RuntimeError):
@@ -59,36 +59,42 @@ def package_dirs(name: str) -> list[pathlib.Path]:
     return [pathlib.Path(p) for p in spec.submodule_search_locations]
 
 
-def find_tool(tool: str) -> str | None:
-    """``tool`` (nvcc, cuobjdump, nvdisasm) in the module's order; None when absent.
+def tool_env(tool: str) -> str:
+    """The variable that names ``tool`` explicitly (``nvcc`` -> ``NVCC``)."""
+    return TOOL_ENV.get(tool, tool.upper().replace("-", "_"))
+
+
+def tool_candidates(tool: str) -> Iterator[str]:
+    """Every executable ``tool`` in the module's order (duplicates included; the first is :func:`find_tool`'s).
 
     Raises ToolNotFound when the tool's variable is set but names no executable (a typo should not
-    silently fall through to another toolkit)."""
-    env = TOOL_ENV.get(tool, tool.upper())
+    silently fall through to another toolkit); a set variable is the only candidate."""
+    env = tool_env(tool)
     explicit = os.environ.get(env)
     if explicit:
         found = executable(explicit)
         if found is None:
             raise ToolNotFound(f"{env}={explicit!r} is not an executable file")
-        return found
-    homes = [os.environ.get(v, "").strip() for v in ("CUDA_HOME", "CUDA_PATH")]
-    for home in filter(None, homes):
-        found = executable(pathlib.Path(home) / "bin" / tool)
+        yield found
+        return
+    dirs = [pathlib.Path(h) / "bin" for h in (os.environ.get(v, "").strip() for v in ("CUDA_HOME", "CUDA_PATH")) if h]
+    dirs += [pathlib.Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    dirs.append(pathlib.Path(DEFAULT_CUDA_HOME) / "bin")
+    dirs += [t / "backends" / "nvidia" / "bin" for t in package_dirs("triton")]
+    for d in dirs:
+        found = executable(d / tool)
         if found:
-            return found
-    found = shutil.which(tool) or executable(pathlib.Path(DEFAULT_CUDA_HOME) / "bin" / tool)
-    if found:
-        return found
-    for triton_dir in package_dirs("triton"):
-        found = executable(triton_dir / "backends" / "nvidia" / "bin" / tool)
-        if found:
-            return found
+            yield found
     for nvidia_dir in package_dirs("nvidia"):
         for candidate in sorted(nvidia_dir.glob(f"*/bin/{tool}")):
             found = executable(candidate)
             if found:
-                return found
-    return None
+                yield found
+
+
+def find_tool(tool: str) -> str | None:
+    """The first ``tool`` (nvcc, cuobjdump, nvdisasm, compute-sanitizer) in the module's order; None when absent."""
+    return next(tool_candidates(tool), None)
 
 
 def find_nvcc() -> str | None:

@@ -19,8 +19,8 @@ from .requirements import (
     GPU_PREINSTALLED,
     GPU_PYTHON,
     GPU_WHEELS_NO_DEPS,
-    GPU_WHEELS_WITH_DEPS,
     WHEELHOUSE_MAX_BYTES,
+    gpu_wheels_with_deps,
 )
 from .upstream import fetch_wheel
 from .util import OverlayError, Workdir, log, run_checked
@@ -55,7 +55,7 @@ def download_wheelhouse(dest: Path, pin: Pin, *, workdir: Workdir, python_versio
     freetoken = fetch_wheel(pin, pin.wheel_name(py_tag), cache=workdir.wheels)
     wheels = [Path(shutil.copy2(freetoken, dest / freetoken.name))]
     with tempfile.TemporaryDirectory(prefix="ft-wheelhouse-") as tmp:
-        _pip_download(GPU_WHEELS_WITH_DEPS, Path(tmp), python_version, deps=True)
+        _pip_download(gpu_wheels_with_deps(), Path(tmp), python_version, deps=True)
         _pip_download(GPU_WHEELS_NO_DEPS, Path(tmp), python_version, deps=False)
         for wheel in sorted(Path(tmp).glob("*.whl")):
             if project_name(wheel) in GPU_PREINSTALLED:

@@ -4,9 +4,9 @@ Modules, bottom up (none imports torch or freetoken at import time, so the repor
 tests use them anywhere):
 
 - ``geometry``: model, NVFP4 banks, rings, edge-case rows, byte formatting
-- ``stats``: paired-round statistics (speedup, A/A spread, verdict)
-- ``schema``: the result documents (kinds, writer, reader, path scrubbing); ``provenance``: series
-  hash, patched tree id, patch-id
+- ``stats``: paired-round statistics (speedup, A/A spread, verdict); ``rounds``: the paired-rounds runner
+- ``results``: where results go (kinds, ``results/<device>/`` paths, the device slug, provenance,
+  the writer and reader); ``schema`` and ``provenance`` are its old names, for modules not yet ported
 - ``cudart``: CUDA runtime/driver through ctypes; ``machine``: machine facts; ``skips``: why a GPU
   path cannot run
 - ``memory``: pinned banks, slot caches, miss lists, reference checks

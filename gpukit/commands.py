@@ -1,7 +1,7 @@
 """Every command the documentation, the report templates and the noxfile name, in one place.
 
 Each command is an argument list (what nox runs) and prints as one shell line (what the docs and
-the report show), so the two cannot drift apart. ``{device}`` is the device slug (``h200``).
+the report show), so the two cannot drift apart. Where the files go is ``gpukit.results``' concern.
 Stdlib only: the noxfile imports this module from nox's own Python.
 """
 
@@ -26,29 +26,24 @@ class Command(NamedTuple):
         return f"nox -s {self.session}" if self.session else None
 
 
-CONFORMANCE_DIR = "results/{device}/conformance"
-BENCH_STORAGE = "results/{device}/pytest-benchmark"
-COMPARE_COLUMNS = "median,min,max,rounds"
+#: ``nox -s gpu`` sets it to 1: the GPU tier then writes its ``conformance`` document (gpukit.results).
+CONFORMANCE_SUMMARY_ENV = "CONFORMANCE_SUMMARY"
 
-GPU = Command("gpu", ("pytest", "-rs", "conformance/gpu"), note=f"CONFORMANCE_REPORT_DIR={CONFORMANCE_DIR}")
-SANITIZE = Command("sanitize", ("conformance.gpu.run_sanitizer", "--out", CONFORMANCE_DIR))
-BENCH = Command(
-    "bench", ("pytest", "-rs", "bench/test_bench_gather.py", "--benchmark-save=gather",
-              f"--benchmark-storage=file://{BENCH_STORAGE}"),
-)  # fmt: skip
+GPU = Command("gpu", ("pytest", "-rs", "conformance/gpu"), note=f"{CONFORMANCE_SUMMARY_ENV}=1")
+SANITIZE = Command("sanitize", ("conformance.gpu.run_sanitizer",))
+#: bench.json is the benchmark's one store; pytest-benchmark's records (rounds replayed through a
+#: recorded clock) are switched off.
+BENCH = Command("bench", ("pytest", "-rs", "bench/test_bench_gather.py", "--benchmark-disable"))
 SWEEP = Command("sweep", ("bench.sweep",), note="--quick: ~1 min")
-REPORT = Command("report", ("bench.report",))
-SASS = Command("sass", ("conformance.sass", "--arch", "80,90,100,120", "--out", "results/sass.json", "--check"))
-COMPARE = Command(
-    "compare", ("pytest-benchmark", "--storage", f"file://{BENCH_STORAGE}", "compare",
-                "--group-by=param:n", f"--columns={COMPARE_COLUMNS}"), module=False,
-)  # fmt: skip
+REPORT = Command("report", ("report",))
+SASS = Command("sass", ("conformance.sass", "--arch", "80,90,100,120", "--save", "--check"))
+COMPARE = Command("compare", ("report.compare",), note="upstream vs decode_gather per (regime, layers, n)")
 #: The benchmark the series adds to upstream's tree: one command to measure another host.
 UPSTREAM_BENCH = Command(None, ("benchmarks/bench_decode_gather.py",), module=False)
 #: ``nox -s upstream_bench`` runs it from .work/upstream and keeps its JSON with the results.
 UPSTREAM_BENCH_RUN = Command("upstream_bench", ("bench.upstream_bench",), note="the series' benchmark")
-STEP = Command("step", ("bench.step_pdl", "--out", "results/{device}"), note="decode-step breakdown and PDL A/B")
-CONTENTION = Command("contention", ("bench.contention", "--out", "results/{device}x2"), note="needs two GPUs")
+STEP = Command("step", ("bench.step_pdl",), note="decode-step breakdown and PDL A/B")
+CONTENTION = Command("contention", ("bench.contention",), note="needs two GPUs")
 
 #: The GPU sessions, in the order of a full run on a GPU machine.
 GPU_RUN = (GPU, SANITIZE, BENCH, SWEEP, UPSTREAM_BENCH_RUN, STEP, CONTENTION)
@@ -56,8 +51,3 @@ GPU_RUN = (GPU, SANITIZE, BENCH, SWEEP, UPSTREAM_BENCH_RUN, STEP, CONTENTION)
 
 def upstream_bench_line() -> str:
     return "python " + shlex.join(UPSTREAM_BENCH.args)
-
-
-def device(cmd: Command, slug: str) -> str:
-    """``cmd.line`` with ``{device}`` filled in."""
-    return cmd.line.replace("{device}", slug)

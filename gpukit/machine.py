@@ -1,5 +1,5 @@
 """Machine facts for every result file: device, PCIe link (idle and under load), driver, torch/CUDA,
-nvcc, freetoken, and the provenance of the patched tree."""
+nvcc, freetoken (the provenance of the patched tree is the document's own: ``gpukit.results``)."""
 
 from __future__ import annotations
 
@@ -14,18 +14,7 @@ from typing import Any, Callable, Sequence
 
 from freetoken_overlay.toolchain import find_nvcc
 from gpukit.cudart import cuda_runtime_versions
-from gpukit.provenance import provenance
-
-
-def device_slug(name: str | None) -> str:
-    """'NVIDIA H200' -> 'h200'; 'NVIDIA GeForce RTX 5090' -> 'geforce-rtx-5090'."""
-    s = (name or "unknown").strip().lower()
-    s = re.sub(r"^nvidia\s+", "", s)
-    s = re.sub(r"[^a-z0-9]+", "-", s).strip("-")
-    return s or "unknown"
-
-
-
+from gpukit.results import device_slug
 
 
 def _run(cmd: Sequence[str], timeout: float = 20.0) -> str | None:
@@ -130,7 +119,7 @@ def machine_info() -> dict[str, Any]:
         if torch.cuda.is_available():
             p = torch.cuda.get_device_properties(0)
             info["device_name"] = p.name
-            info["device_slug"] = device_slug(p.name)
+            info["device_slug"] = device_slug()
             info["capability"] = f"{p.major}.{p.minor}"
             info["sm_count"] = p.multi_processor_count
             info["total_memory_bytes"] = p.total_memory
@@ -139,13 +128,13 @@ def machine_info() -> dict[str, Any]:
     info.update(nvidia_smi(gpu_smi_id() if torch is not None and torch.cuda.is_available() else None))
     info["nvcc"] = nvcc_version()
     info["freetoken"] = freetoken_version()
-    info.update(provenance())
     info["decode_gather_defaults"] = decode_gather_defaults()
     return info
 
 
 def machine_line(info: dict[str, Any]) -> str:
-    """One line: device, PCIe link, driver, torch/CUDA, freetoken, series."""
+    """One line: device, PCIe link, driver, torch/CUDA, freetoken, series (a document's ``machine``,
+    updated with its ``provenance``)."""
     parts = [info.get("device_name") or info.get("smi_name") or "unknown device"]
     if info.get("capability"):
         parts[-1] += f" (sm_{info['capability'].replace('.', '')})"

@@ -9,7 +9,7 @@ import pytest
 
 from bench import sweep
 from gpukit.geometry import NVFP4_EXPERT_BYTES
-from gpukit.schema import write
+from gpukit.results import write_json as write
 from gpukit.stats import summarize_rounds
 
 
@@ -87,6 +87,8 @@ def write_synthetic_results(root: Path) -> None:
             "misses_per_step": 32.0,
             "us_per_step": {"unset": 1500.0, "tma": 1490.0},
             "speedup": 1.007,
+            "aa_spread": 0.01,
+            "rounds_us": {"unset": [1500.0, 1502.0], "tma": [1490.0, 1492.0]},
             "ideal_copy_us_per_step": 1075.0,
             "zipf_exponent": 1.5,
             "modelled_miss_rate": 0.1,
@@ -98,6 +100,8 @@ def write_synthetic_results(root: Path) -> None:
         },
     }
     write(d / "bench.json", bench)
+    write(d / "step_pdl.json", synthetic_step_pdl(machine))
+    write(d / "upstream_bench.json", synthetic_upstream_bench(machine))
     args = _ap.Namespace(flat_bytes="64M", gather_n=32)
     ring_list = sweep.parse_rings([4, 16, 64], "4x8K,4x16K")
     ceiling = sweep.synthetic(args, ring_list, [4, 8], [1 << 20, 64 << 20], 96 * 1024)
@@ -129,3 +133,37 @@ def write_synthetic_results(root: Path) -> None:
             },
         },
     )
+
+
+def _breakdown(gap: float) -> dict:
+    mean = {"ensure_us": 3.3, "gap_us": gap, "copy_us": 30.0}
+    return {"calls": 400, "steps": 10, "mean_us": mean, "median_us": mean,
+            "per_step_us": {k: v * 40 for k, v in mean.items()}}  # fmt: skip
+
+
+def synthetic_step_pdl(machine: dict) -> dict:
+    """A step_pdl document: PDL slower for both kernels, a longer gap, per-layer PDL faster at n = 0 only."""
+    ratio = {"tma": 1.0, "tma_pdl": 0.98, "upstream_pdl": 0.985}
+    step = {
+        "median_us": {"unset": 1500.0, "unset_aa": 1501.0, **{k: 1500.0 / v for k, v in ratio.items()}},
+        "ratio": ratio, "verdict": {k: "stale" for k in ratio}, "aa_spread": 0.005, "cache_slots": 1920,
+        "zipf_exponent": 1.5, "modelled_miss_rate": 0.1, "misses_per_step": 32.0, "rounds": 9, "per_block": 10,
+        "breakdown": {"unset": _breakdown(0.41), "unset_aa": _breakdown(0.42), "tma": _breakdown(0.40),
+                      "tma_pdl": _breakdown(0.67), "upstream_pdl": _breakdown(0.66)},
+    }  # fmt: skip
+    per_layer = {str(n): {"median_us": {"unset": 1.4 + 36 * n}, "aa_spread": 0.02,
+                          "ratio": {"tma": 1.0, "tma_pdl": 1.5 if n == 0 else 1.0, "upstream_pdl": 1.0}}
+                 for n in (0, 1, 2)}  # fmt: skip
+    return {"schema": "freetoken-decode-gather-step-pdl/1", "synthetic": True, "machine": machine,
+            "provenance": {"series_hash": "000000000000", "tree": None}, "decode_step": step, "per_layer": per_layer}
+
+
+def synthetic_upstream_bench(machine: dict) -> dict:
+    """An upstream_bench document: 32 blocks per bank faster at n >= 1 and slower at n = 0, tma a tie."""
+    rows = [{"n": n, "median_us": {"upstream": 1.3 + 36 * n}, "aa_spread": 0.005, "verified_sets": 30,
+             "ratio": {"upstream_bpb32": 0.9 if n == 0 else 1.02, "tma": 1.0}, "gbps": {"tma": 40.0 if n else None}}
+            for n in (0, 1, 2)]  # fmt: skip
+    return {"schema": "freetoken-decode-gather-upstream-bench/1", "synthetic": True, "machine": machine,
+            "provenance": {"series_hash": "000000000000", "tree": None}, "expert_bytes": NVFP4_EXPERT_BYTES,
+            "copy_engine_gbps": [53.0, 52.9], "rows": rows, "failures": [],
+            "args": {"layers": 40, "quant_format": "nvfp4", "rounds": 9, "blocks_per_bank": [32]}}

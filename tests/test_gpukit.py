@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 
 import pytest
 
+from gpukit import results
 from gpukit.geometry import NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, Ring, geometry_rows, nvfp4_banks, rows_for_bank_count
-from gpukit.machine import device_slug
 from gpukit.memory import HostBanks, SlotCache, check_slot_cache, random_misses
+from gpukit.results import REPO_ROOT, device_slug
 from gpukit.routing import calibrate_zipf, lru_miss_rate, zipf_routing_trace
-from gpukit.schema import REPO_ROOT, resolve_dir
 from gpukit.stats import summarize_rounds, verdict
 
 
@@ -29,11 +30,51 @@ def test_nvfp4_geometry():
     ]
 
 
-def test_device_slug_and_dirs():
+@pytest.fixture
+def results_env(monkeypatch, tmp_path):
+    """A scratch results root and device slug (the slug cache cleared before and after)."""
+    monkeypatch.setenv(results.ROOT_ENV, str(tmp_path / "res"))
+    monkeypatch.setenv(results.DEVICE_ENV, "h200")
+    results._this_device.cache_clear()
+    yield tmp_path / "res"
+    results._this_device.cache_clear()
+
+
+def test_device_slug_and_paths(results_env):
     assert device_slug("NVIDIA H200") == "h200"
     assert device_slug("NVIDIA GeForce RTX 5090") == "geforce-rtx-5090"
-    assert device_slug(None) == "unknown"
-    assert resolve_dir("results/{device}/conformance", "h200") == REPO_ROOT / "results/h200/conformance"
+    assert device_slug() == "h200"  # this machine's, from $FT_RESULTS_DEVICE
+    assert results.path("conformance") == results_env / "h200/conformance/summary.json"
+    assert results.path("bench", "geforce-rtx-5090") == results_env / "geforce-rtx-5090/bench.json"
+    assert results.path("contention") == results_env / "h200x2/contention.json"
+    assert results.path("sass") == results_env / "sass.json"
+    assert results.path("sanitizer", out_dir="/x") == Path("/x/sanitizer.json")
+
+
+def test_documents_carry_schema_and_provenance_of_the_installed_wheel(results_env, monkeypatch):
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.2.1+dg.abcdef123456")
+    results.provenance.cache_clear()
+    try:
+        assert results.installed_series() == "abcdef123456"
+        written = results.save("step_pdl", machine={"device_slug": "h200"}, args={"rounds": 3})
+        doc = results.load("step_pdl", "h200")
+        assert written == results_env / "h200/step_pdl.json"
+        assert doc["schema"] == results.KINDS["step_pdl"].schema and doc["generated_at"]
+        assert doc["provenance"]["series_hash"] == "abcdef123456"
+        assert doc["provenance"]["series_from"] == "installed freetoken"
+        assert doc["provenance"]["tree"] is None  # the checkout's patches/ are another series
+        assert doc["args"] == {"rounds": 3} and results.devices() == ["h200"]
+        assert results.save("contention", machine={"device_slug": "h200"}) == results_env / "h200x2/contention.json"
+        assert results.load("contention", "h200x2") == results.load("contention")  # this machine's: h200 -> h200x2
+        assert results.load("contention")["schema"] == results.KINDS["contention"].schema
+        sass = results.document("sass", reports=[])
+        assert "generated_at" not in sass and sass["schema"] == results.KINDS["sass"].schema and sass["provenance"]
+        monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.2.1")
+        assert results.installed_series() is None
+    finally:
+        results.provenance.cache_clear()
 
 
 def test_ring_parse_and_geometry_rows():
@@ -132,7 +173,7 @@ def test_recorded_clock_hands_over_each_round():
 
 
 def test_scrub_removes_machine_paths():
-    from gpukit.schema import scrub
+    from gpukit.results import scrub
 
     doc = {"a": ["/tmp/conformance-sass-x1/k.cu", "-I/home/u/.venv/lib/python3.12/site-packages/tvm_ffi/include"],
            "b": str(REPO_ROOT / "results"), "n": 3}

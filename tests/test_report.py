@@ -1,63 +1,226 @@
-"""CPU checks of the report, the sweep's dry run and the committed pytest-benchmark storage (no GPU).
+"""CPU checks of the report (``python -m report``) and of ``python -m report.compare``, no GPU.
 
-The figures in the committed pages must equal the JSON's; the committed storage must show upstream
-and decode_gather side by side with the ratios of bench.json."""
+The committed pages must be the rendering of the committed JSON; every verdict word must follow the
+figures (synthetic documents are changed so that each verdict flips, and the words must flip too)."""
 
 from __future__ import annotations
 
 import json
-import re
-import shutil
-import subprocess
+from pathlib import Path
+from typing import Callable
 
 import pytest
 
-from bench import report
 from gpukit import commands
-from gpukit.schema import RESULTS
+from gpukit.results import REPO_ROOT
+from report import compare
+from report.__main__ import main as report_main
+from report.render import render
+
+RESULTS = REPO_ROOT / "results"
 
 
-def _row(layers, n, up, ours, verdict, ideal=None, ceiling=55.0):
-    return {
-        "layers": layers, "n": n, "us": {"upstream": up, "ours": ours}, "speedup": up / ours,
-        "verdict": verdict, "ideal_us": ideal, "ceiling_gbps": ceiling,
-    }
+def _edit(root: Path, name: str, change: Callable[[dict], None]) -> None:
+    path = root / "synthetic-gpu" / name
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
 
 
-def test_targets_section_checks_each_target_from_the_rows():
-    from bench import report
-
-    rows = [
-        _row(40, 0, 1.2, 1.1, "faster"),
-        _row(40, 1, 38.0, 38.5, "slower"),
-        _row(40, 2, 73.0, 72.0, "faster"),
-        _row(40, 4, 145.0, 140.0, "faster", ideal=128.0),
-        _row(16, 1, 38.0, 39.0, "slower"),  # not the 40-layer graph: ignored
-        _row(4, 600, 20800.0, 20600.0, "faster", ideal=19000.0),
-    ]
-    data = {"x": {"bench": {"gather": rows, "machine": {"device_name": "Test GPU"}},
-                  "ceiling": {"ring": [{"gather_gbps": 51.0}], "ldg": [{"gather_gbps": 50.0}]}}}
-    text = "\n".join(report.targets_section(data))
-    assert "Test GPU, 40-layer graph (n = 600: 4 layers)" in text
-    assert "not met at n = 1 (0.987, slower)." in text
-    assert "n = 4: 1.094x, n = 600: 1.084x." in text
-    assert "reached 51.0 GB/s (93% of it): at that rate a copy takes 1.078x the ideal before any fixed cost." in text
-    # one expert: 72.0 - 38.5 = 33.5 us streaming, 38.5 - 33.5 = 5.0 us fixed; 1.05x needs 38.0 / 1.05
-    assert "33.5 µs of streaming (n = 2 minus n = 1) plus 5.0 µs fixed, 1.10 µs of which" in text
-    assert f"needs {38.0 / 1.05:.1f} µs, i.e. a fixed part of {38.0 / 1.05 - 33.5:.1f} µs" in text
-    rows[1] = _row(40, 1, 38.0, 37.9, "tie")
-    assert "Speedup >= 1.00 at every n: met at every n." in "\n".join(report.targets_section(data))
-    assert report.targets_section({"y": {}}) == []
+def _row(doc: dict, layers: int, n: int) -> dict:
+    return next(r for r in doc["gather"] if (r["layers"], r["n"]) == (layers, n))
 
 
-def test_decode_step_note_reads_the_ratio_against_its_aa_control():
-    from bench import report
+def _set_ratio(doc: dict, layers: int, n: int, ratio: float) -> None:
+    """A gather row's ratio (and its times); its stored verdict is left stale on purpose."""
+    r = _row(doc, layers, n)
+    r["speedup"] = ratio
+    r["us"]["ours"] = r["us"]["upstream"] / ratio
 
-    d = {"rounds_us": {"unset": [100.0, 110.0], "tma": [101.0, 108.0]}, "speedup": 0.99, "verdict": "tie"}
-    old = report.decode_step_note(d)
-    assert "0.990-1.019 over 2 rounds (not resolved: the range spans 1.0)" in old and "no A/A control" in old
-    new = report.decode_step_note({**d, "aa_spread": 0.02})
-    assert "spreads ±0.020, so the median ratio 0.990 is a tie." in new and "no A/A" not in new
+
+def _step_ratio(doc: dict, name: str, ratio: float) -> None:
+    doc["decode_step"]["ratio"][name] = ratio
+
+
+FLIPS = {
+    # name: (document, change, (page, text before), (page, text after))
+    "gather row tie -> slower": (
+        "bench.json", lambda d: _set_ratio(d, 40, 1, 0.9),
+        ("README.md", "| gather, 40 layers | 1 | 1.000 | ±0.004 | tie |"),
+        ("README.md", "| gather, 40 layers | 1 | 0.900 | ±0.004 | slower |"),
+    ),
+    "headline verdict lists": (
+        "bench.json", lambda d: _set_ratio(d, 40, 0, 0.8),
+        ("README.md", "per layer: faster at n = 0; tie at n = 1, 2, 4, 8, 600."),
+        ("README.md", "per layer: tie at n = 1, 2, 4, 8, 600; slower at n = 0."),
+    ),
+    "parity target met -> not met": (
+        "bench.json", lambda d: _set_ratio(d, 40, 1, 0.9),
+        ("REPORT.md", "- Ratio >= 1.00 at every n: met."),
+        ("REPORT.md", "- Ratio >= 1.00 at every n: not met at n = 1 (0.900, slower)."),
+    ),
+    "small-n target not reached -> reached": (
+        "bench.json", lambda d: (_set_ratio(d, 40, 1, 1.1), _set_ratio(d, 40, 2, 1.06)),
+        ("REPORT.md", "at n = 1, 2: 1.000 and 1.000, not reached."),
+        ("REPORT.md", "at n = 1, 2: 1.100 and 1.060, reached."),
+    ),
+    "ideal target met -> not met": (
+        "bench.json", lambda d: [r.update(ideal_us=r["ideal_us"] / 2) for r in d["gather"]],
+        ("REPORT.md", "(ours / ideal): met;"),
+        ("REPORT.md", "(ours / ideal): not met;"),
+    ),
+    "decode step tie -> faster": (
+        "bench.json", lambda d: d["decode_step"].update(speedup=1.05),
+        ("README.md", "The captured decode step: tie in the benchmark run (1.007, within its A/A spread ±0.010)"),
+        ("README.md", "The captured decode step: faster in the benchmark run (1.050, beyond its A/A spread ±0.010)"),
+    ),
+    "breakdown run tie -> slower": (
+        "step_pdl.json", lambda d: _step_ratio(d, "tma", 0.99),
+        ("README.md", "tie in the breakdown run (1.000, within its A/A spread ±0.005)."),
+        ("README.md", "slower in the breakdown run (0.990, beyond its A/A spread ±0.005)."),
+    ),
+    "PDL hurt -> helped": (
+        "step_pdl.json", lambda d: (_step_ratio(d, "tma_pdl", 1.02), _step_ratio(d, "upstream_pdl", 1.02)),
+        ("PR.md", "PDL hurt decode_gather's step and hurt upstream's"),
+        ("PR.md", "PDL helped decode_gather's step and helped upstream's"),
+    ),
+    "PDL gap lengthens -> shortens": (
+        "step_pdl.json", lambda d: d["decode_step"]["breakdown"]["tma_pdl"]["mean_us"].update(gap_us=0.30),
+        ("REPORT.md", "The PDL launch lengthens the ensure -> copy gap from 0.41 to 0.67 µs per layer call: flashlib"),
+        ("REPORT.md", "The PDL launch shortens the ensure -> copy gap from 0.41 to 0.30 µs per layer call."),
+    ),
+    "per-layer PDL faster -> slower": (
+        "step_pdl.json", lambda d: d["per_layer"]["0"]["ratio"].update(tma_pdl=0.5),
+        ("REPORT.md", "tma with PDL against unset: faster at n = 0; tie at n = 1, 2:"),
+        ("REPORT.md", "tma with PDL against unset: tie at n = 1, 2; slower at n = 0:"),
+    ),
+    "step model within -> beyond": (
+        "bench.json", lambda d: [_set_ratio(d, r["layers"], r["n"], 1.2) for r in d["gather"] if r["n"]],
+        ("REPORT.md", "the step's ratio would be 1.000: within this run's A/A spread (±0.005)"),
+        ("REPORT.md", ": beyond this run's A/A spread (±0.005)"),
+    ),
+    "wider grid verdicts": (
+        "upstream_bench.json", lambda d: [r["ratio"].update(upstream_bpb32=0.9) for r in d["rows"]],
+        ("PR.md", "`upstream_bpb32`: faster at n = 1, 2; slower at n = 0"),
+        ("PR.md", "`upstream_bpb32`: slower at n = 0, 1, 2"),
+    ),
+    "default ring below -> above the knee": (
+        "bench.json", lambda d: d["kernel"].update(decode_gather_default_ring=dict(ctas=64, stages=4, chunk_bytes=16384)),
+        ("REPORT.md", "the default ring (16x4x8K, 512 KiB) sits below that point"),
+        ("REPORT.md", "the default ring (64x4x16K, 4 MiB) sits above that point"),
+    ),
+    "conformance passed -> not passed": (
+        "conformance/summary.json", lambda d: d.update(passed=False),
+        ("REPORT.md", "Passed: 20 passed"),
+        ("REPORT.md", "Not passed: 20 passed"),
+    ),
+    "sanitizer passed -> not passed": (
+        "conformance/sanitizer.json", lambda d: d.update(passed=False),
+        ("README.md", "| faster | passed | passed |"),
+        ("README.md", "| faster | passed | not passed |"),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(FLIPS))
+def test_every_verdict_word_follows_the_figures(synthetic_results, name):
+    doc, change, (page0, before), (page1, after) = FLIPS[name]
+    old = render(synthetic_results)
+    assert before in old[page0], before
+    assert after not in old[page1], after
+    _edit(synthetic_results, doc, change)
+    new = render(synthetic_results)
+    assert after in new[page1], after
+    assert before not in new[page0], before
+
+
+def test_only_rows_that_exist_are_named(synthetic_results):
+    """Without the n = 600 row and without the 16-layer graph the pages never mention them."""
+    _edit(synthetic_results, "bench.json", lambda d: d.update(gather=[r for r in d["gather"] if r["layers"] == 40]))
+    pages = render(synthetic_results)
+    assert "600" not in pages["REPORT.md"].split("## Targets")[1].split("## The proposal")[0]
+    assert "16-layer" not in pages["REPORT.md"] and "4-layer" not in pages["REPORT.md"]
+    assert "(40 layers at n = 0, 1, 2, 8)" in pages["REPORT.md"]
+
+
+def test_decode_regime_rows_come_first_and_make_the_headline(synthetic_results):
+    def add_decode(d: dict) -> None:
+        decode = [{**r, "regime": "decode", "speedup": 0.9, "us": {**r["us"], "ours": r["us"]["upstream"] / 0.9}}
+                  for r in d["gather"] if r["layers"] == 40]  # fmt: skip
+        d["gather"] = d["gather"] + decode
+
+    _edit(synthetic_results, "bench.json", add_decode)
+    pages = render(synthetic_results)
+    rep = pages["REPORT.md"]
+    assert "per layer (decode regime): slower at n = 0, 1, 2, 8." in pages["README.md"]
+    assert rep.index("#### 40-layer graph, decode regime") < rep.index("#### 40-layer graph, replay regime")
+    assert "| gather (decode), 40 layers | 1 | 0.900 |" in pages["README.md"]
+    out = [r for r in compare.records(json.loads((synthetic_results / "synthetic-gpu/bench.json").read_text()))]
+    assert [r[0] for r in out].index("replay") > [r[0] for r in out].index("decode")
+
+
+def test_report_renders_the_synthetic_tree(synthetic_results, tmp_path):
+    pages = render(synthetic_results)
+    assert set(pages) == {"README.md", "REPORT.md", "PR.md"}
+    readme, rep, pr = pages["README.md"], pages["REPORT.md"], pages["PR.md"]
+    assert "| Synthetic GPU (dry run) | gather, 40 layers | 1 |" in readme
+    assert rep.index("**Verdict.**") < rep.index("## Synthetic GPU")
+    summary = pr.split("## What changed")[0].strip().splitlines()
+    assert len([line for line in summary if line.startswith("- ")]) == 5
+    assert commands.upstream_bench_line() in pr.split("## Reproduce")[1]
+    assert "bench/" not in pr.split("## Reproduce")[1], "PR.md's reproduce section names overlay paths"
+    assert "**faster**" not in rep + pr + readme, "verdicts are words, not claims in bold"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "No results yet" in render(empty)["REPORT.md"]
+
+
+def test_the_vocabulary_is_stated_once_on_the_entry_page():
+    pages = render(RESULTS)
+    definition = "It is called *faster*, *tie* or *slower* against the A/A spread of its own run"
+    assert pages["README.md"].count(definition) == 1
+    assert definition not in pages["REPORT.md"] and "[README.md](README.md)" in pages["REPORT.md"]
+    assert pages["PR.md"].count(definition) == 1  # the pull-request text is pasted upstream: it carries its own
+    assert "a tie" not in pages["README.md"] + pages["REPORT.md"]
+
+
+def test_committed_pages_are_the_rendering_of_the_committed_json():
+    """``nox -s report`` has been run after the last change to the JSON, the templates or patches/."""
+    for name, text in render(RESULTS).items():
+        assert (RESULTS / name).read_text() == text, f"results/{name} is stale: run nox -s report"
+    assert report_main(["--results", str(RESULTS), "--check"]) == 0
+
+
+def test_committed_figures_equal_the_json():
+    bench = json.loads((RESULTS / "h200" / "bench.json").read_text())
+    readme = (RESULTS / "README.md").read_text()
+    rep = (RESULTS / "REPORT.md").read_text()
+    for row in bench["gather"]:
+        assert f"| {row['speedup']:.3f} | ±{row['aa_spread']:.3f} | {row['verdict']} |" in rep
+    d = bench["decode_step"]
+    assert f"({d['speedup']:.3f}, within its A/A spread ±{d['aa_spread']:.3f})" in readme
+    sass = json.loads((RESULTS / "sass.json").read_text())
+    for r in sass["reports"]:
+        regs = "/".join(sorted({str(f["registers"]) for f in r["functions"] if "decode_gather_kernel" in f["name"]}))
+        assert f"| {r['arch']} | {regs} | {r['max_stack_frame_bytes']} |" in rep
+
+
+def test_compare_prints_upstream_and_ours_per_regime_layers_n(capsys):
+    assert compare.main(["--results", str(RESULTS)]) == 0
+    out = capsys.readouterr().out
+    bench = json.loads((RESULTS / "h200" / "bench.json").read_text())
+    assert out.startswith(f"{bench['machine']['device_name']} (") and "h200/bench.json, series" in out.splitlines()[0]
+    lines = [line.split() for line in out.splitlines() if line.startswith("replay")]
+    keys = [(int(x[1]), int(x[2])) for x in lines]
+    assert keys == sorted(keys) and len(keys) == len(bench["gather"])
+    for x in lines:
+        row = next(r for r in bench["gather"] if (r["layers"], r["n"]) == (int(x[1]), int(x[2])))
+        assert x[5] == f"{row['speedup']:.3f}" and x[6] == f"±{row['aa_spread']:.3f}" and x[7] == row["verdict"]
+    assert compare.main(["--results", str(RESULTS), "--csv"]) == 0
+    csv_lines = capsys.readouterr().out.splitlines()
+    assert csv_lines[0].startswith("device,regime,layers,n,") and len(csv_lines) == len(bench["gather"]) + 2
+    assert compare.main(["--results", str(RESULTS), "--device", "h200x2"]) == 1
+
 
 def test_sweep_dry_run(tmp_path):
     from bench import sweep
@@ -71,68 +234,3 @@ def test_sweep_dry_run(tmp_path):
         assert doc["png"] is None
     else:
         assert (tmp_path / "ceiling.png").stat().st_size > 10_000
-
-
-
-
-def test_report_renders_the_synthetic_tree(synthetic_results, tmp_path):
-    pages = report.render(synthetic_results)
-    assert set(pages) == {"README.md", "REPORT.md", "PR.md"}
-    readme, rep, pr = pages["README.md"], pages["REPORT.md"], pages["PR.md"]
-    assert "Synthetic GPU (dry run)" in readme and "| Synthetic GPU (dry run) | gather, 40 layers | 1 |" in readme
-    assert rep.index("**Verdict.**") < rep.index("## Synthetic GPU")
-    summary = pr.split("## What changed")[0].strip().splitlines()
-    assert len([line for line in summary if line.startswith("- ")]) == 5
-    assert commands.upstream_bench_line() in summary[-1]
-    assert "bench/" not in pr.split("## Reproduce")[1], "PR.md's reproduce section names overlay paths"
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    assert "No results yet" in report.render(empty)["REPORT.md"]
-
-
-def test_committed_pages_are_the_rendering_of_the_committed_json():
-    """``nox -s report`` has been run after the last change to the JSON or the templates."""
-    for name, text in report.render(RESULTS).items():
-        assert (RESULTS / name).read_text() == text, f"results/{name} is stale: run nox -s report"
-
-
-def test_committed_figures_equal_the_json():
-    bench = json.loads((RESULTS / "h200" / "bench.json").read_text())
-    readme = (RESULTS / "README.md").read_text()
-    rep = (RESULTS / "REPORT.md").read_text()
-    for row in bench["gather"]:
-        if row["layers"] == 40 or row["n"] > 32:
-            cells = f"| gather, {row['layers']} layers | {row['n']} | {row['speedup']:.3f} | ±{row['aa_spread']:.3f} |"
-            assert cells in readme, cells
-        assert f"| {row['speedup']:.3f} | ±{row['aa_spread']:.3f} |" in rep
-    d = bench["decode_step"]
-    assert f"{d['speedup']:.3f} against an A/A spread of ±{d['aa_spread']:.3f}" in readme
-
-
-def _compare_rows(out: str) -> dict[str, float]:
-    """{test name: median} from ``pytest-benchmark compare --columns=median,...`` output."""
-    rows = {}
-    for line in out.splitlines():
-        m = re.match(r"(test_\S+\[\S+\])\s+([\d,.]+)", line)
-        if m:
-            rows[m.group(1)] = float(m.group(2).replace(",", ""))
-    return rows
-
-
-def test_pytest_benchmark_compare_shows_the_kernels_side_by_side():
-    exe = shutil.which("pytest-benchmark")
-    if exe is None:
-        pytest.skip("pytest-benchmark is not installed (the test group installs it)")
-    args = [a.replace("{device}", "h200") for a in commands.COMPARE.args]
-    proc = subprocess.run([exe, *args[1:]], capture_output=True, text=True, cwd=RESULTS.parent, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "benchmark 'n=1'" in proc.stdout and "benchmark 'n=step'" in proc.stdout
-    rows = _compare_rows(proc.stdout)
-    bench = json.loads((RESULTS / "h200" / "bench.json").read_text())
-    for row in bench["gather"]:
-        case = f"L{row['layers']}-n{row['n']}"
-        up, ours = rows[f"test_gather_graph[{case}-upstream]"], rows[f"test_gather_graph[{case}-decode_gather]"]
-        assert up / ours == pytest.approx(row["speedup"], abs=2e-4), case
-    d = bench["decode_step"]
-    up, ours = rows["test_decode_step_offload_cache[L40-step-upstream]"], rows["test_decode_step_offload_cache[L40-step-decode_gather]"]
-    assert up / ours == pytest.approx(d["speedup"], abs=2e-4)

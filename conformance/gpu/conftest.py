@@ -4,9 +4,9 @@ Every test here is marked ``gpu`` and ``slow`` and is skipped, with the reason, 
 CUDA device (or no torch). On a CUDA machine the installed ``freetoken`` must provide
 ``freetoken.kernel.decode_gather``: a missing module is an error there, not a skip.
 
-Set ``CONFORMANCE_REPORT_DIR`` (``{device}`` is replaced by the device slug, e.g.
-``results/{device}/conformance``) to get ``summary.json``: verified calls and bytes per group,
-pass/fail counts per group, the machine, torch/CUDA, freetoken and the overlay's series hash.
+With ``CONFORMANCE_SUMMARY=1`` (``nox -s gpu`` sets it) the session writes the ``conformance``
+document (``gpukit.results``: ``results/<device>/conformance/summary.json``): verified calls and
+bytes per group, pass/fail counts per group, the machine and the provenance.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from typing import Any
 import pytest
 
 from conformance.prereq import skip_or_fail  # noqa: E402
+from gpukit import results
+from gpukit.commands import CONFORMANCE_SUMMARY_ENV as SUMMARY_ENV
 from gpukit.geometry import CONFORMANCE_EXTRA_RINGS, Ring
 from gpukit.kernels import default_ring, load_kernels, precompile
 from gpukit.machine import machine_info
 from gpukit.memory import sync
-from gpukit.schema import document, resolve_dir, write
 from gpukit.skips import NO_TORCH, cuda_skip_reason
 
 HERE = Path(__file__).resolve().parent
-REPORT_ENV = "CONFORMANCE_REPORT_DIR"
 # Self-test hook for the suite's OWN logic on a CPU: a Python file whose ``load()`` returns stand-ins
 # for (decode_gather module, fast_index_copy module). It proves nothing about the kernels and never
 # writes a summary; tests that need CUDA graphs, the offload cache or a subprocess skip under it.
@@ -198,16 +198,14 @@ def tally(request: pytest.FixtureRequest):
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    target = os.environ.get(REPORT_ENV)
     env = SESSION.env
-    if not target or env is None:
+    if os.environ.get(SUMMARY_ENV, "") in ("", "0") or env is None:
         return
     ran = sum(c["passed"] + c["failed"] + c["error"] for c in SESSION.outcomes.values())
     if env.fake or ran == 0:
-        print(f"\n[conformance] {REPORT_ENV} set but no GPU test ran here: no summary written", file=sys.stderr)
+        print(f"\n[conformance] {SUMMARY_ENV} set but no GPU test ran here: no summary written", file=sys.stderr)
         return
     info = machine_info()
-    out_dir = resolve_dir(target, info.get("device_slug", "unknown"))
     groups = {}
     for g in sorted(set(SESSION.counts) | set(SESSION.outcomes)):
         counts = {"calls": 0, "bytes": 0, **SESSION.counts.get(g, {})}
@@ -230,5 +228,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "extra_rings": [r._asdict() for r in CONFORMANCE_EXTRA_RINGS],
         "command": " ".join(sys.argv),
     }
-    path = write(out_dir / "summary.json", document("conformance", machine=info, **fields))
+    path = results.save("conformance", machine=info, **fields)
     print(f"\n[conformance] wrote {path}", file=sys.stderr)

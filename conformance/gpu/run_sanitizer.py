@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Run ``conformance.gpu.sanitize_case`` under compute-sanitizer memcheck, racecheck and synccheck; summarize.
 
-    python -m conformance.gpu.run_sanitizer                       # writes $CONFORMANCE_REPORT_DIR/sanitizer.json
-    python -m conformance.gpu.run_sanitizer --out results/{device}/conformance
+    python -m conformance.gpu.run_sanitizer                       # results/<device>/conformance/sanitizer.json + logs
+    python -m conformance.gpu.run_sanitizer --out DIR             # into DIR instead
     python -m conformance.gpu.run_sanitizer --dry-run             # CPU: show the commands, self-test the log parser
 
 First the case runs once without a sanitizer (it JIT-builds the modules and must be exact), then
@@ -14,17 +14,15 @@ tool reports an error, a run lacks its closing summary line, or the case fails; 
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
+from freetoken_overlay.toolchain import find_tool
+from gpukit import results
 from gpukit.machine import machine_info
-from gpukit.schema import REPO_ROOT, document, resolve_dir, scrub, write
 
 CASE = "conformance.gpu.sanitize_case"  # run as a module from the repository root
 TOOLS = ("memcheck", "racecheck", "synccheck")
@@ -66,28 +64,16 @@ def self_test() -> None:
 
 
 def find_sanitizer(explicit: str | None) -> str | None:
-    if explicit:
-        return explicit
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    for root in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]):
-        p = Path(root) / "bin" / "compute-sanitizer"
-        if p.exists():
-            return str(p)
-    return None
+    """``explicit``, else compute-sanitizer in ``freetoken_overlay.toolchain``'s order."""
+    return explicit or find_tool("compute-sanitizer")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--out",
-        default=os.environ.get("CONFORMANCE_REPORT_DIR", "results/{device}/conformance"),
-        help="directory for sanitizer.json and the logs; {device} -> device slug (default: %(default)s)",
-    )
+    ap.add_argument("--out", help="write sanitizer.json and the logs into DIR (default: results/<device>/conformance/)")
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument(
-        "--sanitizer", help="path of compute-sanitizer (default: PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"
+        "--sanitizer", help="path of compute-sanitizer (default: $COMPUTE_SANITIZER, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin)"
     )
     ap.add_argument("--case-args", default="", help="extra arguments for sanitize_case.py, e.g. '--kernel both'")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per tool run")
@@ -103,23 +89,25 @@ def main(argv: list[str] | None = None) -> int:
         print("plain:", " ".join(case_cmd))
         for tool in tools:
             print(f"{tool}:", " ".join([san or "compute-sanitizer", "--tool", tool, "--print-limit", "100", *case_cmd]))
-        sample = Path(tempfile.mkdtemp(prefix="sanitizer-dry-")) / "sanitizer.json"
-        write(sample, {"dry_run": True, "tools": {t: {"errors": 0} for t in tools}, "passed": True})
+        sample = results.path("sanitizer", out_dir=tempfile.mkdtemp(prefix="sanitizer-dry-"))
+        results.write_json(sample, {"dry_run": True, "tools": {t: {"errors": 0} for t in tools}, "passed": True})
         print(f"sample summary (not a result): {sample}")
         return 0
     if san is None:
-        print("run_sanitizer: compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)", file=sys.stderr)
+        print("run_sanitizer: compute-sanitizer not found ($COMPUTE_SANITIZER, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin)",
+              file=sys.stderr)
         return 2
     info = machine_info()
-    out = resolve_dir(args.out, info.get("device_slug", "unknown"))
+    target = results.path("sanitizer", info.get("device_slug"), args.out)
+    out = target.parent
     out.mkdir(parents=True, exist_ok=True)
 
-    summary = document("sanitizer", machine=info, sanitizer=san, case=" ".join(case_cmd), tools={})
+    summary = results.document("sanitizer", machine=info, sanitizer=san, case=" ".join(case_cmd), tools={})
     ver = subprocess.run([san, "--version"], capture_output=True, text=True)
     summary["sanitizer_version"] = (ver.stdout.strip().splitlines() or [""])[-1]
 
     t0 = time.perf_counter()
-    plain = subprocess.run(case_cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO_ROOT)
+    plain = subprocess.run(case_cmd, capture_output=True, text=True, timeout=args.timeout, cwd=results.REPO_ROOT)
     (out / "sanitizer-plain.log").write_text(plain.stdout + plain.stderr)
     summary["plain"] = {"exit_code": plain.returncode, "seconds": round(time.perf_counter() - t0, 1)}
     ok = plain.returncode == 0
@@ -128,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [san, "--tool", tool, "--print-limit", "100", *case_cmd]
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO_ROOT)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=results.REPO_ROOT)
             text, rc = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as e:
             text, rc = f"{e.stdout or ''}{e.stderr or ''}\nTIMEOUT after {args.timeout}s", None
@@ -152,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     summary["total_errors"] = sum((r["errors"] or 0) for r in summary["tools"].values())
     summary["passed"] = bool(ok)
-    path = write(out / "sanitizer.json", scrub(summary))
+    path = results.write_json(target, results.scrub(summary))
     print(f"wrote {path}")
     return 0 if ok else 1
 

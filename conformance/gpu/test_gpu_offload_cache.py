@@ -12,6 +12,7 @@ and the unset cache must launch upstream's kernel.
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
 from gpukit.kernels import LaunchCounter
 from gpukit.memory import HostBanks, cache_reference_diff, cache_rows
+from gpukit.rounds import run_rounds
 from gpukit.routing import zipf_routing_trace
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -178,19 +180,22 @@ def test_captured_decode_graph_identical(sm90, banks, monkeypatch, tally):
     # capture ran the ensure kernel's bookkeeping only on the capture stream's graph, not eagerly:
     # the caches are still in their post-warm-up state, identical
     assert _state_diff(base, tma) is None
-    for r in range(replays):
-        t = warm + r
-        order = list(caches) if r % 2 == 0 else list(caches)[::-1]
-        for name in order:
-            static[name].copy_(trace[t])
-            graphs[name].replay()
+
+    def replay(name: str, r: int) -> None:
+        static[name].copy_(trace[warm + r])
+        graphs[name].replay()
+
+    def same_state(r: int) -> None:
         assert torch.equal(static["base"], static["tma"]), f"replay {r}: slot ids differ"
         err = _state_diff(base, tma) or _reference_diff(tma, banks)
         assert err is None, f"replay {r}: {err}"
+
+    # one trace step per round, the two caches in alternating order
+    run_rounds({name: functools.partial(replay, name) for name in caches}, replays, after_round=same_state)
     stats = {name: cache.decode_miss_stats() for name, cache in caches.items()}
     assert stats["base"] == stats["tma"], stats
     misses = round(stats["tma"]["missing_per_layer"] * stats["tma"]["layer_calls"])
     assert stats["tma"]["layer_calls"] == replays * LAYERS, stats
     tally(replays * LAYERS, misses * banks.bytes_per_expert)
     tally.note("graph_miss_stats", stats["tma"])
-    del graphs
+    graphs.clear()

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from gpukit.schema import REPO_ROOT
+from gpukit.results import REPO_ROOT
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

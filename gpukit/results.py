@@ -1,0 +1,291 @@
+"""Where results go: the result kinds, their files ``results/<device>/<file>``, the device slug, the
+provenance, and the one writer and reader of result documents.
+
+    from gpukit import results
+    path = results.save("step_pdl", machine=machine_info(), args=..., decode_step=...)
+    doc = results.load("step_pdl", "h200")          # None when missing
+
+Kinds (:data:`KINDS`) and their writers:
+
+- ``bench``: ``<device>/bench.json``, ``bench/test_bench_gather.py``
+- ``ceiling``: ``<device>/ceiling.json`` (and ``ceiling.png`` beside it), ``python -m bench.sweep``
+- ``conformance``: ``<device>/conformance/summary.json``, ``conformance/gpu`` with ``CONFORMANCE_SUMMARY=1``
+- ``sanitizer``: ``<device>/conformance/sanitizer.json`` (logs beside it), ``python -m conformance.gpu.run_sanitizer``
+- ``step_pdl``: ``<device>/step_pdl.json``, ``python -m bench.step_pdl``
+- ``contention``: ``<device>x2/contention.json``, ``python -m bench.contention`` (two GPUs)
+- ``upstream_bench``: ``<device>/upstream_bench.json``, ``python -m bench.upstream_bench``
+- ``sass``: ``sass.json`` (no device), ``python -m conformance.sass --save``
+
+Every document starts with its schema id, the time it was made (not for ``sass``, which must
+re-render byte-identical), its provenance and, where given, the machine; machine paths are
+scrubbed. A document is written whole by one run: nothing here reads a file back to merge into it.
+
+The device slug (``NVIDIA H200`` -> ``h200``) is resolved once per process: ``$FT_RESULTS_DEVICE``,
+else the name of CUDA device 0 (torch is imported only then), else ``unknown``. The root is
+``$FT_RESULTS_DIR`` or the checkout's ``results/``.
+
+Provenance: the series hash of the freetoken that ran, from the installed wheel's version
+``<version>+dg.<series>`` (else the checkout's ``patches/``; ``series_from`` says which), and, when
+``.work/upstream`` holds that series, its patched tree id and ``git patch-id --stable`` (ids a
+commit-message edit does not change).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import functools
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, NamedTuple
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ROOT_ENV = "FT_RESULTS_DIR"
+DEVICE_ENV = "FT_RESULTS_DEVICE"
+
+
+class Kind(NamedTuple):
+    schema: str
+    file: str  # under results/<device>/ (results/ when not per device)
+    gpus: int = 1  # runs on several GPUs of one host go to results/<device>x<gpus>/
+    per_device: bool = True
+    timestamped: bool = True  # False: the document must re-render identically (no time in it)
+
+
+KINDS: dict[str, Kind] = {
+    "bench": Kind("freetoken-decode-gather-bench/1", "bench.json"),
+    "ceiling": Kind("freetoken-decode-gather-ceiling/1", "ceiling.json"),
+    "conformance": Kind("freetoken-decode-gather-conformance/1", "conformance/summary.json"),
+    "sanitizer": Kind("freetoken-decode-gather-sanitizer/1", "conformance/sanitizer.json"),
+    "step_pdl": Kind("freetoken-decode-gather-step-pdl/1", "step_pdl.json"),
+    "contention": Kind("freetoken-decode-gather-contention/1", "contention.json", gpus=2),
+    "upstream_bench": Kind("freetoken-decode-gather-upstream-bench/1", "upstream_bench.json"),
+    "sass": Kind("freetoken-decode-gather-sass/2", "sass.json", per_device=False, timestamped=False),
+}
+
+
+# --------------------------------------------------------------------------- where
+
+
+def root() -> Path:
+    """The results directory: ``$FT_RESULTS_DIR`` (relative to the checkout) or ``<checkout>/results``."""
+    raw = os.environ.get(ROOT_ENV, "").strip()
+    return (REPO_ROOT / raw) if raw else REPO_ROOT / "results"
+
+
+def device_slug(name: str | None = None) -> str:
+    """The slug of GPU ``name`` ('NVIDIA GeForce RTX 5090' -> 'geforce-rtx-5090'); without a name,
+    this machine's (resolved once: ``$FT_RESULTS_DEVICE``, else CUDA device 0, else 'unknown')."""
+    if name is None:
+        return _this_device()
+    s = re.sub(r"^nvidia\s+", "", name.strip().lower())
+    return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def _this_device() -> str:
+    explicit = os.environ.get(DEVICE_ENV, "").strip()
+    if explicit:
+        return explicit
+    try:
+        import torch
+
+        name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:
+        name = None
+    return device_slug(name or "unknown")
+
+
+def device_dir(device: str | None = None, gpus: int = 1) -> Path:
+    """``results/<device>/`` (``<device>x<gpus>`` for a run on several GPUs)."""
+    slug = device or device_slug()
+    return root() / (f"{slug}x{gpus}" if gpus > 1 else slug)
+
+
+def path(kind: str, device: str | None = None, out_dir: str | os.PathLike | None = None) -> Path:
+    """The file of ``kind`` for ``device`` (this machine's by default); ``out_dir`` takes the file
+    (its base name) somewhere else instead, e.g. a dry run's temporary directory."""
+    k = KINDS[kind]
+    if out_dir is not None:
+        return Path(out_dir) / Path(k.file).name
+    return (device_dir(device, k.gpus) if k.per_device else root()) / k.file
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def _git(repo: Path, *args: str, stdin: str | None = None) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo), *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def installed_series() -> str | None:
+    """``<series>`` of the installed freetoken's version ``<version>+dg.<series>`` (None: not a patched wheel)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from freetoken_overlay.wheel import LOCAL_LABEL
+
+    try:
+        local = version("freetoken").partition("+")[2]
+    except PackageNotFoundError:
+        return None
+    label, _, series = local.partition(".")
+    return series if label == LOCAL_LABEL and series else None
+
+
+def _work_repo() -> Path:
+    from freetoken_overlay.series import work_repo
+    from freetoken_overlay.util import Workdir
+
+    return work_repo(Workdir.from_env())
+
+
+def patched_tree(repo: Path | None = None) -> str | None:
+    """``git rev-parse decode-gather^{tree}`` in the work repository."""
+    from freetoken_overlay.series import BRANCH
+
+    repo = repo or _work_repo()
+    return _git(repo, "rev-parse", f"{BRANCH}^{{tree}}") if repo.is_dir() else None
+
+
+def series_patch_id(repo: Path | None = None) -> str | None:
+    """``git patch-id --stable`` of the diff from the pinned base tag to the series branch."""
+    from freetoken_overlay import pin
+    from freetoken_overlay.series import BRANCH
+
+    repo = repo or _work_repo()
+    diff = _git(repo, "diff", "--full-index", f"{pin.get_pin().tag}..{BRANCH}") if repo.is_dir() else None
+    out = _git(repo, "patch-id", "--stable", stdin=diff + "\n") if diff else None
+    return out.split()[0] if out else None
+
+
+@functools.lru_cache(maxsize=1)
+def provenance() -> dict[str, Any]:
+    """``{"series_hash", "series_from", "tree", "patch_id"}`` of the freetoken this process measures."""
+    from freetoken_overlay.series import series_hash
+
+    try:
+        checkout = series_hash()
+    except OSError:
+        checkout = None
+    installed = installed_series()
+    series = installed or checkout
+    same = series is not None and series == checkout  # .work/upstream is applied from this checkout's patches/
+    return {
+        "series_hash": series,
+        "series_from": "installed freetoken" if installed else ("checkout patches/" if checkout else None),
+        "tree": patched_tree() if same else None,
+        "patch_id": series_patch_id() if same else None,
+    }
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def document(kind: str, *, machine: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    """A new document of ``kind``: schema id, time (where the kind keeps one), provenance, machine, ``fields``."""
+    k = KINDS[kind]
+    doc: dict[str, Any] = {"schema": k.schema}
+    if k.timestamped:
+        doc["generated_at"] = now_iso()
+    doc["provenance"] = provenance()
+    if machine is not None:
+        doc["machine"] = machine
+    doc.update(fields)
+    return scrub(doc)
+
+
+def save(
+    kind: str,
+    *,
+    machine: dict[str, Any] | None = None,
+    device: str | None = None,
+    out_dir: str | os.PathLike | None = None,
+    **fields: Any,
+) -> Path:
+    """Write a new document of ``kind`` to :func:`path` (``device`` defaults to the machine's slug)."""
+    device = device or (machine or {}).get("device_slug")
+    return write_json(path(kind, device, out_dir), document(kind, machine=machine, **fields))
+
+
+_SITE = re.compile(r"/[^\s\"':]*?/(site-packages|dist-packages)/")
+_TMP = re.compile(r"/tmp/[^\s\"'/]+")
+
+
+def scrub(obj: Any, replacements: dict[str, str] | None = None) -> Any:
+    """``obj`` with machine paths replaced: the repository root by ``.``, ``.../site-packages/`` by
+    ``<site-packages>/``, a ``/tmp/<dir>`` by ``<tmp>``, and any ``replacements`` (prefix -> label)."""
+    if isinstance(obj, dict):
+        return {k: scrub(v, replacements) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [scrub(v, replacements) for v in obj]
+    if not isinstance(obj, str):
+        return obj
+    s = obj
+    for prefix, label in (replacements or {}).items():
+        s = s.replace(prefix, label)
+    s = s.replace(str(REPO_ROOT) + "/", "").replace(str(REPO_ROOT), ".")
+    s = _SITE.sub(r"<\1>/", s)
+    return _TMP.sub("<tmp>", s)
+
+
+def write_json(target: Path, doc: Any) -> Path:
+    """Write ``doc`` as indented JSON, atomically (a temp file renamed over the target)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
+    tmp.replace(target)
+    return target
+
+
+def _json_default(o: Any) -> Any:
+    if dataclasses.is_dataclass(o):
+        return dataclasses.asdict(o)
+    return str(o)
+
+
+def read_json(source: str | os.PathLike) -> Any:
+    """A JSON file, or None when it is missing or not JSON."""
+    try:
+        return json.loads(Path(source).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load(kind: str, device: str | None = None, base: Path | None = None) -> dict[str, Any] | None:
+    """The document of ``kind`` in ``<base>/<device>/`` (``device``: a directory name such as ``h200x2``; by
+    default this machine's), ``base`` defaulting to :func:`root`; None when missing."""
+    k, base = KINDS[kind], base or root()
+    if not k.per_device:
+        return read_json(base / k.file)
+    return read_json(base / (device or device_dir(None, k.gpus).name) / k.file)
+
+
+def load_device(device: str, base: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Every per-device document of ``<base>/<device>/`` by kind (missing kinds left out)."""
+    docs = {kind: load(kind, device, base) for kind, k in KINDS.items() if k.per_device}
+    return {kind: doc for kind, doc in docs.items() if doc is not None}
+
+
+def devices(base: Path | None = None) -> list[str]:
+    """The directories of ``base`` (default :func:`root`) that hold at least one document, sorted."""
+    here = base or root()
+    files = {k.file for k in KINDS.values() if k.per_device}
+    found = (
+        [d.name for d in here.iterdir() if d.is_dir() and any((d / f).is_file() for f in files)]
+        if here.is_dir()
+        else []
+    )
+    return sorted(found)

@@ -1,0 +1,115 @@
+"""Paired alternating rounds with an A/A control: the one round loop of every A/B measurement here.
+
+    from gpukit.rounds import run_rounds
+    r = run_rounds(
+        {"upstream": time_upstream, "upstream_aa": time_upstream_again, "ours": time_ours},
+        rounds=7, base="upstream", aa="upstream_aa",
+        before_round=lambda i: misses.refresh(seed=i),   # e.g. a fresh miss list for the round
+        after_round=lambda i: check_caches(i),           # e.g. every variant left the same state
+    )
+    r.values["ours"]      # one timing per round
+    r.summary("ours")     # gpukit.stats.summarize_rounds: medians, speedup base/ours, A/A spread, verdict
+
+A variant is a callable ``fn(round_index)`` returning the round's timing: a number, a list of numbers
+(several samples of one round; :attr:`Rounds.values` reduces them, by default to their median), or
+None (the round ran for its side effects; nothing to time). Every round runs every variant once:
+even rounds in the order given, odd rounds reversed (``order="fixed"`` keeps the order, or pass
+``order=fn(round_index, names) -> names``). The A/A control ``aa`` is a second instance of ``base``
+(another capture, another cache) measured in the same rounds: its spread against ``base`` is the
+noise that decides between faster, tie and slower (:mod:`gpukit.stats`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any, Callable, Mapping, Sequence
+
+from gpukit.stats import summarize_rounds
+
+Timing = float | Sequence[float] | None
+Order = str | Callable[[int, Sequence[str]], Sequence[str]]
+
+
+@dataclasses.dataclass
+class Rounds:
+    """What :func:`run_rounds` measured: each variant's results round by round, and the order of each round."""
+
+    samples: dict[str, list[Any]]  # what each callable returned, round by round
+    orders: list[tuple[str, ...]]
+    base: str | None = None
+    aa: str | None = None
+    reduce: Callable[[Sequence[float]], float] = statistics.median
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.samples)
+
+    @property
+    def values(self) -> dict[str, list[float]]:
+        """One number per round for each variant that timed something (a list reduced by ``reduce``)."""
+        out = {}
+        for name, got in self.samples.items():
+            timed = [self.reduce(x) if isinstance(x, (list, tuple)) else x for x in got if x is not None]
+            if timed:
+                out[name] = timed
+        return out
+
+    def summary(self, ours: str) -> dict[str, Any]:
+        """``ours`` against ``base`` (and ``aa``): :func:`gpukit.stats.summarize_rounds`."""
+        if self.base is None:
+            raise ValueError("run_rounds(..., base=...) names no baseline to compare against")
+        return summarize_rounds(self.values, ours=ours, base=self.base, aa=self.aa or "")
+
+    def summaries(self) -> dict[str, dict[str, Any]]:
+        """:meth:`summary` of every variant other than the baseline and its A/A control."""
+        return {name: self.summary(name) for name in self.values if name not in (self.base, self.aa)}
+
+
+def round_order(order: Order, index: int, names: Sequence[str]) -> tuple[str, ...]:
+    """Round ``index``'s variants: ``alternate`` (even rounds as given, odd reversed), ``fixed``, or a callable's."""
+    if callable(order):
+        got = tuple(order(index, names))
+        if sorted(got) != sorted(names):
+            raise ValueError(f"round {index}: the order {got} does not run every variant once")
+        return got
+    if order == "alternate":
+        return tuple(names) if index % 2 == 0 else tuple(reversed(names))
+    if order == "fixed":
+        return tuple(names)
+    raise ValueError(f"order={order!r}: expected 'alternate', 'fixed' or a callable")
+
+
+def run_rounds(
+    variants: Mapping[str, Callable[[int], Timing]],
+    rounds: int,
+    *,
+    base: str | None = None,
+    aa: str | None = None,
+    order: Order = "alternate",
+    before_round: Callable[[int], None] | None = None,
+    after_round: Callable[[int], None] | None = None,
+    reduce: Callable[[Sequence[float]], float] = statistics.median,
+) -> Rounds:
+    """Run ``rounds`` rounds of every variant (see the module docstring); ``base`` and ``aa`` name the
+    baseline and its A/A control among ``variants``."""
+    names = list(variants)
+    for role, name in (("base", base), ("aa", aa)):
+        if name is not None and name not in variants:
+            raise ValueError(f"{role}={name!r} is not one of the variants {names}")
+    if aa is not None and (base is None or aa == base):
+        raise ValueError("the A/A control needs a baseline of its own (base=..., different from aa)")
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds}: at least one round")
+    samples: dict[str, list[Any]] = {name: [] for name in names}
+    orders = []
+    for index in range(rounds):
+        if before_round is not None:
+            before_round(index)
+        this = round_order(order, index, names)
+        for name in this:
+            samples[name].append(variants[name](index))
+        orders.append(this)
+        if after_round is not None:
+            after_round(index)
+    return Rounds(samples, orders, base, aa, reduce)

@@ -1,0 +1,9 @@
+"""The report: results/README.md (the entry page), REPORT.md and PR.md, rendered from the result documents.
+
+    python -m report                       # or: nox -s report
+    python -m report --check               # exit 1 when a committed page is not the rendering of the JSON
+    python -m report.compare               # upstream vs decode_gather per (regime, layers, n); stdlib only
+
+``model`` turns the documents (``gpukit.results``) into figures, ``words`` chooses every word that
+states a conclusion, ``render`` lays them out with the jinja2 templates in ``report/templates/``.
+"""

@@ -1,0 +1,72 @@
+"""Lay the model out with the jinja2 templates: the filters that format figures, and the three pages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from gpukit.geometry import fmt_bytes
+from report.model import context
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+PAGES = {"README.md": "README.md.j2", "REPORT.md": "REPORT.md.j2", "PR.md": "PR.md.j2"}
+
+
+def num(x: Any, digits: int = 2, unit: str = "") -> str:
+    """A figure: thousands separated, ``digits`` decimals, "–" when missing."""
+    if x is None:
+        return "–"
+    if isinstance(x, int) and not digits:
+        return f"{x:,}{unit}"
+    return f"{x:,.{digits}f}{unit}"
+
+
+def ratio(x: Any) -> str:
+    return num(x, 3)
+
+
+def spread(x: Any, digits: int = 3) -> str:
+    return "–" if x is None else "±" + num(x, digits)
+
+
+def nbytes(x: Any) -> str:
+    return "–" if x is None else fmt_bytes(x) if x else "0"
+
+
+def pct(x: Any, digits: int = 0) -> str:
+    return num(x, digits, "%")
+
+
+def ns(xs: Any) -> str:
+    return ", ".join(str(x) for x in xs)
+
+
+FILTERS = {"num": num, "ratio": ratio, "spread": spread, "bytes": nbytes, "pct": pct, "ns": ns}
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )  # fmt: skip
+    env.filters.update(FILTERS)
+    return env
+
+
+def render(base: Path) -> dict[str, str]:
+    """{page name: text} of the three pages, from the documents under ``base``."""
+    env = environment()
+    ctx = context(base)
+    env.globals.update(cmd=ctx["cmd"])
+    return {name: _tidy(env.get_template(t).render(ctx)) for name, t in PAGES.items()}
+
+
+def _tidy(text: str) -> str:
+    """At most one blank line in a row, one newline at the end."""
+    lines, out = text.splitlines(), []
+    for line in lines:
+        if line.strip() or (out and out[-1].strip()):
+            out.append(line.rstrip())
+    return "\n".join(out).strip() + "\n"

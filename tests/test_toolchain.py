@@ -1,0 +1,72 @@
+"""One search order for every CUDA tool: the SASS gate's tools, compute-sanitizer and the kernel build's toolkit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conformance.gpu.run_sanitizer import find_sanitizer
+from freetoken_overlay import kernels, toolchain
+from freetoken_overlay.util import OverlayError, Workdir
+
+
+def _toolkit(root: Path, *tools: str, cudart: bool = False) -> Path:
+    """``root/bin/<tool>`` stubs (and ``lib64/libcudart.so``): a fake toolkit."""
+    (root / "bin").mkdir(parents=True)
+    for tool in tools:
+        exe = root / "bin" / tool
+        exe.write_text("#!/bin/sh\nexit 0\n")
+        exe.chmod(0o755)
+    if cudart:
+        (root / "lib64").mkdir()
+        (root / "lib64" / "libcudart.so").write_text("")
+    return root
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    """No tool variable, no CUDA_HOME/CUDA_PATH, an empty PATH and default toolkit, no wheel copies."""
+    for var in (*toolchain.TOOL_ENV.values(), "CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", str(tmp_path / "none"))
+    monkeypatch.setattr(toolchain, "package_dirs", lambda name: [])
+    return monkeypatch
+
+
+def test_every_tool_is_found_in_the_same_order(clean_env, tmp_path):
+    home = _toolkit(tmp_path / "home", "nvcc", "cuobjdump", "compute-sanitizer", cudart=True)
+    on_path = _toolkit(tmp_path / "path", "nvcc", "cuobjdump", "compute-sanitizer", cudart=True)
+    clean_env.setenv("PATH", str(on_path / "bin"))
+    for tool in ("nvcc", "cuobjdump", "compute-sanitizer"):
+        assert toolchain.find_tool(tool) == str(on_path / "bin" / tool)
+    assert find_sanitizer(None) == str(on_path / "bin" / "compute-sanitizer")
+    assert kernels.find_cuda_home(Workdir(tmp_path / "work")) == on_path
+    clean_env.setenv("CUDA_HOME", str(home))  # the toolkit variable comes before PATH, for every tool
+    for tool in ("nvcc", "cuobjdump", "compute-sanitizer"):
+        assert toolchain.find_tool(tool) == str(home / "bin" / tool)
+    assert find_sanitizer(None) == str(home / "bin" / "compute-sanitizer")
+    assert kernels.find_cuda_home(Workdir(tmp_path / "work")) == home
+    clean_env.setenv("COMPUTE_SANITIZER", str(on_path / "bin" / "compute-sanitizer"))  # the tool's own variable first
+    assert find_sanitizer(None) == str(on_path / "bin" / "compute-sanitizer")
+    assert find_sanitizer("/explicit") == "/explicit"
+
+
+def test_cuda_home_skips_a_toolkit_without_cudart_and_refuses_a_bad_variable(clean_env, tmp_path):
+    bare = _toolkit(tmp_path / "bare", "nvcc")
+    full = _toolkit(tmp_path / "full", "nvcc", cudart=True)
+    clean_env.setenv("PATH", os.pathsep.join([str(bare / "bin"), str(full / "bin")]))
+    assert toolchain.find_tool("nvcc") == str(bare / "bin" / "nvcc")
+    assert kernels.find_cuda_home(Workdir(tmp_path / "work")) == full
+    clean_env.setenv("CUDA_HOME", str(tmp_path / "nowhere"))
+    with pytest.raises(OverlayError, match="CUDA_HOME='.*nowhere': no bin/nvcc there"):
+        kernels.find_cuda_home(Workdir(tmp_path / "work"))
+    clean_env.delenv("CUDA_HOME")
+    clean_env.setenv("NVCC", str(tmp_path / "typo"))
+    with pytest.raises(OverlayError, match="NVCC="):
+        kernels.find_cuda_home(Workdir(tmp_path / "work"))
+    clean_env.setenv("PATH", str(tmp_path / "empty"))
+    clean_env.delenv("NVCC")
+    assert kernels.find_cuda_home(Workdir(tmp_path / "work")) is None
