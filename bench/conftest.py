@@ -7,19 +7,6 @@ import pytest
 
 from gpukit.skips import cuda_skip_reason
 
-try:  # the GPU benchmarks still run (bench.json) without the plugin; they just emit no records
-    import pytest_benchmark  # noqa: F401
-except ImportError:
-
-    @pytest.fixture
-    def benchmark():
-        class _NoPlugin:
-            disabled = True
-            extra_info: dict = {}
-
-        return _NoPlugin()
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reason = None
     for item in items:

@@ -1,7 +1,7 @@
-"""Decode-gather benchmarks (pytest-benchmark, pedantic mode, device-event clock).
+"""Decode-gather benchmarks: device-event timings in paired alternating rounds, into results/<device>/bench.json.
 
-    nox -s bench                         # or: python -m pytest -rs bench/test_bench_gather.py --benchmark-save=gather
-    nox -s compare                       # pytest-benchmark compare --group-by=param:n over the saved runs
+    nox -s bench                         # or: python -m pytest -rs bench/test_bench_gather.py
+    nox -s compare                       # upstream vs decode_gather per (regime, layers, n) from bench.json
 
 What is measured
 ----------------
@@ -29,25 +29,22 @@ Rounds are paired and alternate: even rounds run upstream, upstream_aa, ours, co
 rounds the reverse. A round of one variant replays its graph ``reps`` times between two CUDA events
 from an idle GPU (reps chosen so a timed set lasts ~BENCH_TARGET_MS), and the round's value is the
 device time per layer. The slot cache is poisoned before and byte-verified after EVERY timed set.
-A case is measured once, all variants together; then each variant becomes its own pytest-benchmark
-record (``kernel`` = upstream, upstream_aa, decode_gather, copy_engine; params ``kernel``, ``layers``,
-``n``), its rounds handed over through :data:`gpukit.timing.RECORDED` (seconds per layer), so
-``pytest-benchmark compare --group-by=param:n`` shows the kernels side by side. Medians, the speedup
-upstream/ours, the A/A ratios and spread, GB/s and the share of the copy-engine ceiling go into
-``extra_info`` and ``results/<device>/bench.json``. n = 600 runs in a ``BENCH_BIG_LAYERS``-layer
-graph (4 by default): 40 layers x 600 experts would move 43 GB per replay.
+A case is measured once, all variants together (:func:`gpukit.rounds.run_rounds`). Each case is one
+row of ``bench.json`` (:mod:`gpukit.results`, the one store of these figures), keyed by ``regime``,
+``layers`` and ``n``: per-round and median times, the speedup upstream/ours, the A/A ratios and
+spread, the verdict, GB/s and the share of the copy-engine ceiling. n = 600 runs in a
+``BENCH_BIG_LAYERS``-layer graph (4 by default): 40 layers x 600 experts would move 43 GB per replay.
 
 ``test_decode_step_offload_cache``: the real OffloadMoeCache, 40 layers, 256 experts, top-8,
 batch 1, routing from a Zipf trace whose exponent is calibrated (LRU model) for a ~10 % miss rate;
 one captured decode-step graph (ensure_experts + copy_missing per layer) per cache
 (:mod:`gpukit.decode_step`), ``FREETOKEN_DECODE_GATHER`` unset, unset again (A/A) and ``tma``, paired
-alternating blocks of steps, the caches' slot maps and slot-cache bytes compared after every block;
-records ``kernel`` = upstream (unset), upstream_aa, decode_gather (tma) with ``n`` = "step".
+alternating blocks of steps, the caches' slot maps and slot-cache bytes compared after every block.
 
 Knobs (environment): BENCH_N_DECODE (0,1,2,4,8,32), BENCH_BANKS_GIB (unset: the full footprint), BENCH_N40 (0,1,2,4,8,16,32), BENCH_N_BIG (600), BENCH_BIG_LAYERS (4),
 BENCH_N16 (0,1,2,4,8), BENCH_ROUNDS (7), BENCH_SOURCES (8), BENCH_TARGET_MS (20),
-BENCH_DECODE (1; 0 skips the decode-step benchmark), BENCH_DECODE_SLOTS_PER_LAYER (48),
-BENCH_RESULTS_DIR (results/{device}).
+BENCH_DECODE (1; 0 skips the decode-step benchmark), BENCH_DECODE_SLOTS_PER_LAYER (48); the file goes
+where :mod:`gpukit.results` says (``$FT_RESULTS_DIR`` moves the results tree).
 """
 
 from __future__ import annotations
@@ -81,9 +78,10 @@ from gpukit.memory import (
     poison_value,
     random_misses,
 )
-from gpukit.schema import document, now_iso, resolve_dir, write
+from gpukit import results
+from gpukit.rounds import run_rounds
 from gpukit.stats import summarize_rounds
-from gpukit.timing import RECORDED, copy_engine_ceiling, reps_for, time_replays
+from gpukit.timing import copy_engine_ceiling, reps_for, time_replays
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -101,16 +99,12 @@ SOURCES = int(os.environ.get("BENCH_SOURCES", "8"))
 TARGET_S = float(os.environ.get("BENCH_TARGET_MS", "20")) / 1e3
 DECODE = os.environ.get("BENCH_DECODE", "1") != "0"
 DECODE_SLOTS_PER_LAYER = int(os.environ.get("BENCH_DECODE_SLOTS_PER_LAYER", "48"))
-RESULTS = os.environ.get("BENCH_RESULTS_DIR", "results/{device}")
 N_DECODE = _ints("BENCH_N_DECODE", "0,1,2,4,8,32")
 BANKS_GIB = float(os.environ["BENCH_BANKS_GIB"]) if os.environ.get("BENCH_BANKS_GIB") else None
 
 SLOTS = 640
 EXPERTS = MODEL["experts"]
 VARIANTS = ("upstream", "upstream_aa", "ours", "copy_engine")  # bench.json's keys, in round order
-#: pytest-benchmark's ``kernel`` param -> bench.json's key (gather) and the decode step's cache
-KERNELS = {"upstream": "upstream", "upstream_aa": "upstream_aa", "decode_gather": "ours", "copy_engine": "copy_engine"}
-STEP_KERNELS = {"upstream": "unset", "upstream_aa": "unset_aa", "decode_gather": "tma"}
 CASES = [(40, n) for n in N40] + [(BIG_LAYERS, n) for n in N_BIG] + [(16, n) for n in N16]
 DECODE_CASES = [(40, n) for n in N_DECODE]
 
@@ -147,12 +141,11 @@ class Ctx:
         assert self.ceiling["start"]["verified"], "copy-engine ceiling copy was not exact"
         log(f"copy-engine ceiling (256 MiB H2D): {self.ceiling['start']['gbps']:.2f} GB/s")
         self.rows: list[dict[str, Any]] = []
-        self.measured: dict[tuple[str, int, int], dict[str, Any]] = {}
         self.decode: dict[str, Any] | None = None
         self.model_banks: tuple[ModelBanks, Slots] | None = None
         self.verified_sets = 0
         self.verified_bytes = 0
-        self.started = now_iso()
+        self.started = results.now_iso()
 
     @property
     def ceiling_gbps(self) -> float:
@@ -161,11 +154,6 @@ class Ctx:
     def write(self) -> None:
         info = machine_info()
         info = {**info, **{k: v for k, v in self.ceiling["start"].items() if k.startswith("pcie_")}}
-        out = resolve_dir(RESULTS, info.get("device_slug", "unknown")) / "bench.json"
-        key = lambda r: (r.get("regime", "replay"), r["layers"], r["n"])  # noqa: E731
-        rows = {key(r): r for r in _existing_rows(out, info)}
-        for r in self.rows:
-            rows[key(r)] = r
         fields = {
             "started_at": self.started,
             "kernel": {
@@ -187,41 +175,17 @@ class Ctx:
             "method": {
                 "rounds": ROUNDS,
                 "target_ms_per_timed_set": TARGET_S * 1e3,
-                "timer": "CUDA events around `reps` graph replays from an idle GPU; value = device time / reps / layers",
-                "records": "one pytest-benchmark record per kernel, its rounds replayed through gpukit.timing.RECORDED",
+                "timer": "replay regime: CUDA events around `reps` graph replays from an idle GPU, value = device time "
+                "/ reps / layers; decode regime: each replay timed alone after a new miss list, median per set",
                 "pairing": "alternating order: even rounds upstream, upstream_aa, ours, copy_engine; odd rounds reversed",
                 "speedup": "median(upstream) / median(ours); > 1 means ours is faster",
                 "tie": "|speedup - 1| <= A/A spread = max over rounds |upstream/upstream_aa - 1|",
             },
-            "gather": sorted(rows.values(), key=lambda r: (r.get("regime") != "decode", r["layers"] != 40, r["layers"],
-                                                           r["n"])),  # fmt: skip
-            "decode_step": self.decode if self.decode is not None else _existing_decode(out, info),
+            "gather": sorted(self.rows, key=lambda r: (r["regime"] != "decode", r["layers"] != 40, r["layers"], r["n"])),
+            "decode_step": self.decode,
             "verified": {"timed_sets": self.verified_sets, "bytes": self.verified_bytes},
         }
-        write(out, document("bench", machine=info, **fields))
-        log(f"wrote {out}")
-
-
-def _existing(out, info) -> dict | None:
-    import json
-
-    try:
-        doc = json.loads(out.read_text())
-    except (OSError, ValueError):
-        return None
-    if doc.get("machine", {}).get("device_slug") != info.get("device_slug"):
-        return None
-    return doc
-
-
-def _existing_rows(out, info) -> list[dict]:
-    doc = _existing(out, info)
-    return list(doc.get("gather", [])) if doc else []
-
-
-def _existing_decode(out, info):
-    doc = _existing(out, info)
-    return doc.get("decode_step") if doc else None
+        log(f"wrote {results.save('bench', machine=info, **fields)}")
 
 
 @pytest.fixture(scope="module")
@@ -234,16 +198,6 @@ def ctx():
     c.banks.close()
     if c.model_banks is not None:
         c.model_banks[0].close()
-
-
-def record(benchmark, seconds: list[float], **extra: Any) -> None:
-    """One pytest-benchmark record whose rounds are ``seconds`` (measured earlier, paired with the other
-    kernels): the test's ``benchmark(timer=RECORDED)`` marker makes pedantic mode read them back."""
-    if getattr(benchmark, "disabled", False):
-        return
-    RECORDED.load(seconds)
-    benchmark.extra_info.update(extra)
-    benchmark.pedantic(lambda: None, rounds=len(seconds), iterations=1, warmup_rounds=0)
 
 
 def measure_gather(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
@@ -305,14 +259,17 @@ def measure_gather(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
         verify(name, p)
     est = time_replays(graphs["upstream"].replay, 1)
     reps = reps_for(TARGET_S, est, 3, 400)
-    rounds_us: dict[str, list[float]] = {name: [] for name in graphs}
-    order = [v for v in VARIANTS if v in graphs]
-    for r in range(ROUNDS):
-        for name in order if r % 2 == 0 else order[::-1]:
+    def timed(name: str):
+        def set_us(_round: int) -> float:
             p = poison()
             seconds = time_replays(graphs[name].replay, reps)
             verify(name, p)
-            rounds_us[name].append(seconds / reps / layers * 1e6)
+            return seconds / reps / layers * 1e6
+
+        return set_us
+
+    rounds_us = run_rounds({v: timed(v) for v in VARIANTS if v in graphs}, ROUNDS, base="upstream",
+                           aa="upstream_aa").values  # fmt: skip
     graphs.clear()
 
     summary = summarize_rounds(rounds_us)
@@ -373,7 +330,7 @@ def measure_decode_regime(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
     for name, fn in (("upstream", upstream), ("upstream_aa", upstream), ("ours", ours)):
         rg.capture(name, fn)
     reps = 24 if n <= 2 else (12 if n <= 8 else 4)
-    rounds_us = rg.rounds(["upstream", "upstream_aa", "ours"], "decode", ROUNDS, reps)
+    rounds_us = rg.rounds(["upstream", "upstream_aa", "ours"], "decode", ROUNDS, reps).values
     summary = summarize_rounds(rounds_us)
     med = summary["median_us"]
     bytes_per_layer = n * NVFP4_EXPERT_BYTES
@@ -404,39 +361,16 @@ def measure_decode_regime(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
     return row
 
 
-@pytest.mark.benchmark(timer=RECORDED, group="gather")
-@pytest.mark.parametrize("kernel", ["upstream", "upstream_aa", "decode_gather"])
-@pytest.mark.parametrize("regime,layers,n", [("decode", *c) for c in DECODE_CASES],
-                         ids=[f"decode-L{layers}-n{n}" for layers, n in DECODE_CASES])  # fmt: skip
-def test_gather_decode(benchmark, ctx, regime, layers, n, kernel):
-    key = (regime, layers, n)
-    if key not in ctx.measured:
-        ctx.measured[key] = measure_decode_regime(ctx, layers, n)
-    row = ctx.measured[key]
-    record(
-        benchmark, [us * 1e-6 for us in row["rounds_us"][KERNELS[kernel]]], unit="seconds per layer (device clock)",
-        ring=ctx.ring.tag if kernel == "decode_gather" else None, speedup=row["speedup"], aa_spread=row["aa_spread"],
-        verdict=row["verdict"], paired_with=["upstream", "upstream_aa", "decode_gather"],
-    )  # fmt: skip
+@pytest.mark.parametrize("layers,n", DECODE_CASES, ids=[f"decode-L{layers}-n{n}" for layers, n in DECODE_CASES])
+def test_gather_decode(ctx, layers, n):
+    row = measure_decode_regime(ctx, layers, n)
+    assert row["verified_sets"] >= ROUNDS * 3, row["verified_sets"]
 
 
-@pytest.mark.benchmark(timer=RECORDED, group="gather")
-@pytest.mark.parametrize("kernel", list(KERNELS))
-@pytest.mark.parametrize("regime,layers,n", [("replay", *c) for c in CASES],
-                         ids=[f"replay-L{layers}-n{n}" for layers, n in CASES])  # fmt: skip
-def test_gather_graph(benchmark, ctx, regime, layers, n, kernel):
-    if (regime, layers, n) not in ctx.measured:
-        ctx.measured[(regime, layers, n)] = measure_gather(ctx, layers, n)
-    row = ctx.measured[(regime, layers, n)]
-    rounds = row["rounds_us"].get(KERNELS[kernel])
-    if not rounds:
-        pytest.skip(f"{kernel} has no graph at n = {n} (nothing to copy)")
-    ring = ctx.ring.tag if kernel == "decode_gather" else None
-    record(
-        benchmark, [us * 1e-6 for us in rounds], unit="seconds per layer (device clock)", ring=ring,
-        speedup=row["speedup"], aa_spread=row["aa_spread"], verdict=row["verdict"],
-        paired_with=[k for k, v in KERNELS.items() if v in row["rounds_us"]],
-    )  # fmt: skip
+@pytest.mark.parametrize("layers,n", CASES, ids=[f"replay-L{layers}-n{n}" for layers, n in CASES])
+def test_gather_graph(ctx, layers, n):
+    row = measure_gather(ctx, layers, n)
+    assert row["verified_sets"] >= ROUNDS * len(row["rounds_us"]), row["verified_sets"]
 
 
 def measure_decode(ctx: Ctx) -> dict[str, Any]:
@@ -446,13 +380,17 @@ def measure_decode(ctx: Ctx) -> dict[str, Any]:
     step = DecodeStep(DEFAULT_VARIANTS, config, device=ctx.device, banks=ctx.banks, log=log)
     assert getattr(step.caches["tma"], "_decode_gather", None) is not None, "the tma cache does not use decode_gather"
     names = [v.name for v in DEFAULT_VARIANTS]
-    rounds_us: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(ROUNDS):  # even rounds: unset, unset_aa, tma; odd rounds: tma, unset_aa, unset
-        for name in names if r % 2 == 0 else names[::-1]:
-            rounds_us[name].append(step.time_block(name, r * per_block, per_block))
+
+    def states_agree(r: int) -> None:
         for other in names[1:]:
             err = step.state_diff(names[0], other)
             assert err is None, f"block {r}: {err}"
+
+    # even rounds: unset, unset_aa, tma; odd rounds reversed; the caches compared after every round
+    rounds_us = run_rounds(
+        {name: (lambda r, name=name: step.time_block(name, r * per_block, per_block)) for name in names},
+        ROUNDS, base="unset", aa="unset_aa", after_round=states_agree,
+    ).values  # fmt: skip
     stats = step.miss_stats()
     assert stats["unset"] == stats["tma"] == stats["unset_aa"], stats
     err = step.reference_diff("tma")
@@ -497,15 +435,6 @@ def measure_decode(ctx: Ctx) -> dict[str, Any]:
 
 
 @pytest.mark.skipif(not DECODE, reason="BENCH_DECODE=0")
-@pytest.mark.benchmark(timer=RECORDED, group="decode_step")
-@pytest.mark.parametrize("kernel", list(STEP_KERNELS))
-@pytest.mark.parametrize("layers,n", [(40, "step")], ids=["L40-step"])
-def test_decode_step_offload_cache(benchmark, ctx, layers, n, kernel):
-    if ctx.decode is None:
-        ctx.decode = measure_decode(ctx)
-    d = ctx.decode
-    record(
-        benchmark, [us * 1e-6 for us in d["rounds_us"][STEP_KERNELS[kernel]]],
-        unit="seconds per decode step (device clock)", cache=STEP_KERNELS[kernel],
-        speedup=d["speedup"], aa_spread=d["aa_spread"], verdict=d["verdict"], miss_rate=d["miss_rate"],
-    )  # fmt: skip
+def test_decode_step_offload_cache(ctx):
+    ctx.decode = measure_decode(ctx)
+    assert len(ctx.decode["rounds_us"]["tma"]) == ROUNDS

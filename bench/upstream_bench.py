@@ -5,7 +5,7 @@ from ``.work/upstream`` (after ``nox -s apply build``) and stores what it wrote 
 ``upstream_bench`` result document (schema id, provenance, machine) in ``results/<device>/``.
 Extra arguments go to the benchmark (``--ring 8x4x16384``, ``--misses 0 1 2``, ...).
 
-``python -m bench.upstream_bench [--out results/{device}] [BENCHMARK ARGS...]``
+``python -m bench.upstream_bench [--out DIR] [BENCHMARK ARGS...]`` (default: where :mod:`gpukit.results` keeps it)
 """
 
 from __future__ import annotations
@@ -18,22 +18,20 @@ from pathlib import Path
 
 from freetoken_overlay.series import work_repo
 from freetoken_overlay.util import Workdir
-from gpukit.machine import device_slug, machine_info
-from gpukit.schema import document, load, resolve_dir, write
+from gpukit.machine import machine_info
+from gpukit import results
 
 SCRIPT = Path("benchmarks") / "bench_decode_gather.py"
 
 
-def wrap(raw: dict, **extra) -> dict:
-    """The benchmark's own JSON as an ``upstream_bench`` document (its fields kept under their names)."""
-    fields = {k: v for k, v in raw.items() if k != "schema"} | extra
-    machine = fields.pop("machine", None)
-    return document("upstream_bench", machine=machine, benchmark_schema=raw.get("schema"), **fields)
+def fields_of(raw: dict, **extra) -> dict:
+    """The benchmark's own JSON as the fields of an ``upstream_bench`` document (kept under their names)."""
+    return {k: v for k, v in raw.items() if k not in ("schema", "machine")} | {"benchmark_schema": raw.get("schema")} | extra
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/{device}", help="directory for upstream_bench.json (default: %(default)s)")
+    ap.add_argument("--out", default=None, help="directory for upstream_bench.json (default: results/<device>/)")
     args, rest = ap.parse_known_args(argv)
     script = work_repo(Workdir.from_env()) / SCRIPT
     if not script.is_file():
@@ -42,13 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="upstream-bench-") as tmp:
         raw_path = Path(tmp) / "raw.json"
         rc = subprocess.run([sys.executable, str(script), "--json", str(raw_path), *rest], check=False).returncode
-        raw = load(raw_path)
+        raw = results.read_json(raw_path)
     if raw is None:
         print(f"[upstream_bench] the benchmark wrote no JSON (exit {rc})", file=sys.stderr)
         return rc or 1
     info = machine_info()
-    out = resolve_dir(args.out, device_slug(info.get("device_name"))) / "upstream_bench.json"
-    write(out, wrap(raw, machine=info, exit_code=rc))
+    out = results.save("upstream_bench", machine=info, out_dir=args.out, **fields_of(raw, exit_code=rc))
     print(f"[upstream_bench] wrote {out} (benchmark exit {rc})")
     return rc
 

@@ -31,9 +31,8 @@ CONFORMANCE_SUMMARY_ENV = "CONFORMANCE_SUMMARY"
 
 GPU = Command("gpu", ("pytest", "-rs", "conformance/gpu"), note=f"{CONFORMANCE_SUMMARY_ENV}=1")
 SANITIZE = Command("sanitize", ("conformance.gpu.run_sanitizer",))
-#: bench.json is the benchmark's one store; pytest-benchmark's records (rounds replayed through a
-#: recorded clock) are switched off.
-BENCH = Command("bench", ("pytest", "-rs", "bench/test_bench_gather.py", "--benchmark-disable"))
+#: bench.json is the benchmark's one store (no pytest-benchmark records: they were its rounds replayed).
+BENCH = Command("bench", ("pytest", "-rs", "bench/test_bench_gather.py"))
 SWEEP = Command("sweep", ("bench.sweep",), note="--quick: ~1 min")
 REPORT = Command("report", ("report",))
 SASS = Command("sass", ("conformance.sass", "--arch", "80,90,100,120", "--save", "--check"))

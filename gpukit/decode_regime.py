@@ -27,6 +27,7 @@ import time
 from typing import Callable, Sequence
 
 from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, fmt_bytes
+from gpukit.rounds import Rounds, run_rounds
 
 REGIMES = ("decode", "replay")
 #: Slots of the slot cache (the proposal's decode run held 3164 experts in VRAM).
@@ -222,10 +223,8 @@ class RegimeGraphs:
         self.check_clean(name)
         return statistics.median(times)
 
-    def rounds(self, names: Sequence[str], regime: str, rounds: int, reps: int) -> dict[str, list[float]]:
-        """``rounds`` alternating rounds (odd rounds reversed) of every graph; µs per layer per round."""
-        out: dict[str, list[float]] = {k: [] for k in names}
-        for r in range(rounds):
-            for k in names if r % 2 == 0 else list(names)[::-1]:
-                out[k].append(self.time_set(k, regime, reps))
-        return out
+    def rounds(self, names: Sequence[str], regime: str, rounds: int, reps: int, *, base: str | None = None,
+               aa: str | None = None) -> Rounds:  # fmt: skip
+        """``rounds`` paired alternating rounds of the named graphs (:func:`gpukit.rounds.run_rounds`);
+        ``.values`` are µs per layer per round."""
+        return run_rounds({k: (lambda _r, k=k: self.time_set(k, regime, reps)) for k in names}, rounds, base=base, aa=aa)

@@ -1,53 +1,12 @@
-"""Device timing: CUDA events around graph replays, the copy-engine ceiling, and the clock through which
-pytest-benchmark records rounds that were timed elsewhere (paired, alternating, A/A-controlled)."""
+"""Device timing: CUDA events around graph replays and the copy-engine ceiling."""
 
 from __future__ import annotations
 
-import collections
 import statistics
-import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from gpukit.machine import pcie_under_load
 from gpukit.memory import PinnedBuffer
-
-
-class RecordedClock:
-    """A pytest-benchmark timer that replays durations measured elsewhere.
-
-    The benchmarks time every variant of a case together, in paired alternating rounds
-    (:func:`time_replays`), and then hand one variant's per-round durations to pytest-benchmark as
-    its own record: ``clock.load(seconds)`` queues them, and ``benchmark.pedantic(noop, rounds=len(seconds))``
-    reads one per round (the runner calls the timer before and after each round; the closing call
-    advances by the next queued duration). The clock reaches pytest-benchmark through its public
-    ``@pytest.mark.benchmark(timer=...)`` marker. With nothing queued it is ``time.perf_counter``,
-    so pytest-benchmark's own calls outside a round still see a real clock.
-    """
-
-    __name__ = "recorded_clock"
-
-    def __init__(self) -> None:
-        self._queue: collections.deque[float] = collections.deque()
-        self._t = 0.0
-        self._open = False
-
-    def load(self, seconds: Iterable[float]) -> None:
-        if self._queue:
-            raise RuntimeError(f"RecordedClock: {len(self._queue)} duration(s) of an earlier record were not read")
-        self._queue.extend(float(x) for x in seconds)
-        self._open = False
-
-    def __call__(self) -> float:
-        if not self._queue and not self._open:
-            return time.perf_counter()
-        if self._open:
-            self._t += self._queue.popleft()
-        self._open = not self._open
-        return self._t
-
-
-#: The one instance the benchmarks mark their tests with.
-RECORDED = RecordedClock()
 
 
 def time_replays(run: Callable[[], None], reps: int) -> float:

@@ -1,5 +1,5 @@
 """CPU checks of gpukit (no GPU): geometry and statistics, the reference check, the miss-list generator,
-the routing model, the recorded clock that hands paired rounds to pytest-benchmark, provenance."""
+the routing model, provenance."""
 
 from __future__ import annotations
 
@@ -157,19 +157,6 @@ def test_lru_model_and_zipf_calibration():
     )
     s, rate = calibrate_zipf(0.1, steps=60, layers=4, experts=64, top_k=8, cache_size=4 * 20, warm_steps=20)
     assert abs(rate - 0.1) < 0.05 and s > 0
-
-
-def test_recorded_clock_hands_over_each_round():
-    """pedantic mode over the recorded clock: the record's rounds are exactly the durations loaded."""
-    from gpukit.timing import RecordedClock
-
-    clock = RecordedClock()
-    clock.load([0.5, 0.25, 1.0])
-    assert [clock() for _ in range(6)] == [0.0, 0.5, 0.5, 0.75, 0.75, 1.75]
-    assert isinstance(clock(), float)  # nothing queued: a real clock again
-    clock.load([1.0])
-    with pytest.raises(RuntimeError, match="not read"):
-        clock.load([2.0])
 
 
 def test_scrub_removes_machine_paths():

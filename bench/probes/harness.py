@@ -19,8 +19,8 @@ from gpukit.geometry import NVFP4_ROW_BYTES, Ring
 from gpukit.kernels import call_ours, call_upstream
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
-from gpukit.provenance import provenance
-from gpukit.schema import scrub, write
+from gpukit.results import provenance, scrub, write_json
+from gpukit.rounds import run_rounds
 from gpukit.timing import time_replays
 
 LAYERS, SOURCES, EXPERTS, SLOTS = 40, 4, 256, 640
@@ -97,9 +97,9 @@ class Gather:
         is poisoned and the graph replayed once; for graphs that copy, every byte is then checked."""
         n = self.n
         reps = 20 if n <= 2 else (10 if n <= 32 else 2)
-        times: dict[Any, list[float]] = {k: [] for k in graphs}
-        for r in range(rounds):
-            for key in list(graphs) if r % 2 == 0 else list(graphs)[::-1]:
+
+        def timed(key: Any) -> Callable[[int], float]:
+            def set_us(_round: int) -> float:
                 poison = poison_value(self.sets)
                 self.sets += 1
                 self.cache.poison(poison)
@@ -108,8 +108,11 @@ class Gather:
                     torch.cuda.synchronize()
                     err = check_slot_cache(self.cache, poison, self.writes)
                     assert err is None, f"n={n} {key}: {err}"
-                times[key].append(time_replays(graphs[key].replay, reps) / reps / layers_for(n) * 1e6)
-        return times
+                return time_replays(graphs[key].replay, reps) / reps / layers_for(n) * 1e6
+
+            return set_us
+
+        return run_rounds({key: timed(key) for key in graphs}, rounds).values
 
 
 StepSpec = StepVariant  # name, env, module (a kernel variant's JIT module), copy
@@ -123,15 +126,16 @@ def decode_step(specs: list[StepVariant], *, rounds: int = 7, per_block: int = 1
     copying cache must hold the same slot map and bank bytes as specs[0]'s."""
     config = StepConfig(zipf_exponent=zipf_exponent, source_layers=SOURCES, warm=warm, steps=rounds * per_block)
     step = DecodeStep(specs, config)
-    rt: dict[str, list[float]] = {s.name: [] for s in specs}
     ref = specs[0].name
-    for r in range(rounds):
-        for spec in specs if r % 2 == 0 else specs[::-1]:
-            rt[spec.name].append(step.time_block(spec.name, r * per_block, per_block))
+
+    def states_agree(r: int) -> None:
         for spec in specs[1:]:
             if spec.copy:
                 err = step.state_diff(ref, spec.name)
                 assert err is None, f"round {r}: {err}"
+
+    rt = run_rounds({s.name: (lambda r, name=s.name: step.time_block(name, r * per_block, per_block)) for s in specs},
+                    rounds, after_round=states_agree).values  # fmt: skip
     step.close()
     ratios = paired(rt, ref)
     return {name: {"median_us": median(v), "paired": ratios[name], "rounds": v} for name, v in rt.items()}
@@ -144,6 +148,7 @@ def print_step(results: dict[str, dict[str, Any]]) -> None:
 
 def save(log: dict[str, Any], filename: str) -> Path:
     """Write ``log`` plus the machine and provenance to $OUT/filename (default: the current directory)."""
-    path = write(Path(os.environ.get("OUT", ".")) / filename, scrub({**log, "machine": machine_info(), **provenance()}))
+    path = write_json(Path(os.environ.get("OUT", ".")) / filename,
+                      scrub({**log, "machine": machine_info(), "provenance": provenance()}))  # fmt: skip
     print(f"wrote {path}", flush=True)
     return path

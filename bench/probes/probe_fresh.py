@@ -8,8 +8,8 @@ the A/A control) and at 32, decode_gather as installed, and decode_gather with t
 L2 prefetch per chunk). Optionally the captured decode step of the real OffloadMoeCache
 (``--step``), and other rings of the installed kernel (``--rings``). Writes ``$OUT/probe_fresh.json``.
 
-The toucher warp is not in the series (it did not pay: results/h200/probes/); ``--touch`` needs its
-kernel, ``results/h200/probes/ktouch-experiment.patch``, committed on top of the series in
+The toucher warp is not in the series (it did not pay: ``results/<device>/probes/``); ``--touch`` needs its
+kernel, ``ktouch-experiment.patch`` in that folder, committed on top of the series in
 ``.work/upstream`` before the wheel is built. Run 1 of session 4 was:
 
     python -m bench.probes.probe_fresh --ns 1,0,2,4,8,32 --touch 1,2,3 --step 2
@@ -89,7 +89,7 @@ def main() -> None:
             rg.capture(name, fn)
         entry: dict = {"layers": rg.layers}
         for regime in regimes:
-            rounds = rg.rounds(list(kernels), regime, args.rounds, reps_for(n))
+            rounds = rg.rounds(list(kernels), regime, args.rounds, reps_for(n)).values
             summ = {k: summarize_rounds(rounds, ours=k, base="up", aa="upAA") for k in kernels if k not in ("up", "upAA")}
             entry[regime] = {"rounds_us": rounds, "summary": summ}
             us = {k: H.median(v) for k, v in rounds.items()}
