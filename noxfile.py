@@ -358,7 +358,7 @@ def gpu(session: nox.Session) -> None:
     _install_patched(session, *_group("test"))
     report_dir = session.env.get("CONFORMANCE_REPORT_DIR") or str(ROOT / "results" / "{device}" / "conformance")
     session.env["CONFORMANCE_REPORT_DIR"] = report_dir
-    upstream_tests = sorted(str(p) for p in (work_repo(Workdir.from_env()) / "tests").glob("**/test_*.py"))
+    upstream_tests = sorted(str(p) for p in (work_repo(_workdir(session)) / "tests").glob("**/test_*.py"))
     session.run(_python(session), "-m", *commands.GPU.args, *upstream_tests, *_posargs(session))
 
 

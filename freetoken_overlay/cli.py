@@ -157,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"pinned upstream FreeToken release (default {pins.DEFAULT_VERSION})",
         )  # fmt: skip
         if pip:  # only where pip runs (a download, an install)
-            sub.add_argument("-v", "--verbose", action="store_true", help=f"show pip's own output (or ${VERBOSE_ENV}=1)")
+            sub.add_argument(
+                "-v", "--verbose", action="store_true", help=f"show pip's own output (or ${VERBOSE_ENV}=1)"
+            )
         if patches:
             sub.add_argument(
                 "--patches", default=str(series.PATCHES_DIR), help="patch series directory (default: %(default)s)"

@@ -220,7 +220,8 @@ def git(
     capture: bool = True,
     input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``git -C repo args...`` (``input`` on its stdin); on failure raise :class:`OverlayError` with git's output."""
+    """Run ``git -C repo args...`` (``input`` on its stdin); on failure raise :class:`OverlayError`
+    with git's output."""
     proc = subprocess.run(
         ["git", "-C", str(repo), *args],
         env=git_env(hermetic=hermetic, extra=env),

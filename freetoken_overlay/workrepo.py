@@ -140,7 +140,9 @@ class RepoWork:
                 "it has commits not exported to patches/"
             )
         if self.head_elsewhere:
-            where = f"on branch {self.head_ref.removeprefix('refs/heads/')}" if self.head_ref else f"detached at {self.head}"
+            where = f"detached at {self.head}"
+            if self.head_ref:
+                where = f"on branch {self.head_ref.removeprefix('refs/heads/')}"
             found.append(f"{repo}: HEAD is {where}, not on branch {BRANCH}")
         named = describe_refs(self.refs, len(self.stashes))
         if named:
@@ -228,7 +230,8 @@ def stash_like_commit(repo: Path, message: str) -> str:
             git(repo, "read-tree", "--empty", env=env)
             git(repo, "update-index", "--add", "-z", "--stdin", env=env, input=untracked)
             tree = git(repo, "write-tree", env=env).stdout.strip()
-            parents += ["-p", git(repo, "commit-tree", tree, "-m", f"untracked files of {message}", env=env).stdout.strip()]
+            untracked_commit = git(repo, "commit-tree", tree, "-m", f"untracked files of {message}", env=env)
+            parents += ["-p", untracked_commit.stdout.strip()]
         env = {**_SAVE_IDENTITY, "GIT_INDEX_FILE": str(Path(tmp) / "worktree")}
         git(repo, "read-tree", index_tree_id, env=env)
         git(repo, "add", "-u", env=env)
@@ -293,7 +296,8 @@ def save_repo(repo: Path, saved: Path, *, tag: str, everything: bool = True, why
             else:
                 steps.append((f"git -C {r} update-ref {_q(ref)} {ns}/{ref[5:]} ''", "refuses if it exists"))
         for n in reversed(range(len(work.stashes))):
-            steps.append((f"git -C {r} stash store -m {_q(work.stashes[n][1])} {ns}/overlay/stash/{n}", f"stash@{{{n}}}"))
+            store = f"git -C {r} stash store -m {_q(work.stashes[n][1])} {ns}/overlay/stash/{n}"
+            steps.append((store, f"stash@{{{n}}}"))
         if work.head_elsewhere:
             back = f"switch {_q(work.head_ref[11:])}" if work.head_ref else f"switch --detach {work.head}"
             steps.append((f"git -C {r} {back}", "HEAD where it was"))

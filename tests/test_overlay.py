@@ -583,7 +583,7 @@ def test_build_refuses_uncommitted_edits_in_the_work_tree(throwaway_series: Path
                                                      workdir=workdir).stdout  # fmt: skip
     git(repo, "switch", "-q", "-c", "elsewhere")
     proc = overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir, check=False)
-    assert proc.returncode == 1 and f"HEAD is on branch elsewhere, but the patched wheel is built" in proc.stderr
+    assert proc.returncode == 1 and "HEAD is on branch elsewhere, but the patched wheel is built" in proc.stderr
 
 
 def test_failed_apply_scratch_goes_after_a_later_success_unless_used(throwaway_series: Path, workdir: Path) -> None:
@@ -716,20 +716,101 @@ def test_kernel_cache_loads_on_gpu() -> None:
 # --------------------------------------------------------------------------- settings
 
 
-def test_bad_settings_are_named() -> None:
+def test_bad_settings_are_named(monkeypatch) -> None:
     with pytest.raises(OverlayError, match=r"FT_OVERLAY_SYSTEM_SITE='maybe'.*allowed values"):
         env_flag("FT_OVERLAY_SYSTEM_SITE", {"FT_OVERLAY_SYSTEM_SITE": "maybe"})
     with pytest.raises(OverlayError, match=r"'9\.9\.9'.*allowed values: 0\.2\.0, 0\.2\.1"):
         get_pin("9.9.9")
-    os.environ[kernels.CUDA_ARCH_LIST_ENV], old = "9.0 sm90", os.environ.get(kernels.CUDA_ARCH_LIST_ENV)
-    try:
-        with pytest.raises(OverlayError, match=r"TVM_FFI_CUDA_ARCH_LIST='9.0 sm90': sm90 .*allowed values"):
-            kernels.cuda_arch_list()
-    finally:
-        if old is None:
-            del os.environ[kernels.CUDA_ARCH_LIST_ENV]
-        else:
-            os.environ[kernels.CUDA_ARCH_LIST_ENV] = old
+    monkeypatch.setenv(kernels.CUDA_ARCH_LIST_ENV, "9.0 sm90")
+    with pytest.raises(OverlayError, match=r"TVM_FFI_CUDA_ARCH_LIST='9.0 sm90': sm90 .*allowed values"):
+        kernels.cuda_arch_list()
+
+
+@pytest.mark.parametrize("name", [VERBOSE_ENV, "FT_OVERLAY_SYSTEM_SITE"])
+def test_boolean_settings_share_one_parser(name: str, tmp_path: Path) -> None:
+    """Both are refused when misspelt, by every command (series-hash reads neither)."""
+    proc = overlay("series-hash", workdir=tmp_path, check=False, env={name: "maybe"})
+    assert proc.returncode == 1
+    assert f"{name}='maybe' is not a boolean; allowed values: '1', 'true', 'yes', 'on', '', '0'" in proc.stderr
+    assert overlay("series-hash", workdir=tmp_path, env={name: "Yes"}).stdout.strip() == series_hash()
+
+
+def test_relative_workdir_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(OverlayError, match=r"FT_OVERLAY_WORKDIR='work' is a relative path; allowed: an absolute"):
+        Workdir.from_env({"FT_OVERLAY_WORKDIR": "work"})
+    assert Workdir.from_env({"FT_OVERLAY_WORKDIR": str(tmp_path)}).root == tmp_path
+    assert Workdir.from_env({"FT_OVERLAY_WORKDIR": "~/w"}).root == Path.home() / "w"
+    proc = overlay("apply", workdir=Path("work"), check=False)
+    assert proc.returncode == 1 and "FT_OVERLAY_WORKDIR='work' is a relative path" in proc.stderr
+    assert not (REPO_ROOT / "work").exists()
+
+
+def test_verbose_only_where_pip_runs(tmp_path: Path) -> None:
+    for command in ("export", "series-hash"):
+        proc = overlay(command, "-v", workdir=tmp_path, check=False)
+        assert proc.returncode == 2 and "unrecognized arguments: -v" in proc.stderr
+    for command in ("apply", "build", "build-wheel", "build-kernels", "verify", "wheelhouse"):
+        assert "--verbose" in overlay(command, "--help", workdir=tmp_path).stdout
+
+
+def test_build_without_torch_says_what_to_install(tmp_path: Path, workdir: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", NOX_ENV, NOX_COMMAND_ENV)}
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "freetoken_overlay", "build"], cwd=REPO_ROOT,
+        env={**env, "FT_OVERLAY_WORKDIR": str(workdir)}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "this Python" in proc.stderr and "has no module 'torch'" in proc.stderr
+    assert "nox -s build" in proc.stderr and " -m pip install torch==" in proc.stderr
+    assert not (workdir / "upstream").exists()  # it stopped before doing anything
+
+
+def _noxfile_function(name: str) -> dict:
+    """A top-level function of noxfile.py (with the constants it reads), run without nox installed."""
+    import ast
+
+    tree = ast.parse((REPO_ROOT / "noxfile.py").read_text())
+    wanted = {name, "_PYTEST_VALUE_OPTIONS"}
+    nodes = [n for n in tree.body if getattr(n, "name", None) in wanted
+             or (isinstance(n, ast.Assign) and any(getattr(t, "id", None) in wanted for t in n.targets))]  # fmt: skip
+    namespace = {"ROOT": REPO_ROOT, "Path": Path}
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), "noxfile.py", "exec"), namespace)
+    return namespace
+
+
+def test_test_paths_after_double_dash_replace_the_defaults() -> None:
+    split = _noxfile_function("_split_test_paths")["_split_test_paths"]
+    assert split(["tests/test_gpukit.py"]) == (["tests/test_gpukit.py"], [])
+    assert split(["-k", "decode_gather", "-x"]) == ([], ["-k", "decode_gather", "-x"])
+    assert split(["-k", "tests", "tests/test_report.py::test_x", "-m", "gpu", "conformance"]) == (
+        ["tests/test_report.py::test_x", "conformance"], ["-k", "tests", "-m", "gpu"])  # fmt: skip
+
+
+def test_bare_nox_imports_the_noxfile(tmp_path: Path) -> None:
+    """`nox` (its own script, not `python3 -m nox`) does not put the checkout on sys.path."""
+    nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
+    if nox is None:
+        pytest.skip("no nox on PATH")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", NOX_ENV, NOX_COMMAND_ENV)}
+    proc = subprocess.run([nox, "-l"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "* test" in proc.stdout
+
+
+def test_kernel_cache_built_for_this_series_is_used() -> None:
+    """Under `nox -s test`, a kernel cache `nox -s build` made for the installed freetoken is the one used."""
+    if not os.environ.get(NOX_ENV):
+        pytest.skip("checks the environment nox -s test sets up")
+    manifest = Workdir.from_env().kernel_cache / "MANIFEST.json"
+    if not manifest.is_file():
+        pytest.skip(f"no kernel cache at {manifest.parent} (nox -s build makes it)")
+    import json
+
+    if json.loads(manifest.read_text()).get("freetoken") != importlib.metadata.version("freetoken"):
+        pytest.skip("the kernel cache is for another series (nox -s build rebuilds it)")
+    assert os.environ.get("FREETOKEN_KERNEL_CACHE_DIR") == str(manifest.parent)
 
 
 def test_cli_version_release_and_help(tmp_path: Path) -> None:
