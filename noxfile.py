@@ -271,12 +271,13 @@ def _use_kernel_cache(session: nox.Session) -> None:
     session.log(f"{KERNEL_CACHE_ENV}={cache} (built for {installed})")
 
 
-def _install_patched(session: nox.Session, *extra: str) -> None:
-    """Dependencies + the patched wheel (applied and built first if missing or stale); the
-    kernel cache built for it, where there is one."""
+def _install_patched(session: nox.Session, *extra: str, kernel_cache: bool = True) -> None:
+    """Dependencies + the patched wheel (applied and built first if missing or stale); with
+    ``kernel_cache``, the kernel cache built for it, where there is one."""
     _install_deps(session, *extra)
     session.run(_python(session), "-m", "freetoken_overlay", "build-wheel", "--install")
-    _use_kernel_cache(session)
+    if kernel_cache:
+        _use_kernel_cache(session)
 
 
 #: pytest options that take the next argument as their value (so it is not read as a test path).
@@ -323,7 +324,7 @@ def export(session: nox.Session) -> None:
 @nox.session
 def build(session: nox.Session) -> None:
     """Build and install the patched wheel (.work/dist/) and the series' AOT kernel cache."""
-    _install_patched(session, *_group("kernel-build"))
+    _install_patched(session, *_group("kernel-build"), kernel_cache=False)  # it is building that cache
     session.run(_python(session), "-m", "freetoken_overlay", "build-kernels", *_posargs(session))
 
 
