@@ -311,10 +311,12 @@ def save_repo(repo: Path, saved: Path, *, tag: str, everything: bool = True, why
             f"git -C {r} log --oneline --no-walk {_q(f'--glob={ns}/overlay/reflog/*')}",
             f"the {len(work.reflog_only)} commit(s) only the reflog held",
         ))  # fmt: skip
-    what = "the work" if everything else f"{len(work.reflog_only)} commit(s) only the reflog"
+    what = f"the work of {repo}"
+    if not everything:
+        what = f"the {len(work.reflog_only)} commit(s) that only the reflog of {repo} held"
     lines = "".join(f"\n  {cmd}   ({note})" for cmd, note in steps)
     return (
-        f"saved {what} of {repo} to {bundle} (export deletes it once every commit in it is in the exported "
+        f"saved {what} to {bundle} (export deletes it once every commit in it is in the exported "
         f"{BRANCH}); to restore it, run in order:{lines}"
     )
 

@@ -482,7 +482,7 @@ def test_reapply_saves_commits_only_the_reflog_holds(throwaway_series: Path, wor
     overlay("export", "--patches", str(throwaway_series), workdir=workdir)
     _drop_last_patch(throwaway_series)
     proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir)
-    assert "saved 1 commit(s) only the reflog of" in proc.stdout
+    assert f"saved the 1 commit(s) that only the reflog of {repo} held to {workdir / 'saved'}/" in proc.stdout
     assert git(repo, "cat-file", "-t", before, check=False) != "commit"  # gone from the new repository
     outputs = run_steps(proc.stdout)
     assert before[:7] in outputs[-1] and git(repo, "cat-file", "-t", before) == "commit"
