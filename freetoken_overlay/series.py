@@ -53,6 +53,7 @@ from .workrepo import (
     write_manifest,
     write_state,
 )
+
 PATCHES_DIR = REPO_ROOT / "patches"
 SERIES_HASH_LENGTH = 12
 
