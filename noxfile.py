@@ -6,7 +6,7 @@
 # default session).  The sessions run the steps of ``python -m freetoken_overlay``.  Settings, from
 # the environment:
 #
-# * FT_OVERLAY_WORKDIR       work directory (default ``.work/``)
+# * FT_OVERLAY_WORKDIR       work directory, an absolute path (default ``.work/``)
 # * FT_OVERLAY_WHEELHOUSE    offline wheel directory: pip runs ``--no-index
 #                            --find-links DIR`` and the freetoken wheel is read
 #                            from it (still hash-checked); also ``-- --wheelhouse DIR``
@@ -42,10 +42,17 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).resolve().parent
+# The one place this checkout goes on sys.path by hand: nox (the ``nox`` script, unlike
+# ``python3 -m nox``) imports this file without the checkout on sys.path, and the noxfile needs
+# the overlay's own stdlib-only modules (requirements, paths, commands) before any session exists.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-from freetoken_overlay import requirements as req
-from freetoken_overlay.series import work_repo
-from freetoken_overlay.util import (
+from freetoken_overlay import requirements as req  # noqa: E402
+from freetoken_overlay.pin import get_pin  # noqa: E402
+from freetoken_overlay.series import series_hash, work_repo  # noqa: E402
+from freetoken_overlay.util import (  # noqa: E402
+    NOX_COMMAND_ENV,
     NOX_ENV,
     SYSTEM_SITE_ENV,
     VERBOSE_ENV,
@@ -56,12 +63,14 @@ from freetoken_overlay.util import (
     pip_source_args,
     wheelhouse_dir,
 )
-from gpukit import commands
+from freetoken_overlay.wheel import local_version  # noqa: E402
+from gpukit import commands  # noqa: E402
 
 nox.options.sessions = ["test"]  # GPU sessions are tagged: nox -t gpu
 nox.options.reuse_venv = "yes"
 nox.options.default_venv_backend = "none"  # the sessions share SHARED_VENV instead (see _venv)
-os.environ[NOX_ENV] = "1"  # the steps' advice names nox sessions
+os.environ[NOX_ENV] = "1"  # the steps' advice names nox sessions, as nox was started:
+os.environ[NOX_COMMAND_ENV] = "python3 -m nox" if Path(sys.argv[0]).name == "__main__.py" else "nox"
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 
 
@@ -231,10 +240,65 @@ def _install_deps(session: nox.Session, *extra: str) -> None:
         (venv / _STAMP).write_text(json.dumps({"key": key, "installed": installed}, indent=1) + "\n")
 
 
-def _install_patched(session: nox.Session, *extra: str) -> None:
-    """Dependencies + the patched wheel (applied and built first if missing or stale)."""
+def _workdir(session: nox.Session) -> Workdir:
+    try:
+        return Workdir.from_env()
+    except OverlayError as exc:
+        session.error(str(exc))
+
+
+KERNEL_CACHE_ENV = "FREETOKEN_KERNEL_CACHE_DIR"
+
+
+def _use_kernel_cache(session: nox.Session) -> None:
+    """Point $FREETOKEN_KERNEL_CACHE_DIR at the kernel cache ``nox -s build`` made for the
+    installed series (a value already set is kept; a cache built for another series is not used)."""
+    if os.environ.get(KERNEL_CACHE_ENV):
+        session.log(f"{KERNEL_CACHE_ENV}={os.environ[KERNEL_CACHE_ENV]} (as set)")
+        return
+    cache = _workdir(session).kernel_cache
+    try:
+        built_for = json.loads((cache / "MANIFEST.json").read_text()).get("freetoken")
+    except (OSError, ValueError):
+        session.log(f"no kernel cache at {cache} (nox -s build makes it); tests that need one skip")
+        return
+    installed = local_version(get_pin(), series_hash())
+    if built_for != installed:
+        session.log(f"the kernel cache at {cache} is for freetoken {built_for}, not {installed}: not using it "
+                    "(nox -s build rebuilds it)")  # fmt: skip
+        return
+    session.env[KERNEL_CACHE_ENV] = str(cache)
+    session.log(f"{KERNEL_CACHE_ENV}={cache} (built for {installed})")
+
+
+def _install_patched(session: nox.Session, *extra: str, kernel_cache: bool = True) -> None:
+    """Dependencies + the patched wheel (applied and built first if missing or stale); with
+    ``kernel_cache``, the kernel cache built for it, where there is one."""
     _install_deps(session, *extra)
     session.run(_python(session), "-m", "freetoken_overlay", "build-wheel", "--install")
+    if kernel_cache:
+        _use_kernel_cache(session)
+
+
+#: pytest options that take the next argument as their value (so it is not read as a test path).
+_PYTEST_VALUE_OPTIONS = frozenset({
+    "-k", "-m", "-p", "-c", "-o", "-W", "-r", "--deselect", "--ignore", "--ignore-glob", "--rootdir",
+    "--basetemp", "--confcutdir", "--junitxml", "--junit-xml", "--tb", "--maxfail", "--durations",
+    "--log-level", "--log-file", "--log-cli-level", "--override-ini", "--import-mode", "--capture",
+    "--benchmark-save", "--benchmark-storage", "--benchmark-compare", "--benchmark-json",
+})  # fmt: skip
+
+
+def _split_test_paths(args: list[str]) -> tuple[list[str], list[str]]:
+    """(test paths, other pytest arguments): a test path is neither an option nor an option's
+    value, and is an existing path or one with ``/`` or ``::`` or ending ``.py``."""
+    paths, rest, previous = [], [], ""
+    for arg in args:
+        path_like = "/" in arg or "::" in arg or arg.endswith(".py") or (ROOT / arg).exists()
+        is_path = not arg.startswith("-") and previous not in _PYTEST_VALUE_OPTIONS and path_like
+        (paths if is_path else rest).append(arg)
+        previous = arg
+    return paths, rest
 
 
 def _overlay(session: nox.Session, command: str) -> None:
@@ -260,18 +324,19 @@ def export(session: nox.Session) -> None:
 @nox.session
 def build(session: nox.Session) -> None:
     """Build and install the patched wheel (.work/dist/) and the series' AOT kernel cache."""
-    _install_patched(session, *_group("kernel-build"))
+    _install_patched(session, *_group("kernel-build"), kernel_cache=False)  # it is building that cache
     session.run(_python(session), "-m", "freetoken_overlay", "build-kernels", *_posargs(session))
 
 
 @nox.session
 def test(session: nox.Session) -> None:
-    """Run tests/, conformance/ and the series' upstream tests against the patched wheel."""
+    """Run tests/, conformance/ and the series' upstream tests against the patched wheel (-- PATH... narrows it)."""
     _install_patched(session, *_group("test"))
-    upstream_tests = work_repo(Workdir.from_env()) / "tests"
-    paths = [d for d in ("tests", "conformance") if (ROOT / d).is_dir()]
-    paths += sorted(str(p) for p in upstream_tests.glob("**/test_*.py"))
-    session.run(_python(session), "-m", "pytest", "-rs", *paths, *_posargs(session))
+    paths, args = _split_test_paths(_posargs(session))  # given paths replace the default ones, as in pytest
+    if not paths:
+        paths = [d for d in ("tests", "conformance") if (ROOT / d).is_dir()]
+        paths += sorted(str(p) for p in (work_repo(_workdir(session)) / "tests").glob("**/test_*.py"))
+    session.run(_python(session), "-m", "pytest", "-rs", *paths, *args)
 
 
 def _run_gpu(session: nox.Session, cmd: commands.Command, *extra_requirements: str) -> None:
@@ -285,7 +350,7 @@ def gpu(session: nox.Session) -> None:
     """GPU tier only: conformance/gpu + the series' upstream tests, summary into results/<device>/conformance/."""
     _install_patched(session, *_group("test"))
     session.env[commands.CONFORMANCE_SUMMARY_ENV] = "1"
-    upstream_tests = sorted(str(p) for p in (work_repo(Workdir.from_env()) / "tests").glob("**/test_*.py"))
+    upstream_tests = sorted(str(p) for p in (work_repo(_workdir(session)) / "tests").glob("**/test_*.py"))
     session.run(_python(session), "-m", *commands.GPU.args, *upstream_tests, *_posargs(session))
 
 

@@ -2,25 +2,37 @@
 
 Commands: apply, export, build (= build-wheel --install + build-kernels),
 build-wheel, build-kernels, verify, series-hash, wheelhouse.  Settings come
-from the environment: FT_OVERLAY_WORKDIR (work directory, default
-``<repo>/.work``), FT_OVERLAY_WHEELHOUSE (offline wheelhouse; also
-``--wheelhouse``), FT_OVERLAY_VERBOSE=1 (pip's own output; also ``-v``),
-TVM_FFI_CUDA_ARCH_LIST (kernel architectures).
+from the environment: FT_OVERLAY_WORKDIR (work directory, an absolute path;
+default ``<repo>/.work``), FT_OVERLAY_WHEELHOUSE (offline wheelhouse; also
+``--wheelhouse``), FT_OVERLAY_VERBOSE=1 (pip's own output; also ``-v`` on the
+commands that run pip), TVM_FFI_CUDA_ARCH_LIST (kernel architectures).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
 import os
+import shlex
 import sys
 import tomllib
 from pathlib import Path
 
 from . import pin as pins
+from . import requirements as req
 from . import series
 from .requirements import GPU_PYTHON
-from .util import REPO_ROOT, VERBOSE_ENV, OverlayError, Workdir, log, pip_source_args, wheelhouse_dir
+from .util import (
+    REPO_ROOT,
+    VERBOSE_ENV,
+    OverlayError,
+    Workdir,
+    check_flags,
+    log,
+    pip_source_args,
+    wheelhouse_dir,
+)
 
 
 def _patches(args: argparse.Namespace) -> Path:
@@ -51,7 +63,7 @@ def cmd_apply(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    series.export(pins.get_pin(args.release), workdir=Workdir.from_env(), patches_dir=_patches(args))
+    series.export(pins.get_pin(args.release), workdir=Workdir.from_env(), patches_dir=_patches(args), force=args.force)
 
 
 def cmd_build_wheel(args: argparse.Namespace) -> None:
@@ -67,13 +79,32 @@ def cmd_build_wheel(args: argparse.Namespace) -> None:
         install_wheel(wheel)
 
 
+def _missing_for_kernels(missing: str) -> OverlayError:
+    """How to get what ``build-kernels`` needs into this Python when ``missing`` (a module) is not there."""
+    python = shlex.quote(sys.executable)
+    closure = " ".join(shlex.quote(r) for r in (req.TORCH_CPU, *req.IMPORT_CLOSURE, *req.KERNEL_BUILD))
+    return OverlayError(
+        f"building the kernel cache imports the patched freetoken, which needs torch and its import closure; "
+        f"this Python ({sys.executable}) has no module {missing!r}\n"
+        "run it through nox, which installs them into .nox/patched/: nox -s build\n"
+        f"or install them into this Python ({req.TORCH_CPU} is the CPU build; a GPU machine keeps its own torch): "
+        f"{python} -m pip install {closure} && {python} -m pip install --no-deps {' '.join(req.NO_DEPS)}"
+    )
+
+
 def cmd_build_kernels(args: argparse.Namespace) -> None:
     from .kernels import build_kernel_cache
 
+    try:
+        importlib.import_module("freetoken.kernel.aot")  # torch, tvm_ffi, ... and the patched freetoken itself
+    except ModuleNotFoundError as exc:
+        raise _missing_for_kernels(exc.name or str(exc)) from None
     build_kernel_cache(Workdir.from_env(), pip_args=pip_source_args(wheelhouse_dir(args.wheelhouse)))
 
 
 def cmd_build(args: argparse.Namespace) -> None:
+    if importlib.util.find_spec("torch") is None:  # before building anything: the kernel step needs it
+        raise _missing_for_kernels("torch")
     args.install = True
     cmd_build_wheel(args)
     cmd_build_kernels(args)
@@ -118,14 +149,17 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, func, help: str, *, patches: bool = True, wheelhouse: bool = True):
+    def command(name: str, func, help: str, *, patches: bool = True, wheelhouse: bool = True, pip: bool = True):
         sub = commands.add_parser(name, help=help, description=help)
-        sub.set_defaults(func=func)
+        sub.set_defaults(func=func, verbose=False)
         sub.add_argument(
             "--release", default=pins.DEFAULT_VERSION, choices=sorted(pins.PINS),
             help=f"pinned upstream FreeToken release (default {pins.DEFAULT_VERSION})",
         )  # fmt: skip
-        sub.add_argument("-v", "--verbose", action="store_true", help=f"show pip's own output (or ${VERBOSE_ENV}=1)")
+        if pip:  # only where pip runs (a download, an install)
+            sub.add_argument(
+                "-v", "--verbose", action="store_true", help=f"show pip's own output (or ${VERBOSE_ENV}=1)"
+            )
         if patches:
             sub.add_argument(
                 "--patches", default=str(series.PATCHES_DIR), help="patch series directory (default: %(default)s)"
@@ -147,9 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument(
         "--force",
         action="store_true",
-        help="save unexported work to <workdir>/saved/ and replace it / move an existing branch",
+        help="replace a work repository holding work patches/ does not, after saving all of it to "
+        "<workdir>/saved/ / with --upstream: move an existing branch",
     )
-    command("export", cmd_export, "regenerate patches/ from upstream-<version>..decode-gather", wheelhouse=False)
+    export = command("export", cmd_export, "regenerate patches/ from upstream-<version>..decode-gather",
+                     wheelhouse=False, pip=False)  # fmt: skip
+    export.add_argument(
+        "--force", action="store_true",
+        help="replace patch files export did not write (hand edits, new files) after copying them to <workdir>/saved/",
+    )  # fmt: skip
     wheel = command("build-wheel", cmd_build_wheel, "build the patched wheel into <workdir>/dist/")
     wheel.add_argument("--install", action="store_true", help="pip install --no-deps --force-reinstall it")
     command("build-kernels", cmd_build_kernels, "build the series' AOT kernel cache (needs the patched freetoken)",
@@ -157,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("build", cmd_build, "build-wheel --install, then build-kernels")
     verify = command("verify", cmd_verify, "check the pinned wheels' sha256 and source tree id", patches=False)
     verify.add_argument("--all-wheels", action="store_true", help="every accepted wheel, not just one")
-    command("series-hash", cmd_series_hash, "print the series hash of patches/", wheelhouse=False)
+    command("series-hash", cmd_series_hash, "print the series hash of patches/", wheelhouse=False, pip=False)
     house = command("wheelhouse", cmd_wheelhouse, "download the wheels the offline GPU machine lacks into DIR",
                     patches=False, wheelhouse=False)  # fmt: skip
     house.add_argument("dir", metavar="DIR")
@@ -170,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
     try:
+        check_flags()
         args.func(args)
     except OverlayError as exc:
         print(f"freetoken_overlay {args.command}: error: {exc}", file=sys.stderr, flush=True)

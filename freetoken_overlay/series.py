@@ -9,13 +9,16 @@ are all fixed, the same series always gives the same commit ids, and
 
 The repository records what it was built from in its git config:
 ``overlay.seriesHash`` (the series applied) and ``overlay.appliedHead`` (the
-branch tip that series gave, or that ``export`` wrote).  ``apply`` refuses to
-throw away a work tree with uncommitted changes, untracked files or commits not
-yet exported; with ``force`` it saves them to a git bundle in
-``<workdir>/saved/`` first, kept until the next export.
+branch tip that series gave, or that ``export`` wrote), and in
+``.git/overlay-patches.json`` the patch files apply read or export wrote.
+Nothing that neither of them wrote is dropped unsaved: ``apply`` refuses to
+replace a work tree holding work patches/ does not (see
+:mod:`freetoken_overlay.workrepo`), and with ``force`` saves all of it first;
+``export`` refuses to replace patch files it did not write, and with ``force``
+copies them aside first.
 
-Just over 500 lines: apply, export, the work-repository state and the clone submission share the
-same git plumbing and error messages.
+Over 500 lines: apply, export, the work-repository checks and the clone submission share the
+same git plumbing and error messages (finding and saving work is in :mod:`.workrepo`).
 """
 
 from __future__ import annotations
@@ -25,15 +28,32 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .pin import BASE_AUTHOR_EMAIL, BASE_AUTHOR_NAME, BASE_DATE, DEFAULT_VERSION, Pin
 from .upstream import load_source_tree, write_tree
-from .util import OVERLAY_EMAIL, OVERLAY_NAME, REPO_ROOT, OverlayError, Workdir, git, git_out, hint, log
+from .util import REPO_ROOT, OverlayError, Workdir, git, git_out, hint, log
+from .workrepo import (
+    BRANCH,
+    RepoWork,
+    all_reachable,
+    branch_tip,
+    bundle_heads,
+    dirt,
+    head_place,
+    head_ref,
+    read_manifest,
+    read_state,
+    recorded_tag,
+    repo_work,
+    save_files,
+    save_repo,
+    sha256_hex,
+    write_manifest,
+    write_state,
+)
 
-BRANCH = "decode-gather"
 PATCHES_DIR = REPO_ROOT / "patches"
 SERIES_HASH_LENGTH = 12
 
@@ -56,12 +76,6 @@ FORMAT_PATCH_FLAGS = (
 
 # Build noise that must not count as uncommitted work in the work tree.
 _WORK_EXCLUDES = ("__pycache__/", "*.pyc", ".pytest_cache/", ".hypothesis/", ".benchmarks/")
-
-_STATE_SERIES = "overlay.seriesHash"
-_STATE_HEAD = "overlay.appliedHead"
-
-#: In a saved bundle: the commit holding the work tree's uncommitted and untracked files.
-SAVED_UNCOMMITTED_REF = "refs/overlay/uncommitted"
 
 # git am's own advice (``Patch failed at 0001``, ``git am --continue``, hints) is about
 # its one-patch run in a temporary repository, not about what to do here.
@@ -200,24 +214,6 @@ def make_base_repo(pin: Pin, files: dict[str, bytes], repo: Path) -> str:
     return commit
 
 
-def _read_state(repo: Path) -> tuple[str | None, str | None]:
-    def get(key: str) -> str | None:
-        proc = git(repo, "config", "--local", "--get", key, check=False)
-        return proc.stdout.strip() or None
-
-    return get(_STATE_SERIES), get(_STATE_HEAD)
-
-
-def _write_state(repo: Path, series: str, head: str) -> None:
-    git(repo, "config", "--local", _STATE_SERIES, series)
-    git(repo, "config", "--local", _STATE_HEAD, head)
-
-
-def _branch_tip(repo: Path) -> str | None:
-    proc = git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{BRANCH}^{{commit}}", check=False)
-    return proc.stdout.strip() or None
-
-
 def _series_args(pin: Pin, patches_dir: Path | None) -> list[str]:
     """The CLI options that select this release and series, for advice."""
     args = [] if pin.version == DEFAULT_VERSION else ["--release", pin.version]
@@ -226,87 +222,31 @@ def _series_args(pin: Pin, patches_dir: Path | None) -> list[str]:
     return args
 
 
-def unexported_work(repo: Path) -> tuple[str, str] | None:
-    """What replacing ``repo`` would lose: (kind, description), kind one of ``not-git``,
-    ``uncommitted`` (changes or untracked files) and ``unexported`` (commits); None when nothing."""
-    if not (repo / ".git").is_dir():
-        return "not-git", f"{repo} exists but is not a git repository"
-    status = git_out(repo, "status", "--porcelain")
-    if status:
-        return "uncommitted", f"{repo} has {_dirt(status)} (export takes commits only):\n{status}"
-    _, applied = _read_state(repo)
-    tip = _branch_tip(repo)
-    if applied is None or tip != applied:
-        return "unexported", (
-            f"{repo}: branch {BRANCH} ({tip}) is not what apply or export left ({applied}); "
-            "it has commits not exported to patches/"
-        )
-    return None
-
-
-def _dirt(status: str) -> str:
-    """What ``git status --porcelain`` output lists: uncommitted changes, untracked files or both."""
-    lines = status.splitlines()
-    kinds = ["uncommitted changes"] * any(not x.startswith("??") for x in lines)
-    return " and ".join(kinds + ["untracked files"] * any(x.startswith("??") for x in lines))
-
-
-def _refusal(repo: Path, saved: Path, kind: str, reason: str, args: list[str]) -> str:
-    """``reason`` and the steps that keep the work, or discard it."""
-    export = hint("export", *args)
-    if kind == "uncommitted":
-        keep = f"to keep it, commit it there (git -C {repo} add -A && git -C {repo} commit), then run {export}"
-    elif kind == "unexported":
-        keep = f"to keep them, run {export}"
-    else:
-        keep = f"to keep it, move {repo} elsewhere"
-    them = "them" if kind == "unexported" else "it"
-    discard = f"to discard {them}, run {hint('apply', *args, '--force')} (saved in {saved}/ first)"
-    return f"{reason}\n{keep}\n{discard}"
-
-
-def save_work(repo: Path, workdir: Workdir) -> str:
-    """Save what replacing ``repo`` would lose into ``<workdir>/saved/``; how to get it back.
-
-    A git repository becomes a bundle of all its refs, its uncommitted and
-    untracked files as one more commit (:data:`SAVED_UNCOMMITTED_REF`); anything
-    else is moved there as it is.  ``export`` removes the saves of its repository.
-    """
-    workdir.saved.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    target = workdir.saved / f"{repo.name}.{stamp}"
-    for n in range(2, 1000):
-        if not target.with_name(f"{target.name}.bundle").exists() and not target.exists():
-            break
-        target = workdir.saved / f"{repo.name}.{stamp}-{n}"
-    if not (repo / ".git").is_dir():
-        os.replace(repo, target)
-        return f"moved {repo} to {target}"
-    bundle = target.with_name(f"{target.name}.bundle")
-    restore = [f"git -C {repo} fetch {bundle} 'refs/*:refs/saved/*'"]
-    if git_out(repo, "status", "--porcelain"):
-        index = repo / ".git" / "overlay-save-index"
-        env = {"GIT_INDEX_FILE": str(index), "GIT_AUTHOR_NAME": OVERLAY_NAME, "GIT_AUTHOR_EMAIL": OVERLAY_EMAIL}
-        git(repo, "read-tree", "HEAD", env=env)
-        git(repo, "add", "-A", env=env)
-        tree = git(repo, "write-tree", env=env).stdout.strip()
-        message = "apply --force: the uncommitted and untracked files"
-        commit = git(repo, "commit-tree", tree, "-p", "HEAD", "-m", message, env=env).stdout.strip()
-        index.unlink()
-        git(repo, "update-ref", SAVED_UNCOMMITTED_REF, commit)
-        restore.append(f"git -C {repo} checkout saved/overlay/uncommitted -- .   (the uncommitted files)")
-    git(repo, "bundle", "create", "-q", str(bundle), "--all")
-    restore.insert(1, f"git -C {repo} reset --hard saved/heads/{BRANCH}   (the branch as it was)")
-    steps = "".join(f"\n  {step}" for step in restore)
-    return f"saved the work of {repo} to {bundle} (kept until the next export); to restore it:{steps}"
+def _refusal(work: RepoWork, saved: Path, args: list[str]) -> str:
+    """Why replacing the repository would lose work, how to keep it, and the command that goes on."""
+    repo, export = work.repo, hint("export", *args)
+    keep = []
+    if work.status:
+        keep.append(f"to keep it, commit it there (git -C {repo} add -A && git -C {repo} commit), then run {export}")
+    elif work.unexported:
+        keep.append(f"to keep them, run {export}")
+    if work.head_elsewhere:
+        keep.append(f"export takes branch {BRANCH}: git -C {repo} switch {BRANCH} goes back to it")
+    go_on = (
+        f"to replace it anyway, run {hint('apply', *args, '--force')}: it first saves all of it (every branch, "
+        f"tag and stash entry, and the uncommitted and untracked files) to a bundle in {saved}/ and prints "
+        "the commands that restore it"
+    )
+    return "\n".join([*work.reasons(), *keep, go_on])
 
 
 def _up_to_date(repo: Path, series: str) -> str | None:
-    """The branch tip when ``repo`` holds ``series`` as applied or exported, nothing more."""
-    if not repo.exists() or unexported_work(repo) is not None:
+    """The branch tip when ``repo`` holds ``series`` as applied or exported, clean (other branches,
+    tags and stashes may be there too: a no-op apply loses none of them)."""
+    if not (repo / ".git").is_dir() or git_out(repo, "status", "--porcelain"):
         return None
-    recorded, applied = _read_state(repo)
-    return applied if recorded == series else None
+    recorded, applied = read_state(repo)
+    return applied if recorded == series and branch_tip(repo) == applied else None
 
 
 def _replace_dir(dest: Path, new: Path) -> None:
@@ -318,6 +258,30 @@ def _replace_dir(dest: Path, new: Path) -> None:
     os.replace(new, dest)
     if old is not None:
         shutil.rmtree(old)
+
+
+def _drop_failed_apply(workdir: Workdir, *, replacing: bool = False) -> None:
+    """Remove ``<workdir>/failed-apply/`` when it holds only what a failed apply left there.
+
+    It is the overlay's own scratch copy; but where something was made in it since (commits,
+    edits, branches, stashes), it is kept after a successful apply, and saved to a bundle
+    first when a new failed attempt takes its place (``replacing``).
+    """
+    failed = workdir.failed_apply
+    if not failed.exists():
+        return
+    tag = recorded_tag(failed) if (failed / ".git").is_dir() else None
+    work = repo_work(failed, tag) if tag is not None else None
+    if work is not None and not work.reasons() and not work.reflog_only:
+        shutil.rmtree(failed)
+        log(f"removed {failed} (the attempt an earlier apply left there; nothing was made in it since)")
+    elif replacing:
+        log(save_repo(failed, workdir.saved, tag=tag or "", why="apply"))
+        shutil.rmtree(failed, ignore_errors=True)
+    else:
+        what = "; ".join(r.split("\n")[0] for r in work.reasons()) if work else "it is not what apply left there"
+        log(f"kept {failed}: something was made in it since the apply that failed ({what}); rm -rf {failed} "
+            "removes it once you no longer need it")  # fmt: skip
 
 
 def apply(
@@ -332,11 +296,13 @@ def apply(
 
     A work repository that already holds the series (applied, or exported and
     clean) is left as it is.  Work it holds that patches/ does not (uncommitted
-    changes, untracked files, unexported commits) stops ``apply``; with
-    ``force`` it is saved (:func:`save_work`) and replaced.  The new repository
-    is built in a temporary directory first: a patch that does not apply
-    leaves the previous one as it was (the failed attempt is kept at
-    ``<workdir>/failed-apply/`` for inspection).
+    changes, untracked files, unexported commits, HEAD off the series branch,
+    other branches, tags or refs, stash entries) stops ``apply``; with ``force``
+    all of it is saved (:func:`save_repo`) and the repository replaced.  Commits
+    that only its reflogs name are saved without asking.  The new repository is
+    built in a temporary directory first: a patch that does not apply leaves the
+    previous one as it was (the failed attempt is kept at
+    ``<workdir>/failed-apply/`` for inspection, until a later apply succeeds).
     """
     patches = patch_files(patches_dir)
     series = series_hash(patches_dir)
@@ -344,11 +310,18 @@ def apply(
     args = _series_args(pin, patches_dir)
     head = _up_to_date(dest, series)
     if head is not None:
+        write_manifest(dest, {p.name: p.read_bytes() for p in patches})
         log(f"{dest} is up to date: {BRANCH} at {head} (series {series}); nothing to do")
+        _drop_failed_apply(workdir)
         return dest
-    risk = unexported_work(dest) if dest.exists() else None
-    if risk is not None and not force:
-        raise OverlayError(_refusal(dest, workdir.saved, *risk, args))
+    work = repo_work(dest, pin.tag) if (dest / ".git").is_dir() else None
+    if dest.exists() and work is None and not force:
+        raise OverlayError(
+            f"{dest} exists but is not a git repository\nto keep it, move it elsewhere\n"
+            f"to go on anyway, run {hint('apply', *args, '--force')} (it moves it to {workdir.saved}/ first)"
+        )
+    if work is not None and work.reasons() and not force:
+        raise OverlayError(_refusal(work, workdir.saved, args))
     files = load_source_tree(pin, cache=workdir.wheels, wheelhouse=wheelhouse)
 
     workdir.root.mkdir(parents=True, exist_ok=True)
@@ -357,19 +330,22 @@ def apply(
         make_base_repo(pin, files, tmp)
         log(f"base commit {pin.base_commit} tagged {pin.tag}; applying {len(patches)} patch(es)")
         head = am_series(tmp, patches)
-        _write_state(tmp, series, head)
+        write_state(tmp, series, head, pin.tag)
+        write_manifest(tmp, {p.name: p.read_bytes() for p in patches})
     except PatchError as exc:
-        shutil.rmtree(workdir.failed_apply, ignore_errors=True)
+        write_state(tmp, series, git_out(tmp, "rev-parse", "HEAD"), pin.tag)  # what the attempt left
+        _drop_failed_apply(workdir, replacing=True)
         os.replace(tmp, workdir.failed_apply)
         raise PatchError(_patch_advice(exc, dest, workdir, args), exc.patch, exc.index, exc.count) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
-    if risk is not None:
-        log(save_work(dest, workdir))
+    if dest.exists() and (work is None or work.reasons() or work.reflog_only):
+        everything = work is None or bool(work.reasons())
+        log(save_repo(dest, workdir.saved, tag=pin.tag, everything=everything, why="apply"))
     _replace_dir(dest, tmp)
-    shutil.rmtree(workdir.failed_apply, ignore_errors=True)
+    _drop_failed_apply(workdir)
     log(f"{dest}: {BRANCH} at {head} (series {series}, {len(patches)} patch(es))")
     return dest
 
@@ -458,39 +434,84 @@ def apply_to_clone(
 def ensure_applied(
     pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None, wheelhouse: Path | None = None
 ) -> Path:
-    """The work repository, (re)applied first if missing or built from another series."""
+    """The work repository, (re)applied first if missing or built from another series.
+
+    A wheel is built from branch ``decode-gather`` and the tests run from the work tree, so a
+    repository holding the series with commits not exported, uncommitted or untracked files, or
+    HEAD on another branch is refused: the wheel would not match what is tested.
+    """
     dest = work_repo(workdir, pin.version)
+    series = series_hash(patches_dir)
     if (dest / ".git").is_dir():
-        recorded, applied = _read_state(dest)
-        if recorded == series_hash(patches_dir):
-            if _branch_tip(dest) != applied:
+        recorded, applied = read_state(dest)
+        if recorded == series:
+            args = _series_args(pin, patches_dir)
+            status = git_out(dest, "status", "--porcelain")
+            if branch_tip(dest) != applied:
                 raise OverlayError(
                     f"{dest}: branch {BRANCH} has commits not exported to patches/; "
-                    f"run {hint('export', *_series_args(pin, patches_dir))}, then build again, "
-                    "so the wheel matches the series"
+                    f"run {hint('export', *args)}, then build again, so the wheel matches the series"
+                )
+            if status:
+                raise OverlayError(
+                    f"{dest} has {dirt(status)}, which the patched wheel (built from commits) would not "
+                    f"hold while the tests ran from that work tree:\n{status}\n"
+                    f"to keep them in the series, commit them there (git -C {dest} add -A && git -C {dest} commit), "
+                    f"run {hint('export', *args)}, then build again\n"
+                    f"to set them aside, git -C {dest} stash push --include-untracked, then build again "
+                    f"(git -C {dest} stash pop brings them back)"
+                )
+            if head_ref(dest) != f"refs/heads/{BRANCH}":
+                raise OverlayError(
+                    f"{dest}: HEAD is {head_place(dest)}, but the patched wheel is built from branch {BRANCH}; "
+                    f"git -C {dest} switch {BRANCH}, then build again"
                 )
             return dest
-        log(f"{dest} holds series {recorded}, patches/ is {series_hash(patches_dir)}: applying")
+        log(f"{dest} holds series {recorded}, patches/ is {series}: applying")
     return apply(pin, workdir=workdir, patches_dir=patches_dir, wheelhouse=wheelhouse)
 
 
 # --------------------------------------------------------------------------- export
 
 
-def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> list[Path]:
+def _owned_patch_files(repo: Path, patches_dir: Path) -> dict[str, str]:
+    """name -> sha256 of the patch files the last apply read or export wrote (files whose bytes
+    these are may be replaced: the work repository holds them as commits)."""
+    manifest = read_manifest(repo)
+    if manifest is not None:
+        return manifest
+    recorded, _ = read_state(repo)  # a repository from before the manifest: the series it recorded
+    if recorded == series_hash(patches_dir):
+        return {p.name: sha256_hex(p.read_bytes()) for p in patch_files(patches_dir)}
+    return {}
+
+
+def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None, force: bool = False) -> list[Path]:
     """Regenerate ``patches/*.patch`` from ``upstream-<version>..decode-gather``.
 
-    Stale patch files are removed; files whose bytes did not change are left
-    untouched; other files in patches/ are kept.
+    Patch files that the last apply read or export wrote are rewritten or, when the
+    series no longer has them, removed; files whose bytes did not change are left
+    untouched; other files in patches/ are kept.  A patch file export would replace or
+    remove that it did not write (edited by hand since, or a new file) stops it; with
+    ``force`` such files are copied to ``<workdir>/saved/patches.<time>/`` first.  HEAD
+    must be on ``decode-gather``.  Saved bundles whose commits are all in the exported
+    branch are deleted; the others are kept.
     """
     patches_dir = patches_dir or PATCHES_DIR
+    args = _series_args(pin, patches_dir)
     repo = work_repo(workdir, pin.version)
     if not (repo / ".git").is_dir():
-        raise OverlayError(f"{repo} does not exist: run apply first")
+        raise OverlayError(f"{repo} does not exist: run {hint('apply', *args)} first")
+    if head_ref(repo) != f"refs/heads/{BRANCH}":
+        raise OverlayError(
+            f"{repo}: HEAD is {head_place(repo)}; export writes patches/ from branch {BRANCH} only\n"
+            f"to export {BRANCH}, run git -C {repo} switch {BRANCH}, then {hint('export', *args)}\n"
+            f"to export the other branch's work, bring it onto {BRANCH} first (rebase or cherry-pick)"
+        )
     status = git_out(repo, "status", "--porcelain")
     if status:
         log(
-            f"warning: {_dirt(status)} in {repo} are not exported "
+            f"warning: {dirt(status)} in {repo} are not exported "
             f"(commit them there first: git -C {repo} add -A && git -C {repo} commit):\n{status}"
         )
     head = git_out(repo, "rev-parse", f"refs/heads/{BRANCH}")
@@ -498,6 +519,21 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
     with tempfile.TemporaryDirectory(dir=workdir.root, prefix=".export-") as tmp:
         git(repo, "format-patch", *FORMAT_PATCH_FLAGS, "-o", tmp, f"{pin.tag}..{head}")
         new = {p.name: p.read_bytes() for p in Path(tmp).glob("*.patch")}
+    owned = _owned_patch_files(repo, patches_dir)
+    foreign = []
+    for path in patch_files(patches_dir):
+        data = path.read_bytes()
+        if new.get(path.name) != data and owned.get(path.name) != sha256_hex(data):
+            why = "edited since the last apply or export" if path.name in owned else "not written by apply or export"
+            foreign.append((path, f"{'overwrite' if path.name in new else 'remove'}: {why}"))
+    if foreign and not force:
+        listed = "".join(f"\n  {p} (would {why})" for p, why in foreign)
+        raise OverlayError(
+            f"export would replace patch files it did not write:{listed}\n"
+            f"to make {repo} from patches/ as they are now, run {hint('apply', *args)}\n"
+            f"to export anyway, run {hint('export', *args, '--force')} (it copies them to {workdir.saved}/ first)"
+        )
+    saved_note = save_files([p for p, _ in foreign], workdir.saved, "patches") if foreign else None
     for stale in patch_files(patches_dir):
         if stale.name not in new:
             stale.unlink()
@@ -508,12 +544,24 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
             target.write_bytes(data)
             log(f"wrote {target.relative_to(patches_dir.parent)}")
     series = series_hash(patches_dir)
-    _write_state(repo, series, head)
+    write_state(repo, series, head, pin.tag)
+    write_manifest(repo, new)
     log(f"exported {len(new)} patch(es) from {pin.tag}..{BRANCH} ({head}); series {series}")
-    for saved in sorted(workdir.saved.glob(f"{repo.name}.*")):
-        if saved.is_dir():
-            shutil.rmtree(saved)
-        else:
-            saved.unlink()
-        log(f"removed {saved} (work apply --force saved; exported since)")
+    if saved_note:
+        log(saved_note)
+    _drop_exported_bundles(repo, workdir, head)
     return patch_files(patches_dir)
+
+
+def _drop_exported_bundles(repo: Path, workdir: Workdir, head: str) -> None:
+    """Delete the saved bundles of ``repo`` every commit of which is in ``head``'s history."""
+    kept = []
+    for bundle in sorted(workdir.saved.glob(f"{repo.name}.*.bundle")):
+        if all_reachable(repo, bundle_heads(repo, bundle), head):
+            bundle.unlink()
+            log(f"removed {bundle} (every commit in it is in the exported {BRANCH})")
+        else:
+            kept.append(bundle.name)
+    if kept:
+        log(f"kept {len(kept)} saved bundle(s) in {workdir.saved}/ holding commits the export does not include "
+            f"(delete one when you no longer need it): {', '.join(kept)}")  # fmt: skip

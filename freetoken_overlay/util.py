@@ -24,8 +24,10 @@ WORKDIR_ENV = "FT_OVERLAY_WORKDIR"
 WHEELHOUSE_ENV = "FT_OVERLAY_WHEELHOUSE"
 SYSTEM_SITE_ENV = "FT_OVERLAY_SYSTEM_SITE"
 VERBOSE_ENV = "FT_OVERLAY_VERBOSE"
-#: Set by the nox sessions: advice names ``python3 -m nox -s ...`` rather than this CLI.
+#: Set by the nox sessions: advice names ``nox -s ...`` rather than this CLI.
 NOX_ENV = "FT_OVERLAY_NOX"
+#: Set by the noxfile: how nox was started (``nox`` or ``python3 -m nox``), for that advice.
+NOX_COMMAND_ENV = "FT_OVERLAY_NOX_COMMAND"
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -57,12 +59,20 @@ def verbose() -> bool:
     return env_flag(VERBOSE_ENV)
 
 
+def check_flags(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a boolean setting spelled other than :func:`env_flag` allows, whether or not this run reads it."""
+    for name in (VERBOSE_ENV, SYSTEM_SITE_ENV, NOX_ENV):
+        env_flag(name, environ)
+
+
 def hint(command: str, *args: str) -> str:
-    """How to run the step ``command args...`` here: ``python3 -m nox -s COMMAND -- ARGS``
-    under nox ($FT_OVERLAY_NOX), else ``python3 -m freetoken_overlay COMMAND ARGS``."""
+    """How to run the step ``command args...`` here: ``nox -s COMMAND -- ARGS`` under nox
+    ($FT_OVERLAY_NOX; ``python3 -m nox`` when nox was started that way), else
+    ``python3 -m freetoken_overlay COMMAND ARGS``."""
     quoted = [shlex.quote(a) for a in args]
     if env_flag(NOX_ENV):
-        return " ".join(["python3 -m nox -s", command, *(["--", *quoted] if quoted else [])])
+        nox = os.environ.get(NOX_COMMAND_ENV, "").strip() or "nox"
+        return " ".join([nox, "-s", command, *(["--", *quoted] if quoted else [])])
     return " ".join(["python3 -m freetoken_overlay", command, *quoted])
 
 
@@ -107,14 +117,27 @@ class Workdir:
     * ``kernel-cache/``   AOT kernel cache built by ``build`` (FREETOKEN_KERNEL_CACHE_DIR)
     * ``kernel-build/``   its intermediate build files
     * ``failed-apply/``   the last apply attempt that stopped on a patch, for inspection
-    * ``saved/``          work ``apply --force`` discarded (git bundles), kept until the next export
+      (removed by a later successful apply unless something was made in it)
+    * ``saved/``          work that apply or export replaced, saved first: git bundles
+      (``upstream.<time>.bundle``) and patch files (``patches.<time>/``)
+
+    $FT_OVERLAY_WORKDIR must be an absolute path (or start with ``~``): nox runs the
+    sessions from the checkout root, so a relative one would land inside the checkout,
+    where git does not ignore it.
     """
 
     root: Path
 
     @classmethod
-    def from_env(cls) -> Workdir:
-        return cls(env_dir(WORKDIR_ENV, must_exist=False) or REPO_ROOT / ".work")
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Workdir:
+        raw = (os.environ if environ is None else environ).get(WORKDIR_ENV, "").strip()
+        if raw and not Path(raw).expanduser().is_absolute():
+            raise OverlayError(
+                f"{WORKDIR_ENV}={raw!r} is a relative path; allowed: an absolute path (or one starting with ~), "
+                f"e.g. {WORKDIR_ENV}=$PWD/{raw} (nox runs from the checkout root, so a relative work "
+                "directory would land inside the checkout, where git does not ignore it)"
+            )
+        return cls(env_dir(WORKDIR_ENV, must_exist=False, environ=environ) or REPO_ROOT / ".work")
 
     @property
     def wheels(self) -> Path:
@@ -195,11 +218,14 @@ def git(
     env: Mapping[str, str] | None = None,
     check: bool = True,
     capture: bool = True,
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``git -C repo args...``; on failure raise :class:`OverlayError` with git's output."""
+    """Run ``git -C repo args...`` (``input`` on its stdin); on failure raise :class:`OverlayError`
+    with git's output."""
     proc = subprocess.run(
         ["git", "-C", str(repo), *args],
         env=git_env(hermetic=hermetic, extra=env),
+        input=input,
         text=True,
         stdout=subprocess.PIPE if capture else None,
         stderr=subprocess.PIPE if capture else None,

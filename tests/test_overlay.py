@@ -30,6 +30,7 @@ from freetoken_overlay.pin import DEFAULT_VERSION, PINS, get_pin
 from freetoken_overlay.series import BRANCH, FORMAT_PATCH_FLAGS, series_hash
 from freetoken_overlay.upstream import fetch_wheel, git_tree_id, source_files, verify_tree
 from freetoken_overlay.util import (
+    NOX_COMMAND_ENV,
     NOX_ENV,
     REPO_ROOT,
     VERBOSE_ENV,
@@ -50,7 +51,7 @@ AUTHOR = {"GIT_AUTHOR_NAME": "Series Author", "GIT_AUTHOR_EMAIL": "author@exampl
 
 def overlay(*args: str, workdir: Path, check: bool = True, env: dict[str, str] | None = None):
     """Run ``python -m freetoken_overlay args...`` (as outside nox, unless ``env`` says); the completed process."""
-    outer = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, VERBOSE_ENV)}
+    outer = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, VERBOSE_ENV)}
     full_env = {**outer, "FT_OVERLAY_WORKDIR": str(workdir), **(env or {})}
     proc = subprocess.run(
         [sys.executable, "-m", "freetoken_overlay", *args],
@@ -61,12 +62,24 @@ def overlay(*args: str, workdir: Path, check: bool = True, env: dict[str, str] |
     return proc
 
 
-def git(repo: Path, *args: str, date: str | None = None) -> str:
+def git(repo: Path, *args: str, date: str | None = None, check: bool = True) -> str:
     env = {**os.environ, **AUTHOR, "GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@example.com"}
     if date:
         env["GIT_AUTHOR_DATE"] = date
     return subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+                          check=check).stdout.strip()  # fmt: skip
+
+
+def restore_steps(output: str) -> list[str]:
+    """The commands a save printed (two-space indent, an optional ``   (note)`` after each)."""
+    return re.findall(r"^  ((?:git|cp) .*?)(?:   \(.*\))?$", output, flags=re.MULTILINE)
+
+
+def run_steps(output: str) -> list[str]:
+    """Run the printed commands verbatim in a shell, as a user would (with a git identity); their stdout."""
+    env = {**os.environ, **AUTHOR, "GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@example.com"}
+    return [subprocess.run(step, shell=True, check=True, capture_output=True, text=True, env=env).stdout
+            for step in restore_steps(output)]  # fmt: skip
 
 
 def read_dir(path: Path) -> dict[str, bytes]:
@@ -236,7 +249,6 @@ def test_throwaway_series_apply_export_fixed_point(throwaway_series: Path, tmp_p
     (fresh / "wheels").symlink_to(wheel_cache, target_is_directory=True)
     overlay("apply", "--patches", str(throwaway_series), workdir=fresh)
     head = git(fresh / "upstream", "rev-parse", BRANCH)
-    (throwaway_series / "9999-stale.patch").write_text("stale\n")
     overlay("export", "--patches", str(throwaway_series), workdir=fresh)
     assert read_dir(throwaway_series) == before
     # Re-applying is idempotent: same commit ids, work tree left as it was.
@@ -318,19 +330,17 @@ def test_apply_force_saves_what_it_discards(throwaway_series: Path, workdir: Pat
     bundle = Path(re.search(r"saved the work of \S+ to (\S+\.bundle)", proc.stdout).group(1))
     assert bundle.parent == workdir / "saved" and bundle.is_file()
     # The printed steps bring back the branch and the uncommitted files.
-    steps = re.findall(r"^  (git .*?)(?:   \(.*\))?$", proc.stdout, flags=re.MULTILINE)
-    assert len(steps) == 3
-    for step in steps:
-        subprocess.run(step, shell=True, check=True, capture_output=True)
+    assert len(restore_steps(proc.stdout)) == 3
+    run_steps(proc.stdout)
     assert git(repo, "rev-parse", BRANCH) == unexported
     assert (repo / "python/freetoken/new.py").read_text() == "x = 1\n"
     assert (repo / "python/freetoken/version.py").read_text() == "# uncommitted edit\n"
     assert (repo / "python/freetoken/untracked.py").read_text() == "y = 2\n"
-    # Kept until the next successful export.
+    # Kept by export: the uncommitted files in it are in no exported commit.
     git(repo, "checkout", "-q", "--", ".")
     git(repo, "clean", "-qfd")
-    overlay("export", "--patches", str(throwaway_series), workdir=workdir)
-    assert not bundle.exists()
+    export = overlay("export", "--patches", str(throwaway_series), workdir=workdir)
+    assert bundle.exists() and f"kept 1 saved bundle(s) in {workdir / 'saved'}/" in export.stdout
 
 
 def test_untracked_file_advice_resolves_it(throwaway_series: Path, workdir: Path) -> None:
@@ -367,12 +377,14 @@ def test_reapply_after_export_is_a_no_op(throwaway_series: Path, workdir: Path) 
     assert {p: p.stat().st_mtime_ns for p in repo.rglob("*.py")} == before
 
 
-def test_advice_under_nox_names_the_session(throwaway_series: Path, workdir: Path) -> None:
+@pytest.mark.parametrize("nox", ["nox", "python3 -m nox"])
+def test_advice_under_nox_names_the_session(nox: str, throwaway_series: Path, workdir: Path) -> None:
     _commit_unexported(workdir / "upstream")
-    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False, env={NOX_ENV: "1"})
+    env = {NOX_ENV: "1", NOX_COMMAND_ENV: nox}  # as the noxfile sets them, for `nox` or `python3 -m nox`
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False, env=env)
     assert proc.returncode != 0
-    assert f"python3 -m nox -s export -- --patches {throwaway_series}" in proc.stderr
-    assert f"python3 -m nox -s apply -- --patches {throwaway_series} --force" in proc.stderr
+    assert f"run {nox} -s export -- --patches {throwaway_series}" in proc.stderr
+    assert f"run {nox} -s apply -- --patches {throwaway_series} --force" in proc.stderr
     assert "freetoken_overlay" not in proc.stderr.split("error:", 1)[1]
 
 
@@ -418,6 +430,181 @@ def test_series_hash(tmp_path: Path) -> None:
     (tmp_path / "README").write_bytes(b"not part of the series")
     assert series_hash(tmp_path) == hashlib.sha256(b"ab").hexdigest()[:12]
     assert series_hash() == series_hash(series.PATCHES_DIR)
+
+
+# --------------------------------------------------------------------------- no work is lost (issue 16)
+
+
+def _drop_last_patch(patches: Path) -> None:
+    """patches/ changes under the work repository, as a `git pull` of this checkout would do."""
+    max(patches.glob("*.patch")).unlink()
+
+
+def test_reapply_after_patches_change_keeps_branches_and_stashes(throwaway_series: Path, workdir: Path) -> None:
+    """Loss path 1: a side branch and stash entries in .work/upstream, then patches/ changes, then build."""
+    repo = workdir / "upstream"
+    old_tip = git(repo, "rev-parse", BRANCH)
+    git(repo, "switch", "-q", "-c", "my-idea")
+    (repo / "python/freetoken/idea.py").write_text("IDEA = 1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "an idea", date="1700000400 +0000")
+    idea = git(repo, "rev-parse", "HEAD")
+    git(repo, "switch", "-q", BRANCH)
+    version = repo / "python/freetoken/version.py"
+    original = version.read_text()
+    for n in (1, 2):
+        version.write_text(original + f"# stashed {n}\n")
+        git(repo, "stash", "push", "-q", "-m", f"stash {n}")
+    stashes = git(repo, "rev-parse", "stash@{0}", "stash@{1}")
+    _drop_last_patch(throwaway_series)
+
+    # build (and test) re-apply first: they refuse, naming what would go and the command that goes on
+    proc = overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "branch my-idea, 2 stash entries, which patches/ does not hold" in proc.stderr
+    assert f"apply --patches {throwaway_series} --force" in proc.stderr
+    assert git(repo, "rev-parse", "my-idea") == idea
+
+    proc = overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir)
+    assert git(repo, "branch", "--list", "my-idea") == "" and git(repo, "stash", "list") == ""
+    run_steps(proc.stdout)
+    assert git(repo, "rev-parse", "my-idea") == idea
+    assert git(repo, "rev-parse", "stash@{0}", "stash@{1}") == stashes
+    assert git(repo, "stash", "list", "--format=%gs").splitlines() == [f"On {BRANCH}: stash {n}" for n in (2, 1)]
+    assert git(repo, "rev-parse", BRANCH) == old_tip and git(repo, "symbolic-ref", "HEAD") == f"refs/heads/{BRANCH}"
+
+
+def test_reapply_saves_commits_only_the_reflog_holds(throwaway_series: Path, workdir: Path) -> None:
+    """Loss path 1: the reflog (an amended commit's old version) survives a re-apply, unasked."""
+    repo = workdir / "upstream"
+    before = git(repo, "rev-parse", BRANCH)
+    git(repo, "commit", "-q", "--amend", "-m", "Drop cache_report, add a test (reworded)", date="1700000100 +0000")
+    overlay("export", "--patches", str(throwaway_series), workdir=workdir)
+    _drop_last_patch(throwaway_series)
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir)
+    assert f"saved the 1 commit(s) that only the reflog of {repo} held to {workdir / 'saved'}/" in proc.stdout
+    assert git(repo, "cat-file", "-t", before, check=False) != "commit"  # gone from the new repository
+    outputs = run_steps(proc.stdout)
+    assert before[:7] in outputs[-1] and git(repo, "cat-file", "-t", before) == "commit"
+
+
+def test_export_refuses_when_head_is_on_another_branch(throwaway_series: Path, workdir: Path) -> None:
+    """Loss path 1: export with HEAD on another branch exported decode-gather silently."""
+    repo = workdir / "upstream"
+    git(repo, "switch", "-q", "-c", "my-idea")
+    _commit_unexported(repo)
+    before = read_dir(throwaway_series)
+    proc = overlay("export", "--patches", str(throwaway_series), workdir=workdir, check=False)
+    assert proc.returncode == 1 and "HEAD is on branch my-idea" in proc.stderr
+    assert f"run git -C {repo} switch {BRANCH}, then python3 -m freetoken_overlay export" in proc.stderr
+    assert read_dir(throwaway_series) == before
+    git(repo, "switch", "-q", BRANCH)
+    overlay("export", "--patches", str(throwaway_series), workdir=workdir)
+
+
+def test_export_drops_a_bundle_only_once_its_commits_are_exported(throwaway_series: Path, workdir: Path) -> None:
+    """Loss path 2: commit X, apply --force, an unrelated commit Y, export: X's bundle stays."""
+    repo = workdir / "upstream"
+    x = _commit_unexported(repo)
+    saved = overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir).stdout
+    bundle = Path(re.search(r" to (\S+\.bundle) ", saved).group(1))
+    (repo / "python/freetoken/y.py").write_text("Y = 1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "unrelated", date="1700000500 +0000")
+    for _ in range(2):  # the export of Y, then a no-op export
+        proc = overlay("export", "--patches", str(throwaway_series), workdir=workdir)
+        assert bundle.is_file() and "kept 1 saved bundle(s)" in proc.stdout and bundle.name in proc.stdout
+    # Once X is on the exported branch, its bundle goes.
+    run_steps(saved)
+    assert git(repo, "rev-parse", BRANCH) == x
+    proc = overlay("export", "--patches", str(throwaway_series), workdir=workdir)
+    assert not bundle.exists() and f"removed {bundle} (every commit in it is in the exported" in proc.stdout
+
+
+def test_export_keeps_patch_files_it_did_not_write(throwaway_series: Path, workdir: Path) -> None:
+    """Loss path 3: a hand edit to a patch file and an untracked 0007-*.patch survive export."""
+    first = min(throwaway_series.glob("*.patch"))
+    edited = first.read_text().replace("A body line.", "A body line, edited by hand.")
+    first.write_text(edited)
+    extra = throwaway_series / "0007-extra.patch"
+    extra.write_text("a patch export did not write\n")
+    proc = overlay("export", "--patches", str(throwaway_series), workdir=workdir, check=False)
+    assert proc.returncode == 1
+    assert f"{first} (would overwrite: edited since the last apply or export)" in proc.stderr
+    assert f"{extra} (would remove: not written by apply or export)" in proc.stderr
+    assert f"export --patches {throwaway_series} --force" in proc.stderr
+    assert first.read_text() == edited and extra.is_file()
+    proc = overlay("export", "--force", "--patches", str(throwaway_series), workdir=workdir)
+    assert first.read_text() != edited and not extra.exists()
+    run_steps(proc.stdout)  # the printed cp commands put both back
+    assert first.read_text() == edited and extra.read_text() == "a patch export did not write\n"
+
+
+def test_restoring_a_second_save_works_as_printed_and_keeps_newer_edits(throwaway_series: Path, workdir: Path) -> None:
+    """Loss path 4: the second bundle's restore commands ran into the first's refs; reset --hard dropped edits."""
+    repo = workdir / "upstream"
+    version = repo / "python/freetoken/version.py"
+    original = version.read_text()
+    a = _commit_unexported(repo)
+    version.write_text(original + "# edit A\n")
+    first = overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir).stdout
+    (repo / "python/freetoken/b.py").write_text("B = 1\n")
+    git(repo, "add", "python/freetoken/b.py")
+    git(repo, "commit", "-q", "-m", "B", date="1700000600 +0000")
+    b = git(repo, "rev-parse", BRANCH)
+    version.write_text(original + "# edit B\n")
+    second = overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir).stdout
+
+    run_steps(first)
+    assert git(repo, "rev-parse", BRANCH) == a and version.read_text() == original + "# edit A\n"
+    # edit A is now newer than the second save: its restore stops instead of overwriting it
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        run_steps(second)
+    assert " stash apply " in failed.value.cmd and version.read_text() == original + "# edit A\n"
+    git(repo, "stash", "push", "-q", "-m", "edit A")  # set it aside, then the printed commands work as printed
+    run_steps(second)
+    assert git(repo, "rev-parse", BRANCH) == b and version.read_text() == original + "# edit B\n"
+    assert git(repo, "stash", "list", "--format=%gs") == f"On {BRANCH}: edit A"
+    first_name = re.search(r" to \S+/(\S+)\.bundle ", first).group(1)
+    assert git(repo, "rev-parse", f"refs/saved/{first_name}/heads/{BRANCH}") == a
+
+
+def test_build_refuses_uncommitted_edits_in_the_work_tree(throwaway_series: Path, workdir: Path) -> None:
+    """Loss path 5: an uncommitted edit made build say "up to date" and test a mix of old wheel and new tests."""
+    repo = workdir / "upstream"
+    overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir)
+    (repo / "tests/test_throwaway.py").write_text("def test_nothing():\n    assert False\n")
+    proc = overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir, check=False)
+    assert proc.returncode == 1 and "up to date" not in proc.stdout
+    assert f"{repo} has uncommitted changes" in proc.stderr and "tests/test_throwaway.py" in proc.stderr
+    assert f"git -C {repo} stash push --include-untracked, then build again" in proc.stderr
+    git(repo, "stash", "push", "-q", "--include-untracked")
+    assert "patched wheel is up to date" in overlay("build-wheel", "--patches", str(throwaway_series),
+                                                     workdir=workdir).stdout  # fmt: skip
+    git(repo, "switch", "-q", "-c", "elsewhere")
+    proc = overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir, check=False)
+    assert proc.returncode == 1 and "HEAD is on branch elsewhere, but the patched wheel is built" in proc.stderr
+
+
+def test_failed_apply_scratch_goes_after_a_later_success_unless_used(throwaway_series: Path, workdir: Path) -> None:
+    second = max(throwaway_series.glob("*.patch"))
+    good = second.read_bytes()
+    failed = workdir / "failed-apply"
+    for used in (False, True):
+        _break_patch(second, "python/freetoken/cache_report.py")
+        assert overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False).returncode == 1
+        assert failed.is_dir()
+        if used:
+            (failed / "python/freetoken/fix.py").write_text("made here\n")
+        second.write_bytes(good)  # fixed: the work repository is up to date again
+        proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir)
+        assert "nothing to do" in proc.stdout
+        assert failed.is_dir() == used
+        assert (f"kept {failed}: something was made in it" if used else f"removed {failed}") in proc.stdout
+    # a new failed attempt saves what was made in the old one before taking its place
+    _break_patch(second, "python/freetoken/cache_report.py")
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False)
+    assert "saved the work of" in proc.stdout and not (failed / "python/freetoken/fix.py").exists()
 
 
 # --------------------------------------------------------------------------- patched wheel
@@ -529,20 +716,101 @@ def test_kernel_cache_loads_on_gpu() -> None:
 # --------------------------------------------------------------------------- settings
 
 
-def test_bad_settings_are_named() -> None:
+def test_bad_settings_are_named(monkeypatch) -> None:
     with pytest.raises(OverlayError, match=r"FT_OVERLAY_SYSTEM_SITE='maybe'.*allowed values"):
         env_flag("FT_OVERLAY_SYSTEM_SITE", {"FT_OVERLAY_SYSTEM_SITE": "maybe"})
     with pytest.raises(OverlayError, match=r"'9\.9\.9'.*allowed values: 0\.2\.0, 0\.2\.1"):
         get_pin("9.9.9")
-    os.environ[kernels.CUDA_ARCH_LIST_ENV], old = "9.0 sm90", os.environ.get(kernels.CUDA_ARCH_LIST_ENV)
-    try:
-        with pytest.raises(OverlayError, match=r"TVM_FFI_CUDA_ARCH_LIST='9.0 sm90': sm90 .*allowed values"):
-            kernels.cuda_arch_list()
-    finally:
-        if old is None:
-            del os.environ[kernels.CUDA_ARCH_LIST_ENV]
-        else:
-            os.environ[kernels.CUDA_ARCH_LIST_ENV] = old
+    monkeypatch.setenv(kernels.CUDA_ARCH_LIST_ENV, "9.0 sm90")
+    with pytest.raises(OverlayError, match=r"TVM_FFI_CUDA_ARCH_LIST='9.0 sm90': sm90 .*allowed values"):
+        kernels.cuda_arch_list()
+
+
+@pytest.mark.parametrize("name", [VERBOSE_ENV, "FT_OVERLAY_SYSTEM_SITE"])
+def test_boolean_settings_share_one_parser(name: str, tmp_path: Path) -> None:
+    """Both are refused when misspelt, by every command (series-hash reads neither)."""
+    proc = overlay("series-hash", workdir=tmp_path, check=False, env={name: "maybe"})
+    assert proc.returncode == 1
+    assert f"{name}='maybe' is not a boolean; allowed values: '1', 'true', 'yes', 'on', '', '0'" in proc.stderr
+    assert overlay("series-hash", workdir=tmp_path, env={name: "Yes"}).stdout.strip() == series_hash()
+
+
+def test_relative_workdir_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(OverlayError, match=r"FT_OVERLAY_WORKDIR='work' is a relative path; allowed: an absolute"):
+        Workdir.from_env({"FT_OVERLAY_WORKDIR": "work"})
+    assert Workdir.from_env({"FT_OVERLAY_WORKDIR": str(tmp_path)}).root == tmp_path
+    assert Workdir.from_env({"FT_OVERLAY_WORKDIR": "~/w"}).root == Path.home() / "w"
+    proc = overlay("apply", workdir=Path("work"), check=False)
+    assert proc.returncode == 1 and "FT_OVERLAY_WORKDIR='work' is a relative path" in proc.stderr
+    assert not (REPO_ROOT / "work").exists()
+
+
+def test_verbose_only_where_pip_runs(tmp_path: Path) -> None:
+    for command in ("export", "series-hash"):
+        proc = overlay(command, "-v", workdir=tmp_path, check=False)
+        assert proc.returncode == 2 and "unrecognized arguments: -v" in proc.stderr
+    for command in ("apply", "build", "build-wheel", "build-kernels", "verify", "wheelhouse"):
+        assert "--verbose" in overlay(command, "--help", workdir=tmp_path).stdout
+
+
+def test_build_without_torch_says_what_to_install(tmp_path: Path, workdir: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", NOX_ENV, NOX_COMMAND_ENV)}
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "freetoken_overlay", "build"], cwd=REPO_ROOT,
+        env={**env, "FT_OVERLAY_WORKDIR": str(workdir)}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "this Python" in proc.stderr and "has no module 'torch'" in proc.stderr
+    assert "nox -s build" in proc.stderr and " -m pip install torch==" in proc.stderr
+    assert not (workdir / "upstream").exists()  # it stopped before doing anything
+
+
+def _noxfile_function(name: str) -> dict:
+    """A top-level function of noxfile.py (with the constants it reads), run without nox installed."""
+    import ast
+
+    tree = ast.parse((REPO_ROOT / "noxfile.py").read_text())
+    wanted = {name, "_PYTEST_VALUE_OPTIONS"}
+    nodes = [n for n in tree.body if getattr(n, "name", None) in wanted
+             or (isinstance(n, ast.Assign) and any(getattr(t, "id", None) in wanted for t in n.targets))]  # fmt: skip
+    namespace = {"ROOT": REPO_ROOT, "Path": Path}
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), "noxfile.py", "exec"), namespace)
+    return namespace
+
+
+def test_test_paths_after_double_dash_replace_the_defaults() -> None:
+    split = _noxfile_function("_split_test_paths")["_split_test_paths"]
+    assert split(["tests/test_gpukit.py"]) == (["tests/test_gpukit.py"], [])
+    assert split(["-k", "decode_gather", "-x"]) == ([], ["-k", "decode_gather", "-x"])
+    assert split(["-k", "tests", "tests/test_report.py::test_x", "-m", "gpu", "conformance"]) == (
+        ["tests/test_report.py::test_x", "conformance"], ["-k", "tests", "-m", "gpu"])  # fmt: skip
+
+
+def test_bare_nox_imports_the_noxfile(tmp_path: Path) -> None:
+    """`nox` (its own script, not `python3 -m nox`) does not put the checkout on sys.path."""
+    nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
+    if nox is None:
+        pytest.skip("no nox on PATH")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", NOX_ENV, NOX_COMMAND_ENV)}
+    proc = subprocess.run([nox, "-l"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "* test" in proc.stdout
+
+
+def test_kernel_cache_built_for_this_series_is_used() -> None:
+    """Under `nox -s test`, a kernel cache `nox -s build` made for the installed freetoken is the one used."""
+    if not os.environ.get(NOX_ENV):
+        pytest.skip("checks the environment nox -s test sets up")
+    manifest = Workdir.from_env().kernel_cache / "MANIFEST.json"
+    if not manifest.is_file():
+        pytest.skip(f"no kernel cache at {manifest.parent} (nox -s build makes it)")
+    import json
+
+    if json.loads(manifest.read_text()).get("freetoken") != importlib.metadata.version("freetoken"):
+        pytest.skip("the kernel cache is for another series (nox -s build rebuilds it)")
+    assert os.environ.get("FREETOKEN_KERNEL_CACHE_DIR") == str(manifest.parent)
 
 
 def test_cli_version_release_and_help(tmp_path: Path) -> None:
