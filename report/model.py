@@ -195,6 +195,7 @@ def upstream_bench_view(doc: Doc | None) -> dict[str, Any] | None:
     view_rows = [
         {
             "n": r["n"],
+            "regime": regime(r),
             "upstream_us": (r.get("median_us") or {}).get("upstream"),
             "spread": r.get("aa_spread"),
             "tma_gbps": (r.get("gbps") or {}).get("tma"),
@@ -206,10 +207,11 @@ def upstream_bench_view(doc: Doc | None) -> dict[str, Any] | None:
                 for k in names
             ],
         }
-        for r in rows
+        for r in sorted(rows, key=lambda r: (regime_key(regime(r)), r["n"]))
     ]
+    decides = view_rows[0]["regime"]
     per_name = {
-        k: words.groups([{"n": r["n"], "verdict": r["cells"][i]["verdict"]} for r in view_rows])
+        k: words.groups([{"n": r["n"], "verdict": r["cells"][i]["verdict"]} for r in view_rows if r["regime"] == decides])
         for i, k in enumerate(names)
     }
     return {
@@ -218,7 +220,9 @@ def upstream_bench_view(doc: Doc | None) -> dict[str, Any] | None:
         "names": names,
         "rows": view_rows,
         "groups": per_name,
-        "verified": sum(r.get("verified_sets", 0) for r in rows),
+        "decides": decides,
+        "regimes": sorted({r["regime"] for r in view_rows}, key=regime_key),
+        "verified": sum(r.get("verified", r.get("verified_sets", 0)) for r in rows),
         "wrong": len(doc.get("failures") or []),
     }
 
@@ -447,6 +451,34 @@ def machine_of(docs: Mapping[str, Doc]) -> tuple[dict[str, Any], dict[str, Any]]
     return {}, {}
 
 
+def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
+    """The decode-regime probes (``<device>/probes/probe_*.json`` of ``bench.probes.probe_fresh``): per
+    miss count and regime, every kernel variant's paired ratio to upstream with its verdict against the
+    run's A/A spread; rows in numeric order, decode before replay."""
+    runs = []
+    for path in sorted((base / slug / "probes").glob("probe_*.json")):
+        doc = results.read_json(path) or {}
+        rows = []
+        for n, entry in (doc.get("per_n") or {}).items():
+            for reg in sorted((k for k in entry if k in ("decode", "replay")), key=regime_key):
+                summ = entry[reg]["summary"]
+                spread = next(iter(summ.values()))["aa_spread"]
+                cells = [{"name": k, "ratio": s["speedup_paired"], "verdict": verdict(s["speedup_paired"], spread)}
+                         for k, s in summ.items()]  # fmt: skip
+                rows.append({"n": int(n), "regime": reg, "aa_spread": spread, "cells": cells})
+        if rows:
+            rows.sort(key=lambda r: (regime_key(r["regime"]), r["n"]))
+            runs.append({
+                "file": f"{slug}/probes/{path.name}",
+                "series": (doc.get("provenance") or {}).get("series_hash") or doc.get("series_hash"),
+                "footprint": doc.get("footprint"),
+                "variants": [c["name"] for c in rows[0]["cells"]],
+                "rows": rows,
+                "step": doc.get("step"),
+            })  # fmt: skip
+    return {"runs": runs} if runs else None
+
+
 def device_view(slug: str, base: Path) -> dict[str, Any]:
     docs = results.load_device(slug, base)
     machine, prov = machine_of(docs)
@@ -475,6 +507,7 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "conformance": conformance_view(docs.get("conformance")),
         "sanitizer": sanitizer_view(docs.get("sanitizer")),
         "targets": targets_view(gather, ceiling),
+        "regime_probes": regime_probe_view(base, slug),
     }
 
 
