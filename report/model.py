@@ -52,7 +52,8 @@ def gather_row(r: Doc) -> dict[str, Any]:
         "verdict": verdict(r.get("speedup"), r.get("aa_spread")),
         "gbps": (r.get("gbps") or {}).get("ours"),
         "pct": (r.get("pct_of_ceiling") or {}).get("ours"),
-        "ideal": r.get("ideal_us"),
+        "ideal": r.get("ideal_us") if r.get("ideal_us") is not None else (
+            (r.get("bytes_per_layer") or 0) / (r["ceiling_gbps"] * 1e9) * 1e6 if r.get("ceiling_gbps") else None),
         "ceiling_gbps": r.get("ceiling_gbps"),
     }
 
@@ -101,6 +102,7 @@ def gather_view(bench: Doc | None) -> dict[str, Any] | None:
     ceiling = bench.get("ceiling") or {}
     return {
         "tables": tables,
+        "all_rows": rows,
         "regime": head,
         "regimes": regimes,
         "mains": mains,
@@ -479,6 +481,22 @@ def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
     return {"runs": runs} if runs else None
 
 
+def decode_losses(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every decode-regime figure where decode_gather is slower beyond its run's A/A spread: the
+    project benchmark's per-layer rows and the series' benchmark's ``tma`` column."""
+    out = []
+    for r in (gather or {}).get("all_rows", []):
+        if r["regime"] == "decode" and r["verdict"] == "slower":
+            out.append({"n": r["n"], "ratio": r["ratio"], "spread": r["spread"], "where": "the project benchmark"})
+    if ubench and "tma" in ubench["names"]:
+        i = ubench["names"].index("tma")
+        for r in ubench["rows"]:
+            c = r["cells"][i]
+            if r["regime"] == "decode" and c["verdict"] == "slower":
+                out.append({"n": r["n"], "ratio": c["ratio"], "spread": r["spread"], "where": "the series' benchmark"})
+    return out
+
+
 def device_view(slug: str, base: Path) -> dict[str, Any]:
     docs = results.load_device(slug, base)
     machine, prov = machine_of(docs)
@@ -508,6 +526,7 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "sanitizer": sanitizer_view(docs.get("sanitizer")),
         "targets": targets_view(gather, ceiling),
         "regime_probes": regime_probe_view(base, slug),
+        "losses": decode_losses(gather, upstream_bench_view(docs.get("upstream_bench"))),
     }
 
 
