@@ -18,11 +18,11 @@ import pytest
 pytest.importorskip("freetoken.engine.config", reason="needs the patched freetoken wheel (nox -s test)")
 torch = pytest.importorskip("torch")
 
-from bench.e2e import synth  # noqa: E402
-from bench.e2e.checkpoint import make_checkpoint  # noqa: E402
-from bench.e2e.worker import PROMPT  # noqa: E402
-from gpukit.geometry import NVFP4_EXPERT_BYTES  # noqa: E402
-from gpukit.routing import lru_miss_rate  # noqa: E402
+from bench.e2e import synth
+from bench.e2e.checkpoint import make_checkpoint
+from bench.e2e.worker import PROMPT
+from gpukit.geometry import NVFP4_EXPERT_BYTES
+from gpukit.routing import lru_miss_rate
 
 TINY = synth.SynthSpec.tiny(seed=7)
 
@@ -39,8 +39,8 @@ def ft(monkeypatch):
     from freetoken.distributed import DistributedInfo
     from freetoken.distributed import info as tp
     from freetoken.layers import rotary
-    from freetoken.layers.quantization import quant_backend as qb
     from freetoken.layers.quantization import configs as qc
+    from freetoken.layers.quantization import quant_backend as qb
 
     for module, name in ((tp, "_TP_INFO"), (rotary, "_ROPE_DEVICE"), (qb, "_QUANT_BACKEND"), (qc, "_QUANT_CONFIG")):
         monkeypatch.setattr(module, name, getattr(module, name))
@@ -55,7 +55,9 @@ def engine_config(path):
     from freetoken.distributed import DistributedInfo
     from freetoken.engine.config import EngineConfig
 
-    return EngineConfig(model_path=str(path), tp_info=DistributedInfo(0, 1), dtype=torch.bfloat16, moe_strategy="offload")
+    return EngineConfig(
+        model_path=str(path), tp_info=DistributedInfo(0, 1), dtype=torch.bfloat16, moe_strategy="offload"
+    )
 
 
 def test_config_parses_as_the_proposals_architecture(tiny_ckpt, ft):
@@ -73,7 +75,7 @@ def dense_weights(path) -> dict:
     """FreeToken's dense reader over the checkpoint (after the model config installs its QuantConfig)."""
     from freetoken.models import load_weight
 
-    engine_config(path).model_config
+    _ = engine_config(path).model_config  # installs its QuantConfig, as the engine does before loading
     return dict(load_weight(str(path), torch.device("cpu"), include_moe_experts=False, include_vision=False))
 
 
@@ -105,7 +107,7 @@ def test_expert_pieces_are_the_files_bytes(tiny_ckpt, ft):
     assert sorted((layer, expert) for layer, expert, _, _ in pieces) == [(l, e) for l in range(4) for e in range(16)]
     index = json.loads((tiny_ckpt / "model.safetensors.index.json").read_text())["weight_map"]
     roles = {"weight": "", "weight_scale": "_scale", "weight_scale_2": "_global", "input_scale": "_input"}
-    for layer, expert, _, piece in pieces[:: 13]:
+    for layer, expert, _, piece in pieces[::13]:
         assert len(piece) == 12
         for proj, role in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
             for kind, suffix in roles.items():
@@ -114,7 +116,9 @@ def test_expert_pieces_are_the_files_bytes(tiny_ckpt, ft):
                     raw = f.get_tensor(name)
                 got = piece[role + suffix]
                 assert got.shape[0] == 1
-                assert torch.equal(got.reshape(-1).view(torch.uint8), raw.reshape(-1).contiguous().view(torch.uint8)), name
+                assert torch.equal(got.reshape(-1).view(torch.uint8), raw.reshape(-1).contiguous().view(torch.uint8)), (
+                    name
+                )
     scales = pieces[0][3]["gate_scale"].view(torch.uint8)
     assert int(scales.min()) >= 0x30 and int(scales.max()) < 0x40  # finite e4m3 block scales, no NaN codes
 

@@ -21,8 +21,9 @@ import math
 import struct
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from bench.e2e.synth import (
     EPS,
@@ -102,7 +103,7 @@ def write_tokenizer(out: Path, vocab_size: int) -> int:
 class Entry:
     """One tensor of a shard: name, safetensors dtype, shape, and its bytes (a uint8 numpy array)."""
 
-    __slots__ = ("name", "dtype", "shape", "data")
+    __slots__ = ("data", "dtype", "name", "shape")
 
     def __init__(self, name: str, dtype: str, shape: tuple[int, ...], data) -> None:
         self.name, self.dtype, self.shape, self.data = name, dtype, tuple(shape), data
@@ -204,7 +205,7 @@ class Generator:
     def layer_entries(self, layer: int) -> list[Entry]:
         torch, s = self.torch, self.spec
         h, p = s.hidden, f"{ROOT}.layers.{layer}"
-        out_std = lambda fan_in, in_rms: EPS * self.x_rms / (in_rms * math.sqrt(fan_in))  # noqa: E731
+        out_std = lambda fan_in, in_rms: EPS * self.x_rms / (in_rms * math.sqrt(fan_in))
         e = [
             self.const(f"{p}.input_layernorm.weight", (h,), 0.0, torch.bfloat16),
             self.const(f"{p}.post_attention_layernorm.weight", (h,), 0.0, torch.bfloat16),
@@ -328,7 +329,11 @@ def make_checkpoint(out: Path, spec: SynthSpec, *, device: str | None = None, fo
 
     emit(0, "embedding, LM head, final norm", gen.head_entries())
     for layer in range(spec.layers):
-        emit(layer + 1, f"layer {layer} {spec.layer_types[layer]}", [*gen.layer_entries(layer), *gen.expert_entries(layer)])
+        emit(
+            layer + 1,
+            f"layer {layer} {spec.layer_types[layer]}",
+            [*gen.layer_entries(layer), *gen.expert_entries(layer)],
+        )
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=1) + "\n")
     (out / "config.json").write_text(json.dumps(config_json(spec, eos_token_id=eos), indent=1) + "\n")

@@ -32,8 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from bench.e2e import synth
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
@@ -170,9 +171,7 @@ def summarize_point(point: dict[str, Any], index: int, runs: list[dict[str, Any]
         r for r in {x["repeat"] for x in mine} if len({x["variant"] for x in mine if x["repeat"] == r}) == 2
     ]
     mism = ids_mismatches(mine)
-    counts = [
-        {x["variant"]: x.get("misses_total") for x in mine if x["repeat"] == r} for r in sorted(complete_pairs)
-    ]
+    counts = [{x["variant"]: x.get("misses_total") for x in mine if x["repeat"] == r} for r in sorted(complete_pairs)]
     speedup = ours / base if base and ours else None
     if paired and min(paired) <= 1.0 <= max(paired):
         verdict = "tie"
@@ -289,7 +288,9 @@ def execute(
     for k, (r, p, v) in enumerate(plan):
         elapsed = clock() - t0
         if budget_s is not None and elapsed + longest > budget_s:
-            errors.append(f"time budget {budget_s:.0f} s: stopped after {k} of {len(plan)} runs ({elapsed:.0f} s spent)")
+            errors.append(
+                f"time budget {budget_s:.0f} s: stopped after {k} of {len(plan)} runs ({elapsed:.0f} s spent)"
+            )
             log(errors[-1])
             on_update(runs, False, errors)
             return EXIT_FAILED
@@ -309,7 +310,9 @@ def execute(
             f"{res['copy_kernel']}, load {res.get('load_s', 0):.0f} s, ids {res['ids_sha256'][:12]}")  # fmt: skip
         mism = ids_mismatches([x for x in runs if x["repeat"] == r and x["point"] == p])
         if mism:
-            errors.append(f"generated ids differ between unset and tma (repeat {r + 1}, slots {points[p]['slots']}): {mism}")
+            errors.append(
+                f"generated ids differ between unset and tma (repeat {r + 1}, slots {points[p]['slots']}): {mism}"
+            )
             log(errors[-1])
             on_update(runs, False, errors)
             return EXIT_IDS_DIFFER

@@ -39,6 +39,7 @@ routers, so the exact miss counts of the two variants are compared as well (info
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from pathlib import Path
@@ -105,11 +106,13 @@ class SynthSpec:
                 raise ValueError(f"SynthSpec.{name}={getattr(self, name)!r}: must be {allowed}")
 
     @classmethod
-    def tiny(cls, **kw: Any) -> "SynthSpec":
+    def tiny(cls, **kw: Any) -> SynthSpec:
         """A few-MB model of the same architecture and NVFP4 layout, for CPU tests and smoke runs."""
-        base = dict(layers=4, experts=16, top_k=4, hidden=256, moe_intermediate=256, shared_intermediate=128,
-                    heads=2, kv_heads=1, head_dim=128, linear_k_heads=2, linear_v_heads=4, linear_head_dim=64,
-                    vocab=512, max_position=8192)  # fmt: skip
+        base = {
+            "layers": 4, "experts": 16, "top_k": 4, "hidden": 256, "moe_intermediate": 256, "shared_intermediate": 128,
+            "heads": 2, "kv_heads": 1, "head_dim": 128, "linear_k_heads": 2, "linear_v_heads": 4, "linear_head_dim": 64,
+            "vocab": 512, "max_position": 8192,
+        }  # fmt: skip
         return cls(**{**base, **kw})
 
     # ------------------------------------------------------------------ derived sizes
@@ -160,7 +163,7 @@ class SynthSpec:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "SynthSpec":
+    def from_json(cls, d: dict[str, Any]) -> SynthSpec:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -257,7 +260,7 @@ def miss_table(spec: SynthSpec, *, steps: int = 400, warm: int = 150, points: in
 
     trace = routing_trace(spec, steps).tolist()
     lo, hi = spec.experts, spec.layers * spec.experts
-    grid = sorted({int(round(lo * (hi / lo) ** (k / (points - 1)))) for k in range(points)}) if hi > lo else [lo]
+    grid = sorted({round(lo * (hi / lo) ** (k / (points - 1))) for k in range(points)}) if hi > lo else [lo]
     return [[s, round(lru_miss_rate(trace, spec.experts, s, warm_steps=warm), 4)] for s in grid]
 
 
@@ -269,10 +272,10 @@ def slots_for_miss_rate(table: list[list[float]], target: float) -> int:
     pts = sorted((int(s), float(r)) for s, r in table)
     if target >= pts[0][1]:
         return pts[0][0]
-    for (s0, r0), (s1, r1) in zip(pts, pts[1:]):
+    for (s0, r0), (s1, r1) in itertools.pairwise(pts):
         if r1 <= target <= r0:
             f = 0.0 if r0 == r1 else (r0 - target) / (r0 - r1)
-            return int(round(s0 + f * (s1 - s0)))
+            return round(s0 + f * (s1 - s0))
     return pts[-1][0]
 
 
@@ -280,7 +283,7 @@ def predicted_miss_rate(table: list[list[float]], slots: int) -> float | None:
     pts = sorted((int(s), float(r)) for s, r in table)
     if not pts or slots < pts[0][0]:
         return None
-    for (s0, r0), (s1, r1) in zip(pts, pts[1:]):
+    for (s0, r0), (s1, r1) in itertools.pairwise(pts):
         if s0 <= slots <= s1:
             return round(r0 + (slots - s0) / (s1 - s0) * (r1 - r0), 4) if s1 > s0 else r0
     return pts[-1][1]

@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if 1 not in graph_bs:
         raise RuntimeError(f"no batch-1 CUDA graph was captured (graph batch sizes {graph_bs}); decode would run eager")
 
-    greedy = dict(temperature=0.0, ignore_eos=True)
+    greedy = {"temperature": 0.0, "ignore_eos": True}
     llm.generate([WARMUP_PROMPT], SamplingParams(max_tokens=WARMUP_TOKENS, **greedy))
     torch.cuda.synchronize()
     llm.stamps = []
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "miss_rate": stats["miss_rate"],
         "active_per_token": stats["active_per_layer"] * layers,
         "layer_calls": stats["layer_calls"],
-        "misses_total": int(round(stats["missing_per_layer"] * stats["layer_calls"])),
+        "misses_total": round(stats["missing_per_layer"] * stats["layer_calls"]),
         "ids_sha256": ids_sha256(ids),
         "ids_head": ids[:16],
         "vram_peak_reserved_bytes": torch.cuda.max_memory_reserved(),
