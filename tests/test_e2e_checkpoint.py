@@ -179,5 +179,13 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     c = make_checkpoint(tmp_path / "c", synth.SynthSpec.tiny(seed=8, layers=1), device="cpu")
     shard = "model-00002-of-00002.safetensors"
     assert (a / shard).read_bytes() == (b / shard).read_bytes() != (c / shard).read_bytes()
-    with pytest.raises(FileExistsError, match="--force"):
+    before = (a / shard).stat().st_mtime_ns
+    assert make_checkpoint(a, spec, device="cpu") == a and (a / shard).stat().st_mtime_ns == before  # reused
+    with pytest.raises(FileExistsError, match="another spec.*--force"):
+        make_checkpoint(a, synth.SynthSpec.tiny(seed=9, layers=1), device="cpu")
+    (a / shard).unlink()
+    with pytest.raises(FileExistsError, match="shards missing"):
         make_checkpoint(a, spec, device="cpu")
+    assert (
+        make_checkpoint(a, spec, device="cpu", force=True) == a and (a / shard).read_bytes() == (b / shard).read_bytes()
+    )

@@ -206,3 +206,41 @@ def test_worker_pure_parts():
     assert kw["moe_strategy"] == "offload" and kw["moe_cache_size"] == 600 and kw["moe_prefill_overlap"] is True
     assert kw["max_running_req"] == kw["cuda_graph_max_bs"] == 1 and kw["moe_collect_stats"] is True
     assert engine_kwargs(argparse.Namespace(slots=300, kv_tokens=8192), num_experts=256)["moe_prefill_overlap"] is False
+
+
+def test_resume_continues_an_interrupted_document(tmp_path, monkeypatch):
+    """An interrupted session (here a failed 5th run) is continued by the same command with
+    --resume: only the missing runs run, and the document ends complete."""
+    model = make_model_dir(tmp_path)
+    out = tmp_path / "out"
+    monkeypatch.setattr(harness, "PAUSE_S", 0.0)
+
+    def main_with(runner, *extra):
+        monkeypatch.setattr(harness, "worker_runner", lambda args, log_dir: runner)
+        argv = ["run", "--model", str(model), "--out", str(out), "--log-dir", str(tmp_path / "logs"), *extra]
+        return harness.main(build_parser().parse_args(argv)), json.loads((out / "e2e.json").read_text())
+
+    first = FakeRunner(fail=(1, 0, "tma"))
+    code, doc = main_with(first)
+    assert code == 2 and doc["complete"] is False and len(doc["runs"]) == 4
+    second = FakeRunner()
+    code, doc = main_with(second, "--resume")
+    assert code == 0 and doc["complete"] is True and len(doc["runs"]) == 12
+    assert len(second.calls) == 8 and second.calls[0] == (1, 0, "tma")
+    assert doc["machine"]["device_slug"] == "fake-gpu" and doc["ids_identical"] is True
+    third = FakeRunner()
+    code, doc = main_with(third, "--resume")  # complete: not continued, measured afresh
+    assert code == 0 and len(third.calls) == 12
+
+
+def test_resume_refuses_another_measurement():
+    args = argparse.Namespace(tokens=256, skip=128, kv_tokens=8192)
+    doc = {"schema": harness.E2E_SCHEMA, "complete": False, "model": {"config_sha256": "c"},
+           "points": [{"slots": 900}], "settings": {"tokens": 256, "skip": 128, "kv_tokens": 8192},
+           "provenance": {"tree": "t"}}  # fmt: skip
+    model, points = {"config_sha256": "c"}, [{"slots": 900}]
+    assert harness.resume_mismatch(doc, model, args, points, "t") is None
+    assert harness.resume_mismatch(doc, {"config_sha256": "x"}, args, points, "t") == "it measured another checkpoint"
+    assert harness.resume_mismatch(doc, model, args, [{"slots": 400}], "t") == "its slot points differ"
+    assert harness.resume_mismatch(doc, model, args, points, "u") == "it measured another patched tree"
+    assert harness.resume_mismatch({**doc, "complete": True}, model, args, points, "t") == "it is complete"

@@ -79,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-dir", default=None, help="worker logs and raw results (default: a new temp dir)")
     run.add_argument("--run-timeout-s", type=_positive, default=420, help="kill a worker after this long (default 420)")
     run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted e2e.json at --out (same checkpoint, points, settings, patched tree)",
+    )
+    run.add_argument(
         "--budget-s",
         type=float,
         default=None,

@@ -34,6 +34,7 @@ from bench.e2e.synth import (
     _sub_seed,
     config_json,
     miss_table,
+    read_sidecar,
     router_bias,
 )
 
@@ -158,6 +159,12 @@ class Generator:
         self.sigma_r = math.sqrt(2.0 / h)  # router rows: unit-variance logit noise after the RMSNorm
         self.x_rms = math.sqrt(2.0)  # RMS of an embedding row g_i + mu * u
         self.z = router_bias(spec)  # [layers, experts], CPU float64
+
+    @staticmethod
+    def device_type(device: str) -> str:
+        import torch
+
+        return torch.device(device).type
 
     def _cpu_gen(self, name: str):
         return self.torch.Generator().manual_seed(_sub_seed(self.spec.seed, name))
@@ -301,12 +308,16 @@ def make_checkpoint(out: Path, spec: SynthSpec, *, device: str | None = None, fo
     """Write the checkpoint of ``spec`` into ``out`` (created; refused when it holds a checkpoint
     already, unless ``force``). Returns ``out``."""
     out = Path(out)
+    device = device or default_device()
     if (out / "config.json").exists() and not force:
-        raise FileExistsError(f"{out} already holds a checkpoint (config.json); pass --force to overwrite it")
+        why = _reuse_mismatch(out, spec, device)
+        if why:
+            raise FileExistsError(f"{out} already holds a checkpoint ({why}); pass --force to overwrite it")
+        log(f"{out} already holds this checkpoint ({_describe(spec)}, drawn on {device}); reusing it")
+        return out
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("model-*.safetensors"):
         stale.unlink()
-    device = device or default_device()
     t0 = time.perf_counter()
     log(f"writing {_describe(spec)} to {out} (weights drawn on {device})")
     gen = Generator(spec, device)
@@ -353,6 +364,23 @@ def make_checkpoint(out: Path, spec: SynthSpec, *, device: str | None = None, fo
     (out / SIDECAR).write_text(json.dumps(sidecar, indent=1) + "\n")
     log(f"done: {total / 2**30:.2f} GiB in {time.perf_counter() - t0:.0f} s; miss table {_table_line(table)}")
     return out
+
+
+def _reuse_mismatch(out: Path, spec: SynthSpec, device: str) -> str | None:
+    """Why the checkpoint in ``out`` is not the one ``spec`` on ``device`` would write (None: it is)."""
+    side = read_sidecar(out)
+    if side is None:
+        return f"no {SIDECAR}: not made by this generator"
+    if side.get("spec") != spec.to_json():
+        return f"another spec: {side.get('spec')}"
+    if side.get("generated_on") != Generator.device_type(device):
+        return f"drawn on {side.get('generated_on')}, not {device}"
+    try:
+        shards = set(json.loads((out / "model.safetensors.index.json").read_text())["weight_map"].values())
+    except (OSError, ValueError, KeyError):
+        return "no readable model.safetensors.index.json"
+    missing = sorted(s for s in shards if not (out / s).is_file())
+    return f"shards missing: {missing[:3]}" if missing else None
 
 
 def _describe(spec: SynthSpec) -> str:

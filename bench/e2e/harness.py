@@ -46,6 +46,8 @@ VARIANT_ENV: dict[str, str | None] = {"unset": None, "tma": "tma"}
 GATHER_ENV = "FREETOKEN_DECODE_GATHER"
 DEFAULT_MISS_RATES = (0.1, 0.3)
 EXIT_OK, EXIT_IDS_DIFFER, EXIT_FAILED = 0, 1, 2
+#: Between two workers: the last one's pinned banks, VRAM and port 2333 (its process group) go back first.
+PAUSE_S = 1.0
 
 
 class RunFailed(RuntimeError):
@@ -242,7 +244,12 @@ def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
     """Runs one ``python -m bench.e2e worker`` process per call; its output goes to a log file."""
     from gpukit.schema import REPO_ROOT
 
+    calls = []
+
     def run(repeat: int, point: int, variant: str, p: dict[str, Any]) -> dict[str, Any]:
+        if calls:
+            time.sleep(PAUSE_S)
+        calls.append((repeat, point, variant))
         tag = f"r{repeat}-p{point}-{variant}"
         result = log_dir / f"{tag}.json"
         log_path = log_dir / f"{tag}.log"
@@ -253,7 +260,7 @@ def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
         env.setdefault("PYTHONUNBUFFERED", "1")
         cmd = [sys.executable, "-m", "bench.e2e", "worker", "--model", str(args.model), "--slots", str(p["slots"]),
                "--tokens", str(args.tokens), "--skip", str(args.skip), "--kv-tokens", str(args.kv_tokens),
-               "--result", str(result)]  # fmt: skip
+               "--result", str(result)] + (["--machine"] if len(calls) == 1 else [])  # fmt: skip
         with open(log_path, "wb") as f:
             try:
                 rc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
@@ -277,24 +284,33 @@ def execute(
     on_update: Callable[[list[dict[str, Any]], bool, list[str]], None],
     budget_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    prior: list[dict[str, Any]] | None = None,
 ) -> int:
-    """Run the plan; ``on_update(runs, complete, errors)`` after every run. Returns the exit code:
-    stops at the first (repeat, point) whose variants' ids differ (1), at the first failed run (2),
-    or before a run that would overrun ``budget_s`` (2, incomplete)."""
-    runs: list[dict[str, Any]] = []
+    """Run the plan; ``on_update(runs, complete, errors)`` after every run. ``prior``: runs of an
+    interrupted session (``--resume``), not run again. Returns the exit code: stops at the first
+    (repeat, point) whose variants' ids differ (1), at the first failed run (2), or before a run that
+    would overrun ``budget_s`` (2, incomplete)."""
+    runs: list[dict[str, Any]] = list(prior or [])
     errors: list[str] = []
-    plan = schedule(len(points), repeats)
+    done = {(x["repeat"], x["point"], x["variant"]) for x in runs}
+    full = schedule(len(points), repeats)
+    plan = [step for step in full if step not in done]
+    if done:
+        log(f"resuming: {len(full) - len(plan)} of {len(full)} runs already done")
     t0, longest = clock(), 0.0
     for k, (r, p, v) in enumerate(plan):
         elapsed = clock() - t0
         if budget_s is not None and elapsed + longest > budget_s:
             errors.append(
-                f"time budget {budget_s:.0f} s: stopped after {k} of {len(plan)} runs ({elapsed:.0f} s spent)"
+                f"time budget {budget_s:.0f} s: stopped with {len(plan) - k} of {len(full)} runs to go "
+                f"({elapsed:.0f} s spent); the same command with --resume continues"
             )
             log(errors[-1])
             on_update(runs, False, errors)
             return EXIT_FAILED
-        log(f"run {k + 1}/{len(plan)}: repeat {r + 1}/{repeats}, slots {points[p]['slots']}, {v} ...")
+        log(
+            f"run {len(full) - len(plan) + k + 1}/{len(full)}: repeat {r + 1}/{repeats}, slots {points[p]['slots']}, {v} ..."
+        )
         t = clock()
         try:
             res = runner(r, p, v, points[p])
@@ -317,13 +333,59 @@ def execute(
             on_update(runs, False, errors)
             return EXIT_IDS_DIFFER
         on_update(runs, k + 1 == len(plan), errors)
+    if not plan:
+        on_update(runs, True, errors)
     return EXIT_OK
 
 
+def resume_mismatch(doc: dict[str, Any], model: dict[str, Any], args: argparse.Namespace,
+                    points: list[dict[str, Any]], tree: str | None) -> str | None:  # fmt: skip
+    """Why an existing e2e.json cannot be continued by this session (None: it can)."""
+    settings = doc.get("settings") or {}
+    checks = (
+        (doc.get("schema") == E2E_SCHEMA, "it is not an e2e document"),
+        (not doc.get("complete"), "it is complete"),
+        ((doc.get("model") or {}).get("config_sha256") == model["config_sha256"], "it measured another checkpoint"),
+        ([p.get("slots") for p in doc.get("points") or []] == [p["slots"] for p in points], "its slot points differ"),
+        (
+            all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")),
+            "its tokens/skip/kv differ",
+        ),
+        ((doc.get("provenance") or {}).get("tree") == tree, "it measured another patched tree"),
+    )
+    return next((why for ok, why in checks if not ok), None)
+
+
+def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict | None]:
+    """Runs and machine facts of an interrupted e2e.json at ``--out`` that this session continues
+    (``--resume``); ``([], None)`` when there is none it may continue."""
+    from gpukit import schema
+    from gpukit.machine import device_slug, nvidia_smi
+    from gpukit.provenance import provenance
+
+    slug = "unknown"
+    if "{device}" in str(args.out):
+        name = nvidia_smi().get("smi_name")
+        if not name:
+            log(f"--resume: nvidia-smi names no GPU, so {args.out} has no device yet; starting afresh")
+            return [], None
+        slug = device_slug(name)
+    path = schema.resolve_dir(args.out, slug) / "e2e.json"
+    doc = schema.load(path)
+    if doc is None:
+        return [], None
+    why = resume_mismatch(doc, model_info(args.model), args, points, provenance().get("tree"))
+    if why:
+        log(f"--resume: not continuing {path}: {why}; starting afresh (it will be overwritten)")
+        return [], None
+    return list(doc.get("runs") or []), doc.get("machine")
+
+
 def document_fields(args: argparse.Namespace, points: list[dict[str, Any]], runs: list[dict[str, Any]],
-                    complete: bool, errors: list[str], exit_code: int | None) -> tuple[str, dict[str, Any]]:  # fmt: skip
-    """(device slug, the document's fields) for the runs so far."""
-    machine = next((r.get("machine") for r in runs if r.get("machine")), None) or {}
+                    complete: bool, errors: list[str], exit_code: int | None,
+                    machine: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    """(device slug, the document's fields) for the runs so far (``machine``: when no run carries it)."""
+    machine = next((r.get("machine") for r in runs if r.get("machine")), None) or machine or {}
     slug = machine.get("device_slug") or "unknown"
     summaries = [summarize_point(pt, i, runs) for i, pt in enumerate(points)]
     identical = [s["ids_identical"] for s in summaries if s["ids_identical"] is not None]
@@ -382,14 +444,16 @@ def main(args: argparse.Namespace) -> int:
     log(f"model {model}: {len(points)} point(s) {[p['slots'] for p in points]} slots "
         f"(target miss rate {[p['target_miss_rate'] for p in points]}), {args.repeats} repeat(s) x 2 variants, "
         f"{args.tokens} tokens after {args.skip}; worker logs in {log_dir}")  # fmt: skip
-    state: dict[str, Any] = {"runs": [], "complete": False, "errors": []}
+    prior, machine = prior_runs(args, points) if args.resume else ([], None)
+    state: dict[str, Any] = {"runs": prior, "complete": False, "errors": []}
 
     def on_update(runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None = None) -> Path:
         state.update(runs=list(runs), complete=complete, errors=list(errors))
-        slug, fields = document_fields(args, points, runs, complete, errors, exit_code)
+        slug, fields = document_fields(args, points, runs, complete, errors, exit_code, machine)
         return write_result(args.out, slug, fields)
 
-    code = execute(points, args.repeats, worker_runner(args, log_dir), on_update=on_update, budget_s=args.budget_s)
+    code = execute(points, args.repeats, worker_runner(args, log_dir), on_update=on_update, budget_s=args.budget_s,
+                   prior=prior)  # fmt: skip
     path = on_update(state["runs"], state["complete"] and code == EXIT_OK, state["errors"], code)
     print_summary(points, state["runs"])
     log(f"wrote {path} (exit {code})")
