@@ -11,7 +11,7 @@ import pytest
 
 from bench.e2e import harness, synth
 from bench.e2e.__main__ import build_parser
-from bench.e2e.worker import copy_kernel, expected_kernel, ids_sha256
+from bench.e2e.worker import copy_grid, copy_kernel, expected_kernel, ids_sha256
 
 
 def fake_result(tps: float, sha: str = "a" * 64, misses: int = 100, **kw) -> dict:
@@ -153,6 +153,7 @@ def test_main_writes_the_document(tmp_path, monkeypatch):
     assert code == 0
     assert doc["schema"] == harness.E2E_SCHEMA and doc["complete"] is True and doc["ids_identical"] is True
     assert doc["machine"]["device_slug"] == "fake-gpu" and "provenance" in doc
+    assert doc["model"]["name"] == "model" and "path" not in doc["model"]
     assert (
         doc["model"]["architecture"] == "Qwen3_5MoeForCausalLM" and doc["model"]["synthetic"]["spec"]["experts"] == 16
     )
@@ -198,6 +199,7 @@ def test_worker_pure_parts():
     assert copy_kernel(cache) == "fast_index_copy_multi"
     cache._decode_gather = object()
     assert copy_kernel(cache) == "decode_gather"
+    assert copy_grid(types.SimpleNamespace(_copy_blocks_per_bank=8), "fast_index_copy_multi") == {"blocks_per_bank": 8}
     args = argparse.Namespace(slots=600, kv_tokens=8192)
     pytest.importorskip("freetoken.mm.config", reason="needs the patched freetoken wheel")
     from bench.e2e.worker import engine_kwargs

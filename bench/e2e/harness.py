@@ -215,7 +215,7 @@ def model_info(model: str) -> dict[str, Any]:
     text = cfg.get("text_config") or cfg
     sidecar = synth.read_sidecar(model)
     return {
-        "path": str(Path(model).resolve()),
+        "name": Path(model).resolve().name,  # not the path: on another host it names a home directory
         "config_sha256": hashlib.sha256(raw).hexdigest(),
         "architecture": (cfg.get("architectures") or [None])[0],
         "num_hidden_layers": text.get("num_hidden_layers"),

@@ -91,6 +91,16 @@ def copy_kernel(cache) -> str:
     return "fast_index_copy (per bank)"
 
 
+def copy_grid(cache, kernel: str) -> dict[str, Any]:
+    """The launch shape of the decode miss copy: decode_gather's ring, or upstream's CTAs per bank."""
+    if kernel == "decode_gather":
+        from freetoken.kernel import decode_gather
+
+        ctas, stages, chunk = getattr(cache, "_decode_gather_ring", None) or decode_gather.default_ring()
+        return {"ctas": ctas, "stages": stages, "chunk_bytes": chunk}
+    return {"blocks_per_bank": getattr(cache, "_copy_blocks_per_bank", None)}
+
+
 def expected_kernel(env_value: str | None) -> str:
     return "decode_gather" if env_value else "fast_index_copy_multi"
 
@@ -162,7 +172,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "variant_env": env_gather,
         "copy_kernel": kernel,
         "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
-        "decode_gather_ring": list(cache._decode_gather_ring) if getattr(cache, "_decode_gather_ring", None) else None,
+        "copy_grid": copy_grid(cache, kernel),
         "slots": args.slots,
         "moe_layers": layers,
         "num_experts": cache.num_experts,
