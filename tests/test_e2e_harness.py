@@ -246,3 +246,5 @@ def test_resume_refuses_another_measurement():
     assert harness.resume_mismatch(doc, model, args, [{"slots": 400}], "t") == "its slot points differ"
     assert harness.resume_mismatch(doc, model, args, points, "u") == "it measured another patched tree"
     assert harness.resume_mismatch({**doc, "complete": True}, model, args, points, "t") == "it is complete"
+    differ = [{"repeat": 0, "point": 0, "variant": v, "ids_sha256": v} for v in ("unset", "tma")]
+    assert "different ids" in harness.resume_mismatch({**doc, "runs": differ}, model, args, points, "t")

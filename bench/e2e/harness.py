@@ -352,6 +352,7 @@ def resume_mismatch(doc: dict[str, Any], model: dict[str, Any], args: argparse.N
             "its tokens/skip/kv differ",
         ),
         ((doc.get("provenance") or {}).get("tree") == tree, "it measured another patched tree"),
+        (not ids_mismatches(doc.get("runs") or []), "its variants generated different ids (exit 1 is its result)"),
     )
     return next((why for ok, why in checks if not ok), None)
 
