@@ -390,6 +390,14 @@ def contention(session: nox.Session) -> None:
     _run_gpu(session, commands.CONTENTION)
 
 
+@nox.session(tags=["gpu"], default=False)
+def e2e(session: nox.Session) -> None:
+    """GPU: end-to-end A/B through FreeToken's engine, unset vs tma, fresh process per run: nox -s e2e -- --model PATH."""
+    if not any(a == "--model" or a.startswith("--model=") for a in _posargs(session)):
+        session.error("usage: nox -s e2e -- --model CHECKPOINT_DIR [--slots K ... | --miss-rate R ...] [--repeats N]")
+    _run_gpu(session, commands.E2E)
+
+
 @nox.session(venv_backend="virtualenv")  # its own small venv: jinja2 only
 def report(session: nox.Session) -> None:
     """Render results/README.md, REPORT.md and PR.md from the committed JSON with the templates (no GPU)."""

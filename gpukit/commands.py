@@ -43,6 +43,10 @@ UPSTREAM_BENCH = Command(None, ("benchmarks/bench_decode_gather.py",), module=Fa
 UPSTREAM_BENCH_RUN = Command("upstream_bench", ("bench.upstream_bench",), note="the series' benchmark")
 STEP = Command("step", ("bench.step_pdl",), note="decode-step breakdown and PDL A/B")
 CONTENTION = Command("contention", ("bench.contention",), note="needs two GPUs")
+#: The end-to-end A/B through FreeToken's engine; ``--model PATH`` comes from the caller.
+E2E = Command("e2e", ("bench.e2e", "run"), note="needs --model PATH")
+#: The offline checkpoint it runs on (``DIR`` from the caller; weights drawn on the GPU).
+E2E_CHECKPOINT = Command(None, ("bench.e2e", "make-checkpoint"), note="DIR [--layers N]")
 
 #: The GPU sessions, in the order of a full run on a GPU machine.
 GPU_RUN = (GPU, SANITIZE, BENCH, SWEEP, UPSTREAM_BENCH_RUN, STEP, CONTENTION)

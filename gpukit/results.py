@@ -14,6 +14,7 @@ Kinds (:data:`KINDS`) and their writers:
 - ``step_pdl``: ``<device>/step_pdl.json``, ``python -m bench.step_pdl``
 - ``contention``: ``<device>x2/contention.json``, ``python -m bench.contention`` (two GPUs)
 - ``upstream_bench``: ``<device>/upstream_bench.json``, ``python -m bench.upstream_bench``
+- ``e2e``: ``<device>/e2e.json``, ``python -m bench.e2e run`` (the end-to-end A/B)
 - ``sass``: ``sass.json`` (no device), ``python -m conformance.sass --save``
 
 Every document starts with its schema id, the time it was made (not for ``sass``, which must
@@ -63,6 +64,7 @@ KINDS: dict[str, Kind] = {
     "step_pdl": Kind("freetoken-decode-gather-step-pdl/1", "step_pdl.json"),
     "contention": Kind("freetoken-decode-gather-contention/1", "contention.json", gpus=2),
     "upstream_bench": Kind("freetoken-decode-gather-upstream-bench/1", "upstream_bench.json"),
+    "e2e": Kind("freetoken-decode-gather-e2e/1", "e2e.json"),
     "sass": Kind("freetoken-decode-gather-sass/2", "sass.json", per_device=False, timestamped=False),
 }
 

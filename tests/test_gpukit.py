@@ -172,3 +172,44 @@ def test_committed_results_hold_no_machine_paths():
         if path.suffix in (".json", ".md", ".log"):
             text = path.read_text(errors="replace")
             assert not re.search(r"(/tmp/|/work/|/root/|/home/)", text), f"{path}: a machine path"
+
+
+def test_decode_regime_lists_are_fresh_and_verified(monkeypatch):
+    """The decode regime's miss lists (CPU tensors here): each layer walks its own permutation, so a
+    row comes back only after experts / n lists; slots are distinct; a wrong byte or a stray write fails."""
+    torch = pytest.importorskip("torch")
+    import types
+
+    from gpukit.decode_regime import Footprint, RegimeGraphs, Slots
+
+    fp = Footprint(layers=3, experts=8, row_bytes=(32, 48))
+    assert Footprint.scaled(None) == Footprint() and Footprint.scaled(1000) == Footprint()
+    assert Footprint.scaled(1).layers == 2 and Footprint.scaled(0.1).layers == 1  # 456 MB per NVFP4 layer
+    g = torch.Generator().manual_seed(0)
+    banks = types.SimpleNamespace(fp=fp, device=torch.device("cpu"), src_ptrs=[None] * 3,
+                                  ref=[torch.randint(0, 256, (3, 8, r), dtype=torch.uint8, generator=g) for r in fp.row_bytes])  # fmt: skip
+    slots = Slots(fp.row_bytes, "cpu", slots=20)
+    rg = RegimeGraphs(banks, slots, 2)
+
+    def copy():  # what a correct kernel does for the current list
+        for layer in range(3):
+            for b in range(2):
+                slots.rows[b][rg.dst[layer, :2].long()] = banks.ref[b][layer][rg.src[layer, :2].long()]
+
+    seen = []
+    for _ in range(4):  # 4 lists x 2 rows = every expert of each layer once
+        assert len(set(rg.dst[:, :2].flatten().tolist())) == 6  # distinct slots in one list
+        seen.append(rg.src[:, :2].clone())
+        copy()
+        rg.verify("k")
+        rg.next_list()
+    for layer in range(3):
+        assert sorted(torch.cat([s[layer] for s in seen]).tolist()) == list(range(8))
+    rg.check_clean("k")
+    copy()
+    slots.rows[1][int(rg.dst[2, 1]), 5] ^= 1
+    with pytest.raises(AssertionError, match="bank 1"):
+        rg.verify("k")
+    slots.rows[0][19 if 19 not in rg.dst.flatten().tolist() else 18, 0] ^= 1
+    with pytest.raises(AssertionError, match="outside the miss lists"):
+        rg.check_clean("k")

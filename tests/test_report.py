@@ -166,7 +166,7 @@ def test_report_renders_the_synthetic_tree(synthetic_results, tmp_path):
     assert "| Synthetic GPU (dry run) | gather, 40 layers | 1 |" in readme
     assert rep.index("**Verdict.**") < rep.index("## Synthetic GPU")
     summary = pr.split("## What changed")[0].strip().splitlines()
-    assert len([line for line in summary if line.startswith("- ")]) == 5
+    assert len([line for line in summary if line.startswith("- ")]) == 6  # adds, enable, cost, measured, loses, measure
     assert commands.upstream_bench_line() in pr.split("## Reproduce")[1]
     assert "bench/" not in pr.split("## Reproduce")[1], "PR.md's reproduce section names overlay paths"
     assert "**faster**" not in rep + pr + readme, "verdicts are words, not claims in bold"
@@ -210,11 +210,11 @@ def test_compare_prints_upstream_and_ours_per_regime_layers_n(capsys):
     out = capsys.readouterr().out
     bench = json.loads((RESULTS / "h200" / "bench.json").read_text())
     assert out.startswith(f"{bench['machine']['device_name']} (") and "h200/bench.json, series" in out.splitlines()[0]
-    lines = [line.split() for line in out.splitlines() if line.startswith("replay")]
-    keys = [(int(x[1]), int(x[2])) for x in lines]
+    lines = [line.split() for line in out.splitlines() if line.startswith(("decode ", "replay ")) and "step" not in line]
+    keys = [(x[0] != "decode", int(x[1]), int(x[2])) for x in lines]
     assert keys == sorted(keys) and len(keys) == len(bench["gather"])
     for x in lines:
-        row = next(r for r in bench["gather"] if (r["layers"], r["n"]) == (int(x[1]), int(x[2])))
+        row = next(r for r in bench["gather"] if (r.get("regime", "replay"), r["layers"], r["n"]) == (x[0], int(x[1]), int(x[2])))
         assert x[5] == f"{row['speedup']:.3f}" and x[6] == f"±{row['aa_spread']:.3f}" and x[7] == row["verdict"]
     assert compare.main(["--results", str(RESULTS), "--csv"]) == 0
     csv_lines = capsys.readouterr().out.splitlines()
@@ -234,3 +234,21 @@ def test_sweep_dry_run(tmp_path):
         assert doc["png"] is None
     else:
         assert (tmp_path / "ceiling.png").stat().st_size > 10_000
+
+
+def test_where_it_loses_follows_the_decode_regime_figures():
+    from gpukit.stats import verdict
+    from report.model import decode_losses
+
+    def gather(ratio, regime="decode"):
+        return {"all_rows": [{"regime": regime, "n": 1, "ratio": ratio, "spread": 0.002,
+                              "verdict": verdict(ratio, 0.002)}]}  # fmt: skip
+
+    def ubench(ratio):
+        return {"names": ["upstream_bpb32", "tma"], "rows": [{"regime": "decode", "n": 0, "spread": 0.01, "cells": [
+            {"ratio": 0.5, "verdict": "slower"}, {"ratio": ratio, "verdict": verdict(ratio, 0.01)}]}]}
+
+    assert decode_losses(gather(1.001), ubench(1.0)) == []  # ties: nowhere
+    assert decode_losses(gather(0.99, regime="replay"), ubench(1.02)) == []  # replay rows never decide
+    lost = decode_losses(gather(0.99), ubench(0.95))
+    assert [(x["n"], x["where"]) for x in lost] == [(1, "the project benchmark"), (0, "the series' benchmark")]

@@ -1,0 +1,475 @@
+"""The end-to-end A/B: FREETOKEN_DECODE_GATHER unset against ``tma``, fresh process per run.
+
+``python -m bench.e2e run --model PATH [--tokens D --skip S --repeats R --slots K [K ...] |
+--miss-rate M [M ...] --out DIR]``
+
+Plan: for every repeat, for every slot-cache point, both variants, the order alternating
+(unset first on even repeat+point, ``tma`` first on odd), each run a new ``python -m bench.e2e
+worker`` process (:mod:`bench.e2e.worker`): same checkpoint, prompt, settings and greedy sampling.
+
+Slot points. ``--slots`` takes slot counts of the unified expert pool (all MoE layers share one LRU
+pool; about ``K / layers`` slots per layer). ``--miss-rate`` (default ``0.1 0.3`` on a generated
+checkpoint) reads the predicted steady-state miss rate per slot count from the checkpoint's
+``freetoken_e2e.json`` (see :mod:`bench.e2e.synth`) and takes the slot count that gives it; a real
+checkpoint has no such table, so it needs ``--slots`` (the proposal ran Qwen3.6-35B-A3B with 3164
+slots at 0.08-0.12). Either way the measured misses per lookup are reported.
+
+Verdict per point: the ids of the two variants must be identical in every repeat (else exit 1, at
+once). The speedup is median(tma tokens/s) / median(unset tokens/s); the paired ratios (one per
+repeat) give its spread, and the point is a tie when they straddle 1.
+
+Exit codes: 0 done, ids identical; 1 ids differ; 2 a run failed, a setting is invalid, or the time
+budget stopped the plan early (the JSON then says ``complete: false``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.e2e import synth
+from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
+from gpukit import results
+from gpukit.stats import median
+
+E2E_SCHEMA = results.KINDS["e2e"].schema
+VARIANTS = ("unset", "tma")
+VARIANT_ENV: dict[str, str | None] = {"unset": None, "tma": "tma"}
+GATHER_ENV = "FREETOKEN_DECODE_GATHER"
+DEFAULT_MISS_RATES = (0.1, 0.3)
+EXIT_OK, EXIT_IDS_DIFFER, EXIT_FAILED = 0, 1, 2
+#: Between two workers: the last one's pinned banks, VRAM and port 2333 (its process group) go back first.
+PAUSE_S = 1.0
+
+
+class RunFailed(RuntimeError):
+    """A worker process failed; the message carries the tail of its log."""
+
+
+def log(msg: str) -> None:
+    print(f"[e2e] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------------- plan
+
+
+def schedule(points: int, repeats: int) -> list[tuple[int, int, str]]:
+    """``(repeat, point, variant)`` in run order: repeats outermost so an early stop still leaves
+    every point with whole repeats; within a (repeat, point) both variants, unset first when
+    ``repeat + point`` is even and ``tma`` first when it is odd (drift cancels across repeats)."""
+    out = []
+    for r in range(repeats):
+        for p in range(points):
+            order = VARIANTS if (r + p) % 2 == 0 else VARIANTS[::-1]
+            out += [(r, p, v) for v in order]
+    return out
+
+
+def resolve_points(model: str, slots: Sequence[int] | None, miss_rates: Sequence[float] | None) -> list[dict[str, Any]]:
+    """The slot-cache points: ``{"slots", "target_miss_rate", "predicted_miss_rate"}`` each."""
+    sidecar = synth.read_sidecar(model)
+    table = sidecar.get("miss_table") if sidecar else None
+    if slots:
+        if miss_rates:
+            raise ValueError("pass --slots or --miss-rate, not both")
+        return [{"slots": int(k), "target_miss_rate": None,
+                 "predicted_miss_rate": synth.predicted_miss_rate(table, int(k)) if table else None} for k in slots]  # fmt: skip
+    if not table:
+        raise ValueError(
+            f"--model {model} has no {synth.SIDECAR} (it was not made by `python -m bench.e2e make-checkpoint`), "
+            "so --miss-rate cannot be turned into slots: pass --slots K [K ...], slot counts of the unified "
+            "expert cache (the proposal ran Qwen3.6-35B-A3B NVFP4 with --slots 3164 at ~0.1 misses per lookup)"
+        )
+    rates = list(miss_rates or DEFAULT_MISS_RATES)
+    points = []
+    for r in rates:
+        k = synth.slots_for_miss_rate(table, r)
+        points.append({"slots": k, "target_miss_rate": r, "predicted_miss_rate": synth.predicted_miss_rate(table, k)})
+    return points
+
+
+def check_points(points: list[dict[str, Any]], num_experts: int) -> None:
+    for p in points:
+        if p["slots"] < num_experts:
+            raise ValueError(
+                f"--slots {p['slots']}: the offload cache needs at least num_experts={num_experts} slots "
+                f"(allowed: {num_experts} .. layers x {num_experts})"
+            )
+    seen = [p["slots"] for p in points]
+    if len(set(seen)) != len(seen):
+        raise ValueError(f"slot points {seen} repeat a slot count; give distinct points")
+
+
+# ---------------------------------------------------------------------------------- statistics
+
+
+def spread(xs: Sequence[float]) -> float | None:
+    """(max - min) / median; None for fewer than two values."""
+    xs = [x for x in xs if x is not None]
+    m = median(xs)
+    return (max(xs) - min(xs)) / m if len(xs) >= 2 and m else None
+
+
+def summarize_variant(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One variant at one point: lists over repeats (repeat order) and their medians/spreads."""
+    runs = sorted(runs, key=lambda r: r["repeat"])
+
+    def col(key: str) -> list[Any]:
+        return [r.get(key) for r in runs]
+
+    tps = col("tokens_per_s")
+    return {
+        "repeats": len(runs),
+        "tokens_per_s": tps,
+        "tokens_per_s_median": median(tps),
+        "tokens_per_s_min": min(tps) if tps else None,
+        "tokens_per_s_max": max(tps) if tps else None,
+        "tokens_per_s_spread": spread(tps),
+        "ttft_s": col("ttft_s"),
+        "ttft_s_median": median(col("ttft_s")),
+        "misses_per_token": col("misses_per_token"),
+        "misses_per_token_median": median(col("misses_per_token")),
+        "miss_rate": col("miss_rate"),
+        "miss_rate_median": median(col("miss_rate")),
+        "misses_total": col("misses_total"),
+        "vram_peak_reserved_bytes": max((x for x in col("vram_peak_reserved_bytes") if x is not None), default=None),
+        "vram_device_used_bytes": max((x for x in col("vram_device_used_bytes") if x is not None), default=None),
+        "ids_sha256": col("ids_sha256"),
+        "copy_kernel": sorted({k for k in col("copy_kernel") if k}),
+        "load_s": col("load_s"),
+    }
+
+
+def ids_mismatches(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every (repeat, point) whose two variants generated different ids."""
+    by_key: dict[tuple[int, int], dict[str, str]] = {}
+    for r in runs:
+        by_key.setdefault((r["repeat"], r["point"]), {})[r["variant"]] = r["ids_sha256"]
+    return [
+        {"repeat": k[0], "point": k[1], **v}
+        for k, v in sorted(by_key.items())
+        if len(v) == len(VARIANTS) and len(set(v.values())) > 1
+    ]
+
+
+def summarize_point(point: dict[str, Any], index: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    mine = [r for r in runs if r["point"] == index]
+    variants = {v: summarize_variant([r for r in mine if r["variant"] == v]) for v in VARIANTS}
+    base, ours = variants["unset"]["tokens_per_s_median"], variants["tma"]["tokens_per_s_median"]
+    paired = []
+    for r in sorted({x["repeat"] for x in mine}):
+        pair = {x["variant"]: x["tokens_per_s"] for x in mine if x["repeat"] == r}
+        if len(pair) == len(VARIANTS) and pair["unset"]:
+            paired.append(pair["tma"] / pair["unset"])
+    complete_pairs = [
+        r for r in {x["repeat"] for x in mine} if len({x["variant"] for x in mine if x["repeat"] == r}) == 2
+    ]
+    mism = ids_mismatches(mine)
+    counts = [{x["variant"]: x.get("misses_total") for x in mine if x["repeat"] == r} for r in sorted(complete_pairs)]
+    speedup = ours / base if base and ours else None
+    if paired and min(paired) <= 1.0 <= max(paired):
+        verdict = "tie"
+    elif paired:
+        verdict = "faster" if min(paired) > 1.0 else "slower"
+    else:
+        verdict = "n/a"
+    return {
+        **point,
+        "variants": variants,
+        "speedup": speedup,  # tma / unset, medians of tokens/s (> 1: tma faster)
+        "speedup_paired": paired,
+        "speedup_paired_min": min(paired) if paired else None,
+        "speedup_paired_max": max(paired) if paired else None,
+        "verdict": verdict,
+        "ids_identical": (not mism) if complete_pairs else None,
+        "miss_counts_identical": all(len(set(c.values())) == 1 for c in counts) if counts else None,
+    }
+
+
+# ---------------------------------------------------------------------------------- results
+
+
+def result_path(out: str | None, slug: str | None) -> Path:
+    """``e2e.json`` under ``--out``, or where gpukit.results keeps it for device ``slug``."""
+    return results.path("e2e", slug, out)
+
+
+def write_result(out: str | None, slug: str | None, fields: dict[str, Any]) -> Path:
+    """Write the e2e document (schema id, time, provenance, machine: gpukit.results)."""
+    fields = dict(fields)
+    machine = fields.pop("machine", None)
+    return results.write_json(result_path(out, slug), results.document("e2e", machine=machine, **fields))
+
+
+def model_info(model: str) -> dict[str, Any]:
+    cfg_path = Path(model) / "config.json"
+    raw = cfg_path.read_bytes()
+    cfg = json.loads(raw)
+    text = cfg.get("text_config") or cfg
+    sidecar = synth.read_sidecar(model)
+    return {
+        "name": Path(model).resolve().name,  # not the path: on another host it names a home directory
+        "config_sha256": hashlib.sha256(raw).hexdigest(),
+        "architecture": (cfg.get("architectures") or [None])[0],
+        "num_hidden_layers": text.get("num_hidden_layers"),
+        "num_experts": text.get("num_experts"),
+        "num_experts_per_tok": text.get("num_experts_per_tok"),
+        "hidden_size": text.get("hidden_size"),
+        "moe_intermediate_size": text.get("moe_intermediate_size"),
+        "quant_algo": (cfg.get("quantization_config") or text.get("quantization_config") or {}).get("quant_algo"),
+        "synthetic": None if sidecar is None else {k: sidecar.get(k) for k in ("spec", "generated_on",
+                                                                              "bank_bytes_per_expert", "miss_table")},
+    }  # fmt: skip
+
+
+def serve_equivalent(model: str, slots: int) -> str:
+    return (f"ft serve --model {model} --moe-strategy offload --moe-cache-size {slots} --max-running-requests 1 "
+            f"--cuda-graph-max-bs 1 --moe-collect-stats --text-model-only")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- execution
+
+
+Runner = Callable[[int, int, str, dict[str, Any]], dict[str, Any]]
+
+
+def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
+    """Runs one ``python -m bench.e2e worker`` process per call; its output goes to a log file."""
+    from gpukit.results import REPO_ROOT
+
+    calls = []
+
+    def run(repeat: int, point: int, variant: str, p: dict[str, Any]) -> dict[str, Any]:
+        if calls:
+            time.sleep(PAUSE_S)
+        calls.append((repeat, point, variant))
+        tag = f"r{repeat}-p{point}-{variant}"
+        result = log_dir / f"{tag}.json"
+        log_path = log_dir / f"{tag}.log"
+        env = dict(os.environ)
+        env.pop(GATHER_ENV, None)
+        if VARIANT_ENV[variant] is not None:
+            env[GATHER_ENV] = VARIANT_ENV[variant]
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        cmd = [sys.executable, "-m", "bench.e2e", "worker", "--model", str(args.model), "--slots", str(p["slots"]),
+               "--tokens", str(args.tokens), "--skip", str(args.skip), "--kv-tokens", str(args.kv_tokens),
+               "--result", str(result)] + (["--machine"] if len(calls) == 1 else [])  # fmt: skip
+        with open(log_path, "wb") as f:
+            try:
+                rc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                    timeout=args.run_timeout_s, check=False).returncode  # fmt: skip
+            except subprocess.TimeoutExpired:
+                rc = None
+        if rc != 0 or not result.is_file():
+            tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-40:])
+            why = f"timed out after {args.run_timeout_s} s" if rc is None else f"exit {rc}"
+            raise RunFailed(f"{tag}: worker {why}; log {log_path}, last lines:\n{tail}")
+        return json.loads(result.read_text())
+
+    return run
+
+
+def execute(
+    points: list[dict[str, Any]],
+    repeats: int,
+    runner: Runner,
+    *,
+    on_update: Callable[[list[dict[str, Any]], bool, list[str]], None],
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    prior: list[dict[str, Any]] | None = None,
+) -> int:
+    """Run the plan; ``on_update(runs, complete, errors)`` after every run. ``prior``: runs of an
+    interrupted session (``--resume``), not run again. Returns the exit code: stops at the first
+    (repeat, point) whose variants' ids differ (1), at the first failed run (2), or before a run that
+    would overrun ``budget_s`` (2, incomplete)."""
+    runs: list[dict[str, Any]] = list(prior or [])
+    errors: list[str] = []
+    done = {(x["repeat"], x["point"], x["variant"]) for x in runs}
+    full = schedule(len(points), repeats)
+    plan = [step for step in full if step not in done]
+    if done:
+        log(f"resuming: {len(full) - len(plan)} of {len(full)} runs already done")
+    t0, longest = clock(), 0.0
+    for k, (r, p, v) in enumerate(plan):
+        elapsed = clock() - t0
+        if budget_s is not None and elapsed + longest > budget_s:
+            errors.append(
+                f"time budget {budget_s:.0f} s: stopped with {len(plan) - k} of {len(full)} runs to go "
+                f"({elapsed:.0f} s spent); the same command with --resume continues"
+            )
+            log(errors[-1])
+            on_update(runs, False, errors)
+            return EXIT_FAILED
+        log(
+            f"run {len(full) - len(plan) + k + 1}/{len(full)}: repeat {r + 1}/{repeats}, slots {points[p]['slots']}, {v} ..."
+        )
+        t = clock()
+        try:
+            res = runner(r, p, v, points[p])
+        except RunFailed as exc:
+            errors.append(str(exc))
+            log(str(exc))
+            on_update(runs, False, errors)
+            return EXIT_FAILED
+        longest = max(longest, clock() - t)
+        runs.append({"repeat": r, "point": p, "variant": v, **res})
+        log(f"  {v}: {res['tokens_per_s']:.2f} tok/s, TTFT {res['ttft_s']:.3f} s, "
+            f"{res['misses_per_token']:.1f} misses/token (rate {res['miss_rate']:.3f}), "
+            f"{res['copy_kernel']}, load {res.get('load_s', 0):.0f} s, ids {res['ids_sha256'][:12]}")  # fmt: skip
+        mism = ids_mismatches([x for x in runs if x["repeat"] == r and x["point"] == p])
+        if mism:
+            errors.append(
+                f"generated ids differ between unset and tma (repeat {r + 1}, slots {points[p]['slots']}): {mism}"
+            )
+            log(errors[-1])
+            on_update(runs, False, errors)
+            return EXIT_IDS_DIFFER
+        on_update(runs, k + 1 == len(plan), errors)
+    if not plan:
+        on_update(runs, True, errors)
+    return EXIT_OK
+
+
+def resume_mismatch(doc: dict[str, Any], model: dict[str, Any], args: argparse.Namespace,
+                    points: list[dict[str, Any]], tree: str | None) -> str | None:  # fmt: skip
+    """Why an existing e2e.json cannot be continued by this session (None: it can)."""
+    settings = doc.get("settings") or {}
+    checks = (
+        (doc.get("schema") == E2E_SCHEMA, "it is not an e2e document"),
+        (not doc.get("complete"), "it is complete"),
+        ((doc.get("model") or {}).get("config_sha256") == model["config_sha256"], "it measured another checkpoint"),
+        ([p.get("slots") for p in doc.get("points") or []] == [p["slots"] for p in points], "its slot points differ"),
+        (
+            all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")),
+            "its tokens/skip/kv differ",
+        ),
+        ((doc.get("provenance") or {}).get("tree") == tree, "it measured another patched tree"),
+        (not ids_mismatches(doc.get("runs") or []), "its variants generated different ids (exit 1 is its result)"),
+    )
+    return next((why for ok, why in checks if not ok), None)
+
+
+def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict | None]:
+    """Runs and machine facts of an interrupted e2e.json at ``--out`` that this session continues
+    (``--resume``); ``([], None)`` when there is none it may continue."""
+    from gpukit.machine import nvidia_smi
+
+    slug = None
+    if args.out is None:
+        name = nvidia_smi().get("smi_name")
+        if not name:
+            log("--resume: nvidia-smi names no GPU, so results/ has no device for it yet; starting afresh")
+            return [], None
+        slug = results.device_slug(name)
+    path = result_path(args.out, slug)
+    doc = results.read_json(path)
+    if doc is None:
+        return [], None
+    why = resume_mismatch(doc, model_info(args.model), args, points, results.provenance().get("tree"))
+    if why:
+        log(f"--resume: not continuing {path}: {why}; starting afresh (it will be overwritten)")
+        return [], None
+    return list(doc.get("runs") or []), doc.get("machine")
+
+
+def document_fields(args: argparse.Namespace, points: list[dict[str, Any]], runs: list[dict[str, Any]],
+                    complete: bool, errors: list[str], exit_code: int | None,
+                    machine: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    """(device slug, the document's fields) for the runs so far (``machine``: when no run carries it)."""
+    machine = next((r.get("machine") for r in runs if r.get("machine")), None) or machine or {}
+    slug = machine.get("device_slug") or "unknown"
+    summaries = [summarize_point(pt, i, runs) for i, pt in enumerate(points)]
+    identical = [s["ids_identical"] for s in summaries if s["ids_identical"] is not None]
+    raw = [{k: v for k, v in r.items() if k != "machine"} for r in runs]
+    return slug, {
+        "machine": machine,
+        "model": model_info(args.model),
+        "settings": {
+            "tokens": args.tokens,
+            "skip": args.skip,
+            "repeats": args.repeats,
+            "kv_tokens": args.kv_tokens,
+            "batch": 1,
+            "cuda_graph_decode": True,
+            "moe_strategy": "offload",
+            "sampling": "greedy (temperature 0), ignore_eos",
+            "prompt_sha256": hashlib.sha256(PROMPT.encode()).hexdigest(),
+            "warmup_tokens": WARMUP_TOKENS,
+            "variants": {v: {GATHER_ENV: VARIANT_ENV[v]} for v in VARIANTS},
+            "order": "per repeat and point both variants, unset first when repeat + point is even",
+            "serve_equivalent": [serve_equivalent("MODEL", p["slots"]) for p in points],
+            "tokens_per_s": "tokens / (t[skip + tokens] - t[skip]), host arrival stamps of the generated tokens",
+            "misses_per_token": "the offload cache's own decode counters over the same window x MoE layers",
+        },
+        "points": summaries,
+        "ids_identical": all(identical) if identical else None,
+        "complete": complete,
+        "exit_code": exit_code,
+        "errors": errors,
+        "runs": raw,
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    model = Path(args.model)
+    if not (model / "config.json").is_file():
+        log(f"--model {args.model}: no config.json there; pass an HF-layout checkpoint directory")
+        return EXIT_FAILED
+    try:
+        num_experts = checkpoint_num_experts(str(model))
+        points = resolve_points(str(model), args.slots, args.miss_rate)
+        check_points(points, num_experts)
+        for name in ("tokens", "repeats"):
+            if getattr(args, name) < 1:
+                raise ValueError(f"--{name} {getattr(args, name)}: must be at least 1")
+        if args.skip < 0:
+            raise ValueError(f"--skip {args.skip}: must be >= 0")
+        if args.kv_tokens < 1024 + args.skip + args.tokens + 1:
+            raise ValueError(f"--kv-tokens {args.kv_tokens}: must cover prompt + skip + tokens + 1024 spare "
+                             f"(>= {1024 + args.skip + args.tokens + 1})")  # fmt: skip
+    except ValueError as exc:
+        log(str(exc))
+        return EXIT_FAILED
+    log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="ft-e2e-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log(f"model {model}: {len(points)} point(s) {[p['slots'] for p in points]} slots "
+        f"(target miss rate {[p['target_miss_rate'] for p in points]}), {args.repeats} repeat(s) x 2 variants, "
+        f"{args.tokens} tokens after {args.skip}; worker logs in {log_dir}")  # fmt: skip
+    prior, machine = prior_runs(args, points) if args.resume else ([], None)
+    state: dict[str, Any] = {"runs": prior, "complete": False, "errors": []}
+
+    def on_update(runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None = None) -> Path:
+        state.update(runs=list(runs), complete=complete, errors=list(errors))
+        slug, fields = document_fields(args, points, runs, complete, errors, exit_code, machine)
+        return write_result(args.out, slug, fields)
+
+    code = execute(points, args.repeats, worker_runner(args, log_dir), on_update=on_update, budget_s=args.budget_s,
+                   prior=prior)  # fmt: skip
+    path = on_update(state["runs"], state["complete"] and code == EXIT_OK, state["errors"], code)
+    print_summary(points, state["runs"])
+    log(f"wrote {path} (exit {code})")
+    return code
+
+
+def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]]) -> None:
+    for i, pt in enumerate(points):
+        s = summarize_point(pt, i, runs)
+        parts = []
+        for v in VARIANTS:
+            d = s["variants"][v]
+            if d["repeats"]:
+                parts.append(f"{v} {d['tokens_per_s_median']:.2f} tok/s [{d['tokens_per_s_min']:.2f}-"
+                             f"{d['tokens_per_s_max']:.2f}] x{d['repeats']}, {d['misses_per_token_median']:.1f} misses/token")  # fmt: skip
+        ratio = (f"tma/unset {s['speedup']:.4f} (paired {s['speedup_paired_min']:.4f}-{s['speedup_paired_max']:.4f}, "
+                 f"{s['verdict']})" if s["speedup"] and s["speedup_paired"] else "tma/unset n/a")  # fmt: skip
+        log(f"slots {pt['slots']}: {'; '.join(parts) or 'no runs'}; {ratio}; ids identical: {s['ids_identical']}")

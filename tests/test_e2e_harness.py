@@ -1,0 +1,250 @@
+"""CPU checks of the end-to-end A/B harness's own logic, with fake workers (no GPU, no engine):
+the run order, slot points, the summary statistics, the stop rules and exit codes, the document."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import types
+
+import pytest
+
+from bench.e2e import harness, synth
+from bench.e2e.__main__ import build_parser
+from bench.e2e.worker import copy_grid, copy_kernel, expected_kernel, ids_sha256
+
+
+def fake_result(tps: float, sha: str = "a" * 64, misses: int = 100, **kw) -> dict:
+    return {
+        "tokens_per_s": tps, "ttft_s": 0.5, "misses_per_token": 9.5, "miss_rate": 0.1, "misses_total": misses,
+        "ids_sha256": sha, "copy_kernel": "k", "load_s": 20.0, "vram_peak_reserved_bytes": 10 << 30,
+        "vram_device_used_bytes": 11 << 30, "machine": {"device_name": "Fake GPU", "device_slug": "fake-gpu"}, **kw,
+    }  # fmt: skip
+
+
+def test_schedule_alternates_the_first_variant_and_keeps_repeats_whole():
+    plan = harness.schedule(points=2, repeats=3)
+    assert len(plan) == 12
+    assert plan[:4] == [(0, 0, "unset"), (0, 0, "tma"), (0, 1, "tma"), (0, 1, "unset")]
+    assert plan[4:6] == [(1, 0, "tma"), (1, 0, "unset")]
+    for r in range(3):
+        for p in range(2):
+            assert sorted(v for rr, pp, v in plan if (rr, pp) == (r, p)) == ["tma", "unset"]
+    firsts = [plan[i][2] for i in range(0, 12, 2)]
+    assert firsts.count("unset") == firsts.count("tma") == 3
+
+
+def test_summary_statistics_and_verdicts():
+    runs = []
+    for r, (u, t) in enumerate(((100.0, 101.0), (102.0, 103.5), (99.0, 100.0))):
+        runs += [{"repeat": r, "point": 0, "variant": "unset", **fake_result(u)},
+                 {"repeat": r, "point": 0, "variant": "tma", **fake_result(t)}]  # fmt: skip
+    s = harness.summarize_point({"slots": 948}, 0, runs)
+    unset, tma = s["variants"]["unset"], s["variants"]["tma"]
+    assert unset["tokens_per_s"] == [100.0, 102.0, 99.0] and unset["tokens_per_s_median"] == 100.0
+    assert unset["tokens_per_s_spread"] == pytest.approx(3.0 / 100.0)
+    assert tma["tokens_per_s_median"] == 101.0
+    assert s["speedup"] == pytest.approx(1.01)
+    assert s["speedup_paired"] == pytest.approx([1.01, 103.5 / 102.0, 100.0 / 99.0])
+    assert s["verdict"] == "faster" and s["ids_identical"] is True and s["miss_counts_identical"] is True
+    runs[1]["tokens_per_s"] = 99.0  # one repeat slower: the paired ratios straddle 1
+    assert harness.summarize_point({"slots": 948}, 0, runs)["verdict"] == "tie"
+    runs[1]["misses_total"] = 101
+    assert harness.summarize_point({"slots": 948}, 0, runs)["miss_counts_identical"] is False
+    assert harness.spread([5.0]) is None
+
+
+def test_ids_mismatch_is_found_per_repeat_and_point():
+    runs = [
+        {"repeat": 0, "point": 0, "variant": "unset", "ids_sha256": "x"},
+        {"repeat": 0, "point": 0, "variant": "tma", "ids_sha256": "x"},
+        {"repeat": 1, "point": 0, "variant": "tma", "ids_sha256": "y"},  # its pair has not run yet
+        {"repeat": 0, "point": 1, "variant": "tma", "ids_sha256": "p"},
+        {"repeat": 0, "point": 1, "variant": "unset", "ids_sha256": "q"},
+    ]
+    assert harness.ids_mismatches(runs) == [{"repeat": 0, "point": 1, "tma": "p", "unset": "q"}]
+
+
+class FakeRunner:
+    """Returns canned results; ``bad`` = (repeat, point, variant) that generates other ids."""
+
+    def __init__(self, bad=None, fail=None) -> None:
+        self.calls, self.bad, self.fail = [], bad, fail
+
+    def __call__(self, repeat, point, variant, p):
+        self.calls.append((repeat, point, variant))
+        if (repeat, point, variant) == self.fail:
+            raise harness.RunFailed("worker exit 3")
+        sha = "b" * 64 if (repeat, point, variant) == self.bad else "a" * 64
+        return fake_result(100.0 + repeat + (1.0 if variant == "tma" else 0.0), sha)
+
+
+def run_execute(runner, **kw):
+    updates = []
+    code = harness.execute([{"slots": 900}, {"slots": 400}], 3, runner,
+                           on_update=lambda runs, complete, errors: updates.append((len(runs), complete, list(errors))), **kw)  # fmt: skip
+    return code, updates
+
+
+def test_execute_all_identical_is_exit_0_and_complete():
+    runner = FakeRunner()
+    code, updates = run_execute(runner)
+    assert code == harness.EXIT_OK and len(runner.calls) == 12
+    assert updates[-1] == (12, True, []) and not any(c for _, c, _ in updates[:-1])
+
+
+def test_execute_stops_at_the_first_ids_difference_with_exit_1():
+    runner = FakeRunner(bad=(1, 0, "unset"))  # repeat 2, point 0: tma runs first, unset differs
+    code, updates = run_execute(runner)
+    assert code == harness.EXIT_IDS_DIFFER == 1
+    assert runner.calls[-1] == (1, 0, "unset") and len(runner.calls) == 6
+    assert updates[-1][1] is False and "ids differ" in updates[-1][2][0]
+
+
+def test_execute_failed_run_and_time_budget_are_exit_2():
+    code, updates = run_execute(FakeRunner(fail=(0, 1, "tma")))
+    assert code == harness.EXIT_FAILED and "worker exit 3" in updates[-1][2][0]
+    ticks = iter(range(0, 10_000, 100))  # every clock read advances 100 s
+    code, updates = run_execute(FakeRunner(), budget_s=450, clock=lambda: next(ticks))
+    assert code == harness.EXIT_FAILED and updates[-1][1] is False and "time budget" in updates[-1][2][0]
+
+
+def make_model_dir(tmp_path, with_sidecar=True):
+    spec = synth.SynthSpec.tiny()
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(synth.config_json(spec, eos_token_id=256)))
+    if with_sidecar:
+        table = [[16, 0.6], [32, 0.35], [48, 0.12], [64, 0.0]]
+        (d / synth.SIDECAR).write_text(json.dumps({"schema": synth.SIDECAR_SCHEMA, "spec": spec.to_json(),
+                                                   "miss_table": table}))  # fmt: skip
+    return d
+
+
+def test_points_from_miss_rates_or_slots(tmp_path):
+    model = str(make_model_dir(tmp_path))
+    pts = harness.resolve_points(model, None, None)
+    assert [p["target_miss_rate"] for p in pts] == [0.1, 0.3]
+    assert [p["slots"] for p in pts] == [51, 35]  # 0.12 at 48 .. 0.0 at 64; 0.35 at 32 .. 0.12 at 48
+    assert harness.resolve_points(model, [40], None)[0] == {"slots": 40, "target_miss_rate": None,
+                                                           "predicted_miss_rate": pytest.approx(0.235)}  # fmt: skip
+    with pytest.raises(ValueError, match="not both"):
+        harness.resolve_points(model, [40], [0.1])
+    with pytest.raises(ValueError, match=r"num_experts=16 slots"):
+        harness.check_points([{"slots": 8}], 16)
+    (tmp_path / "real").mkdir()
+    real = str(make_model_dir(tmp_path / "real", with_sidecar=False))
+    with pytest.raises(ValueError, match=r"pass --slots K"):
+        harness.resolve_points(real, None, [0.1])
+    assert harness.resolve_points(real, [3164], None)[0]["predicted_miss_rate"] is None
+
+
+def run_main(tmp_path, monkeypatch, runner, argv=()):
+    model = make_model_dir(tmp_path)
+    monkeypatch.setattr(harness, "worker_runner", lambda args, log_dir: runner)
+    monkeypatch.setenv("FT_RESULTS_DIR", str(tmp_path / "out"))  # results/<device>/e2e.json under tmp_path
+    args = build_parser().parse_args(["run", "--model", str(model), "--log-dir", str(tmp_path / "logs"), *argv])
+    code = harness.main(args)
+    return code, json.loads((tmp_path / "out" / "fake-gpu" / "e2e.json").read_text())
+
+
+def test_main_writes_the_document(tmp_path, monkeypatch):
+    code, doc = run_main(tmp_path, monkeypatch, FakeRunner())
+    assert code == 0
+    assert doc["schema"] == harness.E2E_SCHEMA and doc["complete"] is True and doc["ids_identical"] is True
+    assert doc["machine"]["device_slug"] == "fake-gpu" and "provenance" in doc
+    assert doc["model"]["name"] == "model" and "path" not in doc["model"]
+    assert (
+        doc["model"]["architecture"] == "Qwen3_5MoeForCausalLM" and doc["model"]["synthetic"]["spec"]["experts"] == 16
+    )
+    assert [p["slots"] for p in doc["points"]] == [51, 35]
+    for p in doc["points"]:
+        for v in ("unset", "tma"):
+            d = p["variants"][v]
+            assert len(d["tokens_per_s"]) == 3 and len(d["ids_sha256"]) == 3 and d["ttft_s_median"] == 0.5
+            assert d["misses_per_token_median"] == 9.5 and d["vram_peak_reserved_bytes"] == 10 << 30
+        assert p["speedup"] == pytest.approx(102.0 / 101.0)
+    assert len(doc["runs"]) == 12 and "machine" not in doc["runs"][0]
+    assert doc["settings"]["variants"] == {
+        "unset": {"FREETOKEN_DECODE_GATHER": None},
+        "tma": {"FREETOKEN_DECODE_GATHER": "tma"},
+    }
+
+
+def test_main_exits_1_when_ids_differ(tmp_path, monkeypatch):
+    code, doc = run_main(tmp_path, monkeypatch, FakeRunner(bad=(0, 1, "unset")), ["--repeats", "2"])
+    assert code == 1
+    assert doc["ids_identical"] is False and doc["complete"] is False and doc["exit_code"] == 1
+    assert doc["points"][1]["ids_identical"] is False and doc["points"][0]["ids_identical"] is True
+
+
+def test_main_refuses_bad_settings(tmp_path, monkeypatch, capsys):
+    model = make_model_dir(tmp_path)
+    for argv, msg in (
+        (["--slots", "8"], "at least num_experts=16"),
+        (["--skip", "-1"], "--skip -1"),
+        (["--kv-tokens", "1024"], "--kv-tokens 1024"),
+    ):
+        args = build_parser().parse_args(["run", "--model", str(model), *argv])
+        assert harness.main(args) == harness.EXIT_FAILED
+        assert msg in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--model", str(model), "--miss-rate", "1.5"])
+
+
+def test_worker_pure_parts():
+    assert ids_sha256([1, 2, 3]) == ids_sha256([1, 2, 3]) != ids_sha256([1, 2, 4])
+    assert expected_kernel(None) == "fast_index_copy_multi" and expected_kernel("tma") == "decode_gather"
+    cache = types.SimpleNamespace(_decode_gather=None, _copy_fused_ok=True)
+    assert copy_kernel(cache) == "fast_index_copy_multi"
+    cache._decode_gather = object()
+    assert copy_kernel(cache) == "decode_gather"
+    assert copy_grid(types.SimpleNamespace(_copy_blocks_per_bank=8), "fast_index_copy_multi") == {"blocks_per_bank": 8}
+    args = argparse.Namespace(slots=600, kv_tokens=8192)
+    pytest.importorskip("freetoken.mm.config", reason="needs the patched freetoken wheel")
+    from bench.e2e.worker import engine_kwargs
+
+    kw = engine_kwargs(args, num_experts=256)
+    assert kw["moe_strategy"] == "offload" and kw["moe_cache_size"] == 600 and kw["moe_prefill_overlap"] is True
+    assert kw["max_running_req"] == kw["cuda_graph_max_bs"] == 1 and kw["moe_collect_stats"] is True
+    assert engine_kwargs(argparse.Namespace(slots=300, kv_tokens=8192), num_experts=256)["moe_prefill_overlap"] is False
+
+
+def test_resume_continues_an_interrupted_document(tmp_path, monkeypatch):
+    """An interrupted session (here a failed 5th run) is continued by the same command with
+    --resume: only the missing runs run, and the document ends complete."""
+    model = make_model_dir(tmp_path)
+    out = tmp_path / "out"
+    monkeypatch.setattr(harness, "PAUSE_S", 0.0)
+
+    def main_with(runner, *extra):
+        monkeypatch.setattr(harness, "worker_runner", lambda args, log_dir: runner)
+        argv = ["run", "--model", str(model), "--out", str(out), "--log-dir", str(tmp_path / "logs"), *extra]
+        return harness.main(build_parser().parse_args(argv)), json.loads((out / "e2e.json").read_text())
+
+    first = FakeRunner(fail=(1, 0, "tma"))
+    code, doc = main_with(first)
+    assert code == 2 and doc["complete"] is False and len(doc["runs"]) == 4
+    second = FakeRunner()
+    code, doc = main_with(second, "--resume")
+    assert code == 0 and doc["complete"] is True and len(doc["runs"]) == 12
+    assert len(second.calls) == 8 and second.calls[0] == (1, 0, "tma")
+    assert doc["machine"]["device_slug"] == "fake-gpu" and doc["ids_identical"] is True
+    third = FakeRunner()
+    code, doc = main_with(third, "--resume")  # complete: not continued, measured afresh
+    assert code == 0 and len(third.calls) == 12
+
+
+def test_resume_refuses_another_measurement():
+    args = argparse.Namespace(tokens=256, skip=128, kv_tokens=8192)
+    doc = {"schema": harness.E2E_SCHEMA, "complete": False, "model": {"config_sha256": "c"},
+           "points": [{"slots": 900}], "settings": {"tokens": 256, "skip": 128, "kv_tokens": 8192},
+           "provenance": {"tree": "t"}}  # fmt: skip
+    model, points = {"config_sha256": "c"}, [{"slots": 900}]
+    assert harness.resume_mismatch(doc, model, args, points, "t") is None
+    assert harness.resume_mismatch(doc, {"config_sha256": "x"}, args, points, "t") == "it measured another checkpoint"
+    assert harness.resume_mismatch(doc, model, args, [{"slots": 400}], "t") == "its slot points differ"
+    assert harness.resume_mismatch(doc, model, args, points, "u") == "it measured another patched tree"
+    assert harness.resume_mismatch({**doc, "complete": True}, model, args, points, "t") == "it is complete"
+    differ = [{"repeat": 0, "point": 0, "variant": v, "ids_sha256": v} for v in ("unset", "tma")]
+    assert "different ids" in harness.resume_mismatch({**doc, "runs": differ}, model, args, points, "t")
