@@ -481,6 +481,35 @@ def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
     return {"runs": runs} if runs else None
 
 
+def e2e_view(doc: Doc | None) -> dict[str, Any] | None:
+    """The end-to-end A/B (``bench.e2e``): per slot-cache point, tokens/s of both variants over fresh
+    processes, the ratio tma / unset and whether it stands out of the repeats' spread."""
+    points = (doc or {}).get("points") or []
+    if not points:
+        return None
+    rows = []
+    for p in points:
+        v = p.get("variants") or {}
+        u, t_ = v.get("unset") or {}, v.get("tma") or {}
+        spreads = [u.get("tokens_per_s_spread"), t_.get("tokens_per_s_spread")]
+        rows.append({
+            "slots": p.get("slots"),
+            "target": p.get("target_miss_rate"),
+            "miss_rate": (t_ or u).get("miss_rate_median"),
+            "misses_per_token": (t_ or u).get("misses_per_token_median"),
+            "unset": u, "tma": t_,
+            "ratio": p.get("speedup"),
+            "paired": (p.get("speedup_paired_min"), p.get("speedup_paired_max")),
+            "settled": words.e2e_settled(p.get("speedup"), spreads),
+            "spread": max((s for s in spreads if s is not None), default=None),
+            "ids_identical": p.get("ids_identical"),
+        })  # fmt: skip
+    model = doc.get("model") or {}
+    return {"doc": doc, "model": model, "settings": doc.get("settings") or {}, "rows": rows,
+            "complete": bool(doc.get("complete")), "ids_identical": doc.get("ids_identical"),
+            "runs": len(doc.get("runs") or [])}  # fmt: skip
+
+
 def decode_losses(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Every decode-regime figure where decode_gather is slower beyond its run's A/A spread: the
     project benchmark's per-layer rows and the series' benchmark's ``tma`` column."""
@@ -526,6 +555,7 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "sanitizer": sanitizer_view(docs.get("sanitizer")),
         "targets": targets_view(gather, ceiling),
         "regime_probes": regime_probe_view(base, slug),
+        "e2e": e2e_view(docs.get("e2e")),
         "losses": decode_losses(gather, upstream_bench_view(docs.get("upstream_bench"))),
     }
 

@@ -58,3 +58,13 @@ def above(value: float, point: float) -> str:
 def resolved(lo: float, hi: float) -> str:
     """Whether a range of paired per-round ratios stays on one side of 1.0."""
     return "resolved" if lo > 1 or hi < 1 else "not resolved: the range spans 1.0"
+
+
+def e2e_settled(ratio: float | None, spreads: Iterable[float | None]) -> str:
+    """Whether an end-to-end tokens/s ratio (tma / unset) stands out of the repeats' own noise: it
+    does when |ratio - 1| exceeds every variant's spread over its repeats ((max - min) / median),
+    the end-to-end stand-in for an A/A spread (fresh processes, no paired control)."""
+    s = [x for x in spreads if x is not None]
+    if ratio is None or not s:
+        return "n/a"
+    return "stands out of" if abs(ratio - 1.0) > max(s) else "does not stand out of"

@@ -252,3 +252,12 @@ def test_where_it_loses_follows_the_decode_regime_figures():
     assert decode_losses(gather(0.99, regime="replay"), ubench(1.02)) == []  # replay rows never decide
     lost = decode_losses(gather(0.99), ubench(0.95))
     assert [(x["n"], x["where"]) for x in lost] == [(1, "the project benchmark"), (0, "the series' benchmark")]
+
+
+def test_end_to_end_ratio_is_settled_only_outside_the_repeats_spread():
+    from report.words import e2e_settled
+
+    assert e2e_settled(1.19, [0.41, 0.03]) == "does not stand out of"
+    assert e2e_settled(1.19, [0.05, 0.03]) == "stands out of"
+    assert e2e_settled(0.80, [0.05, None]) == "stands out of"
+    assert e2e_settled(None, [0.05]) == "n/a"
