@@ -39,6 +39,7 @@ from typing import Any
 from bench.e2e import synth
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
 from gpukit import results
+from gpukit.rounds import round_order
 from gpukit.stats import median
 
 E2E_SCHEMA = results.KINDS["e2e"].schema
@@ -69,8 +70,7 @@ def schedule(points: int, repeats: int) -> list[tuple[int, int, str]]:
     out = []
     for r in range(repeats):
         for p in range(points):
-            order = VARIANTS if (r + p) % 2 == 0 else VARIANTS[::-1]
-            out += [(r, p, v) for v in order]
+            out += [(r, p, v) for v in round_order("alternate", r + p, VARIANTS)]  # gpukit.rounds' alternation
     return out
 
 
