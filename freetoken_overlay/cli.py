@@ -82,7 +82,7 @@ def cmd_build_wheel(args: argparse.Namespace) -> None:
 def _missing_for_kernels(missing: str) -> OverlayError:
     """How to get what ``build-kernels`` needs into this Python when ``missing`` (a module) is not there."""
     python = shlex.quote(sys.executable)
-    closure = " ".join(shlex.quote(r) for r in (req.TORCH_CPU, *req.IMPORT_CLOSURE, *req.KERNEL_BUILD))
+    closure = " ".join(shlex.quote(r) for r in (req.TORCH_CPU, *req.IMPORT_CLOSURE, *req.dependency_group("kernel-build")))
     return OverlayError(
         f"building the kernel cache imports the patched freetoken, which needs torch and its import closure; "
         f"this Python ({sys.executable}) has no module {missing!r}\n"

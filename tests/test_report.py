@@ -166,7 +166,7 @@ def test_report_renders_the_synthetic_tree(synthetic_results, tmp_path):
     assert "| Synthetic GPU (dry run) | gather, 40 layers | 1 |" in readme
     assert rep.index("**Verdict.**") < rep.index("## Synthetic GPU")
     summary = pr.split("## What changed")[0].strip().splitlines()
-    assert len([line for line in summary if line.startswith("- ")]) == 6  # adds, enable, cost, measured, loses, measure
+    assert len([line for line in summary if line.startswith("- ")]) == 7  # adds, enable, cost, measured, loses, measure, consumer card
     assert commands.upstream_bench_line() in pr.split("## Reproduce")[1]
     assert "bench/" not in pr.split("## Reproduce")[1], "PR.md's reproduce section names overlay paths"
     assert "**faster**" not in rep + pr + readme, "verdicts are words, not claims in bold"
