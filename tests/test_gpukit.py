@@ -213,3 +213,17 @@ def test_decode_regime_lists_are_fresh_and_verified(monkeypatch):
     slots.rows[0][19 if 19 not in rg.dst.flatten().tolist() else 18, 0] ^= 1
     with pytest.raises(AssertionError, match="outside the miss lists"):
         rg.check_clean("k")
+
+
+def test_every_committed_result_document_has_its_schema_and_provenance():
+    import json
+
+    from gpukit import results
+
+    schemas = {k.schema for k in results.KINDS.values()}
+    docs = [p for p in (REPO_ROOT / "results").rglob("*.json") if "history" not in p.parts]
+    assert docs
+    for path in docs:
+        doc = json.loads(path.read_text())
+        assert doc.get("schema") in schemas, f"{path}: schema {doc.get('schema')!r}"
+        assert (doc.get("provenance") or {}).get("series_hash"), f"{path}: no provenance"

@@ -19,7 +19,7 @@ from gpukit.geometry import NVFP4_ROW_BYTES, Ring
 from gpukit.kernels import call_ours, call_upstream
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
-from gpukit.results import provenance, scrub, write_json
+from gpukit.results import document, write_json
 from gpukit.rounds import run_rounds
 from gpukit.timing import time_replays
 
@@ -148,7 +148,6 @@ def print_step(results: dict[str, dict[str, Any]]) -> None:
 
 def save(log: dict[str, Any], filename: str) -> Path:
     """Write ``log`` plus the machine and provenance to $OUT/filename (default: the current directory)."""
-    path = write_json(Path(os.environ.get("OUT", ".")) / filename,
-                      scrub({**log, "machine": machine_info(), "provenance": provenance()}))  # fmt: skip
+    path = write_json(Path(os.environ.get("OUT", ".")) / filename, document("probe", machine=machine_info(), **log))
     print(f"wrote {path}", flush=True)
     return path
