@@ -27,6 +27,7 @@ import time
 from typing import Callable, Sequence
 
 from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, fmt_bytes
+from gpukit.memory import SlotCache
 from gpukit.rounds import Rounds, run_rounds
 
 REGIMES = ("decode", "replay")
@@ -109,16 +110,11 @@ class ModelBanks:
         self.host, self.ref = [], []
 
 
-class Slots:
-    """A ``[SLOTS, row]`` uint8 slot cache per bank holding ``POISON``, and its descriptor."""
-
-    def __init__(self, row_bytes: Sequence[int], device, slots: int = SLOTS):
-        import torch
-
-        self.slots = slots
-        self.rows = [torch.full((slots, r), POISON, dtype=torch.uint8, device=device) for r in row_bytes]
-        self.dst_ptrs = torch.tensor([t.data_ptr() for t in self.rows], dtype=torch.int64, device=device)
-        self.feat = torch.tensor(list(row_bytes), dtype=torch.int64, device=device)
+def poisoned_slots(row_bytes: Sequence[int], device, slots: int = SLOTS) -> SlotCache:
+    """A guarded slot cache (gpukit.memory) of ``slots`` rows per bank, every row holding ``POISON``."""
+    cache = SlotCache(slots, row_bytes, device)
+    cache.poison(POISON)
+    return cache
 
 
 #: A kernel under test: ``launch(slots, src_ptrs, dst_indices, src_indices, num_indices)``.
@@ -129,7 +125,7 @@ class RegimeGraphs:
     """Captured ``layers``-layer graphs of several kernels over one set of banks, slots and miss lists,
     timed per replay in the decode or the replay regime."""
 
-    def __init__(self, banks: ModelBanks, slots: Slots, n: int, *, layers: int | None = None, seed: int = 0):
+    def __init__(self, banks: ModelBanks, slots: SlotCache, n: int, *, layers: int | None = None, seed: int = 0):
         import torch
 
         fp = banks.fp
@@ -189,17 +185,21 @@ class RegimeGraphs:
             return
         rows = self.src[:, :n].reshape(-1).long()
         dst = self.dst[:, :n].reshape(-1).long()
-        for b, (cache, ref) in enumerate(zip(self.slots.rows, self.banks.ref)):
+        for b, (cache, ref) in enumerate(zip(self.slots.dst, self.banks.ref)):
             if not torch.equal(cache[dst], ref[self.layer_ids, rows]):
                 raise AssertionError(f"{name}: n={n} bank {b}: a copied slot differs from its source row")
             cache[dst] = POISON
         self.verified += 1
 
     def check_clean(self, name: str) -> None:
-        """After a set: every slot holds the poison again (nothing outside the miss lists was written)."""
-        for b, cache in enumerate(self.slots.rows):
+        """After a set: every slot holds the poison again (nothing outside the miss lists was written) and
+        the canaries around each bank's slots are intact."""
+        for b, cache in enumerate(self.slots.dst):
             if not bool((cache == POISON).all()):
                 raise AssertionError(f"{name}: n={self.n} bank {b}: a slot outside the miss lists was written")
+        err = self.slots.guard_error()
+        if err is not None:
+            raise AssertionError(f"{name}: n={self.n}: {err}")
 
     def time_set(self, name: str, regime: str, reps: int) -> float:
         """Median device µs per LAYER over ``reps`` replays of ``name``'s graph, each timed alone and

@@ -180,7 +180,7 @@ def test_decode_regime_lists_are_fresh_and_verified(monkeypatch):
     torch = pytest.importorskip("torch")
     import types
 
-    from gpukit.decode_regime import Footprint, RegimeGraphs, Slots
+    from gpukit.decode_regime import Footprint, RegimeGraphs, poisoned_slots
 
     fp = Footprint(layers=3, experts=8, row_bytes=(32, 48))
     assert Footprint.scaled(None) == Footprint() and Footprint.scaled(1000) == Footprint()
@@ -188,13 +188,13 @@ def test_decode_regime_lists_are_fresh_and_verified(monkeypatch):
     g = torch.Generator().manual_seed(0)
     banks = types.SimpleNamespace(fp=fp, device=torch.device("cpu"), src_ptrs=[None] * 3,
                                   ref=[torch.randint(0, 256, (3, 8, r), dtype=torch.uint8, generator=g) for r in fp.row_bytes])  # fmt: skip
-    slots = Slots(fp.row_bytes, "cpu", slots=20)
+    slots = poisoned_slots(fp.row_bytes, "cpu", slots=20)
     rg = RegimeGraphs(banks, slots, 2)
 
     def copy():  # what a correct kernel does for the current list
         for layer in range(3):
             for b in range(2):
-                slots.rows[b][rg.dst[layer, :2].long()] = banks.ref[b][layer][rg.src[layer, :2].long()]
+                slots.dst[b][rg.dst[layer, :2].long()] = banks.ref[b][layer][rg.src[layer, :2].long()]
 
     seen = []
     for _ in range(4):  # 4 lists x 2 rows = every expert of each layer once
@@ -207,10 +207,10 @@ def test_decode_regime_lists_are_fresh_and_verified(monkeypatch):
         assert sorted(torch.cat([s[layer] for s in seen]).tolist()) == list(range(8))
     rg.check_clean("k")
     copy()
-    slots.rows[1][int(rg.dst[2, 1]), 5] ^= 1
+    slots.dst[1][int(rg.dst[2, 1]), 5] ^= 1
     with pytest.raises(AssertionError, match="bank 1"):
         rg.verify("k")
-    slots.rows[0][19 if 19 not in rg.dst.flatten().tolist() else 18, 0] ^= 1
+    slots.dst[0][19 if 19 not in rg.dst.flatten().tolist() else 18, 0] ^= 1
     with pytest.raises(AssertionError, match="outside the miss lists"):
         rg.check_clean("k")
 

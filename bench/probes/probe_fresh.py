@@ -23,7 +23,7 @@ import time
 import torch
 
 from bench.probes import harness as H
-from gpukit.decode_regime import REGIMES, Footprint, ModelBanks, RegimeGraphs, Slots
+from gpukit.decode_regime import REGIMES, Footprint, ModelBanks, RegimeGraphs, poisoned_slots
 from gpukit.geometry import UPSTREAM_THREADS, Ring
 from gpukit.kernels import call_upstream, load_kernels, precompile
 from gpukit.stats import summarize_rounds
@@ -69,7 +69,7 @@ def main() -> None:
     fp = Footprint.scaled(args.gib)
     t0 = time.perf_counter()
     banks = ModelBanks(fp, dev, progress=lambda s: print(s, flush=True))
-    slots = Slots(fp.row_bytes, dev)
+    slots = poisoned_slots(fp.row_bytes, dev)
     log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "rings": [r.tag for r in rings], "bank_setup_s": time.perf_counter() - t0,
                  "per_n": {}}  # fmt: skip
 
