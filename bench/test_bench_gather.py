@@ -49,6 +49,7 @@ where :mod:`gpukit.results` says (``$FT_RESULTS_DIR`` moves the results tree).
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import sys
@@ -320,13 +321,7 @@ def measure_decode_regime(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
     banks, slots = ctx.model_banks
     rg = RegimeGraphs(banks, slots, n, layers=layers)
 
-    def upstream(s, src_ptrs, dst, src, num):
-        ctx.fic.fast_index_copy_multi_jit(s.dst_ptrs, src_ptrs, s.feat, dst, src, num, num_threads=UPSTREAM_THREADS,
-                                          blocks_per_bank=UPSTREAM_BLOCKS_PER_BANK)  # fmt: skip
-
-    def ours(s, src_ptrs, dst, src, num):
-        ctx.dgm.decode_gather_jit(s.dst_ptrs, src_ptrs, s.feat, dst, src, num)
-
+    upstream, ours = functools.partial(call_upstream, ctx.fic), functools.partial(call_ours, ctx.dgm)
     for name, fn in (("upstream", upstream), ("upstream_aa", upstream), ("ours", ours)):
         rg.capture(name, fn)
     reps = 24 if n <= 2 else (12 if n <= 8 else 4)

@@ -18,14 +18,15 @@ kernel, ``ktouch-experiment.patch`` in that folder, committed on top of the seri
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import torch
 
 from bench.probes import harness as H
 from gpukit.decode_regime import REGIMES, Footprint, ModelBanks, RegimeGraphs, poisoned_slots
-from gpukit.geometry import UPSTREAM_THREADS, Ring
-from gpukit.kernels import call_upstream, load_kernels, precompile
+from gpukit.geometry import Ring
+from gpukit.kernels import call_module, call_upstream, load_kernels, precompile
 from gpukit.stats import summarize_rounds
 
 
@@ -74,11 +75,10 @@ def main() -> None:
                  "per_n": {}}  # fmt: skip
 
     def up(bpb: int):
-        return lambda s, src_ptrs, dst, src, num: fic.fast_index_copy_multi_jit(
-            s.dst_ptrs, src_ptrs, s.feat, dst, src, num, num_threads=UPSTREAM_THREADS, blocks_per_bank=bpb)
+        return functools.partial(call_upstream, fic, blocks_per_bank=bpb)
 
     def mod(m):
-        return lambda s, src_ptrs, dst, src, num: m.launch(s.dst_ptrs, src_ptrs, s.feat, dst, src, num)
+        return functools.partial(call_module, m)
 
     kernels = {"up": up(8), "upAA": up(8), "up32": up(32), "tma": mod(dgm.decode_gather_module(*ring))}
     kernels.update({f"tma+t{t}": mod(mods[t]) for t in touches})
