@@ -59,7 +59,7 @@ from typing import Any
 import pytest
 
 from gpukit.cudart import memcpy_h2d_async
-from gpukit.decode_regime import Footprint, ModelBanks, RegimeGraphs, poisoned_slots
+from gpukit.decode_regime import Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
 from gpukit.decode_step import DEFAULT_VARIANTS, DecodeStep, StepConfig
 from gpukit.geometry import (
     MODEL,
@@ -210,7 +210,6 @@ def measure_gather(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
     misses.set(dst, src, n)
     last = (layers - 1) % SOURCES
     writes = [(dst[:n], src[:n], banks.dev[last])]  # every layer writes the same slots: the last one wins
-    bytes_per_layer = n * banks.bytes_per_expert
 
     def upstream(layer: int) -> None:
         call_upstream(ctx.fic, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
@@ -273,12 +272,20 @@ def measure_gather(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
                            aa="upstream_aa").values  # fmt: skip
     graphs.clear()
 
+    return gather_row(ctx, "replay", layers, n, rounds_us, reps, verified["sets"],
+                      timing_mode="paired alternating rounds, CUDA events around reps replays (every variant alike)")
+
+
+def gather_row(ctx: Ctx, regime: str, layers: int, n: int, rounds_us: dict[str, list[float]], reps: int,
+               verified_sets: int, **extra: Any) -> dict[str, Any]:
+    """bench.json's row of one case (medians, the speedup and A/A statistics, GB/s and the share of the
+    copy-engine ceiling), counted into the run's verification totals and logged."""
     summary = summarize_rounds(rounds_us)
-    ceiling = ctx.ceiling_gbps
     med = summary["median_us"]
+    bytes_per_layer = n * NVFP4_EXPERT_BYTES
     gbps = {k: (bytes_per_layer / (v * 1e-6) / 1e9 if v and bytes_per_layer else None) for k, v in med.items()}
     row = {
-        "regime": "replay",
+        "regime": regime,
         "layers": layers,
         "n": n,
         "bytes_per_layer": bytes_per_layer,
@@ -286,26 +293,20 @@ def measure_gather(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
         "rounds": ROUNDS,
         "us": med,
         "rounds_us": rounds_us,
-        "speedup": summary["speedup"],
-        "speedup_paired": summary["speedup_paired"],
-        "aa_ratio": summary["aa_ratio"],
-        "aa_ratios": summary["aa_ratios"],
-        "aa_spread": summary["aa_spread"],
-        "verdict": summary["verdict"],
+        **{k: summary[k] for k in ("speedup", "speedup_paired", "aa_ratio", "aa_ratios", "aa_spread", "verdict")},
         "gbps": gbps,
-        "pct_of_ceiling": {k: (100.0 * v / ceiling if v else None) for k, v in gbps.items()},
-        "ceiling_gbps": ceiling,
-        "ideal_us": (bytes_per_layer / (ceiling * 1e9) * 1e6) if bytes_per_layer else 0.0,
-        "verified_sets": verified["sets"],
-        "timing_mode": "paired alternating rounds, CUDA events around reps replays (every variant alike)",
+        "pct_of_ceiling": {k: (100.0 * v / ctx.ceiling_gbps if v else None) for k, v in gbps.items()},
+        "ceiling_gbps": ctx.ceiling_gbps,
+        "verified_sets": verified_sets,
+        **extra,
     }
     ctx.rows.append(row)
-    ctx.verified_sets += verified["sets"]
-    ctx.verified_bytes += verified["sets"] * layers * bytes_per_layer
+    ctx.verified_sets += verified_sets
+    ctx.verified_bytes += verified_sets * layers * bytes_per_layer
     log(
-        f"L{layers} n={n}: upstream {_f(med.get('upstream'))} us, ours {_f(med.get('ours'))} us, "
+        f"{regime} L{layers} n={n}: upstream {_f(med.get('upstream'))} us, ours {_f(med.get('ours'))} us, "
         f"speedup {_f(summary['speedup'], 3)} (A/A spread {_f(summary['aa_spread'], 3)}: {summary['verdict']}), "
-        f"copy engine {_f(med.get('copy_engine'))} us, {verified['sets']} sets verified"
+        f"copy engine {_f(med.get('copy_engine'))} us, {verified_sets} sets verified"
     )
     return row
 
@@ -324,36 +325,11 @@ def measure_decode_regime(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
     upstream, ours = functools.partial(call_upstream, ctx.fic), functools.partial(call_ours, ctx.dgm)
     for name, fn in (("upstream", upstream), ("upstream_aa", upstream), ("ours", ours)):
         rg.capture(name, fn)
-    reps = 24 if n <= 2 else (12 if n <= 8 else 4)
+    reps = replays_per_set(n)
     rounds_us = rg.rounds(["upstream", "upstream_aa", "ours"], "decode", ROUNDS, reps).values
-    summary = summarize_rounds(rounds_us)
-    med = summary["median_us"]
-    bytes_per_layer = n * NVFP4_EXPERT_BYTES
-    gbps = {k: (bytes_per_layer / (v * 1e-6) / 1e9 if v and bytes_per_layer else None) for k, v in med.items()}
-    row = {
-        "regime": "decode",
-        "layers": rg.layers,
-        "n": n,
-        "footprint": banks.fp.describe(),
-        "bytes_per_layer": bytes_per_layer,
-        "reps": reps,
-        "rounds": ROUNDS,
-        "us": med,
-        "rounds_us": rounds_us,
-        **{k: summary[k] for k in ("speedup", "speedup_paired", "aa_ratio", "aa_ratios", "aa_spread", "verdict")},
-        "gbps": gbps,
-        "pct_of_ceiling": {k: (100.0 * v / ctx.ceiling_gbps if v else None) for k, v in gbps.items()},
-        "ceiling_gbps": ctx.ceiling_gbps,
-        "verified_sets": rg.verified,
-        "timing_mode": "a new miss list before every replay; each replay timed alone between CUDA events and "
-        "verified; median per set, paired alternating rounds",
-    }
-    ctx.rows.append(row)
-    ctx.verified_sets += rg.verified
-    ctx.verified_bytes += rg.verified * rg.layers * bytes_per_layer
-    log(f"decode L{rg.layers} n={n}: upstream {_f(med['upstream'])} us, ours {_f(med['ours'])} us, speedup "
-        f"{_f(summary['speedup_paired'], 4)} paired (A/A spread {_f(summary['aa_spread'], 4)}: {summary['verdict']})")  # fmt: skip
-    return row
+    return gather_row(ctx, "decode", rg.layers, n, rounds_us, reps, rg.verified, footprint=banks.fp.describe(),
+                      timing_mode="a new miss list before every replay; each replay timed alone between CUDA events "
+                      "and verified; median per set, paired alternating rounds")  # fmt: skip
 
 
 @pytest.mark.parametrize("layers,n", DECODE_CASES, ids=[f"decode-L{layers}-n{n}" for layers, n in DECODE_CASES])

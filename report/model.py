@@ -52,8 +52,8 @@ def gather_row(r: Doc) -> dict[str, Any]:
         "verdict": verdict(r.get("speedup"), r.get("aa_spread")),
         "gbps": (r.get("gbps") or {}).get("ours"),
         "pct": (r.get("pct_of_ceiling") or {}).get("ours"),
-        "ideal": r.get("ideal_us") if r.get("ideal_us") is not None else (
-            (r.get("bytes_per_layer") or 0) / (r["ceiling_gbps"] * 1e9) * 1e6 if r.get("ceiling_gbps") else None),
+        # bytes at the copy-engine ceiling of the same run
+        "ideal": (r.get("bytes_per_layer") or 0) / (r["ceiling_gbps"] * 1e9) * 1e6 if r.get("ceiling_gbps") else None,
         "ceiling_gbps": r.get("ceiling_gbps"),
     }
 

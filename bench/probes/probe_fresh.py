@@ -24,14 +24,10 @@ import time
 import torch
 
 from bench.probes import harness as H
-from gpukit.decode_regime import REGIMES, Footprint, ModelBanks, RegimeGraphs, poisoned_slots
+from gpukit.decode_regime import REGIMES, Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
 from gpukit.geometry import Ring
 from gpukit.kernels import call_module, call_upstream, load_kernels, precompile
 from gpukit.stats import summarize_rounds
-
-
-def reps_for(n: int) -> int:
-    return 24 if n <= 2 else (12 if n <= 8 else 4)
 
 
 def main() -> None:
@@ -89,7 +85,7 @@ def main() -> None:
             rg.capture(name, fn)
         entry: dict = {"layers": rg.layers}
         for regime in regimes:
-            rounds = rg.rounds(list(kernels), regime, args.rounds, reps_for(n)).values
+            rounds = rg.rounds(list(kernels), regime, args.rounds, replays_per_set(n)).values
             summ = {k: summarize_rounds(rounds, ours=k, base="up", aa="upAA") for k in kernels if k not in ("up", "upAA")}
             entry[regime] = {"rounds_us": rounds, "summary": summ}
             us = {k: H.median(v) for k, v in rounds.items()}
