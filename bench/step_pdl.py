@@ -44,6 +44,7 @@ from gpukit.decode_step import (
     variant_modules,
 )
 from gpukit.geometry import MODEL, nvfp4_banks
+from gpukit.kernels import probe_headers
 from gpukit.machine import machine_info
 from gpukit.memory import cache_rows
 from gpukit.rounds import Rounds, run_rounds
@@ -65,8 +66,8 @@ def _probe_module(header: str, name: str, edits: list[tuple[str, str]], template
         assert text.count(old) >= 1, f"{header} changed: {old!r} not found; update the probe"
         text = text.replace(old, new)
     probe = f"{name}.cuh"
-    (KERNEL_PATH / "jit" / probe).write_text(text)  # beside the original: its relative includes resolve
-    return load_jit(name, *args, cuda_files=[probe], cuda_wrappers=[("launch", f"&{template}<{args}>::run")])
+    with probe_headers({probe: text}):  # beside the original while it builds, removed after
+        return load_jit(name, *args, cuda_files=[probe], cuda_wrappers=[("launch", f"&{template}<{args}>::run")])
 
 
 def pdl_probes():

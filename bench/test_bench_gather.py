@@ -335,7 +335,8 @@ def measure_decode_regime(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
 @pytest.mark.parametrize("layers,n", DECODE_CASES, ids=[f"decode-L{layers}-n{n}" for layers, n in DECODE_CASES])
 def test_gather_decode(ctx, layers, n):
     row = measure_decode_regime(ctx, layers, n)
-    assert row["verified_sets"] >= ROUNDS * 3, row["verified_sets"]
+    # n = 0 copies nothing to compare; every set still checked that no slot was written (check_clean)
+    assert row["verified_sets"] >= (ROUNDS * 3 if n else 0), row["verified_sets"]
 
 
 @pytest.mark.parametrize("layers,n", CASES, ids=[f"replay-L{layers}-n{n}" for layers, n in CASES])

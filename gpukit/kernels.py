@@ -3,9 +3,11 @@ descriptor, parallel JIT builds (extra kernels welcome), and a launch counter.""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from typing import Any, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.memory import SlotCache
@@ -17,6 +19,30 @@ def load_kernels():
     from freetoken.kernel import fast_index_copy as fic
 
     return dgm, fic
+
+
+@contextlib.contextmanager
+def probe_headers(texts: Mapping[str, str], jit_dir: Path | None = None) -> Iterator[Path]:
+    """Lay kernel-variant headers ({file name: text}) beside the installed JIT headers for the block (so
+    their relative includes resolve while they build) and remove them after, also on error: the installed
+    freetoken must not keep them (its own tests scan that directory, and a later run would build a stale
+    probe). An existing file is never overwritten. Yields the directory (default: freetoken's ``jit/``)."""
+    if jit_dir is None:
+        from freetoken.kernel.utils import KERNEL_PATH
+
+        jit_dir = KERNEL_PATH / "jit"
+    clash = sorted(n for n in texts if (jit_dir / n).exists())
+    if clash:
+        raise FileExistsError(f"{jit_dir}: {clash} exist already; a probe header never replaces a file there")
+    written: list[Path] = []
+    try:
+        for name, text in texts.items():
+            (jit_dir / name).write_text(text)
+            written.append(jit_dir / name)
+        yield jit_dir
+    finally:
+        for path in written:
+            path.unlink(missing_ok=True)
 
 
 def default_ring(dgm) -> Ring:

@@ -510,9 +510,57 @@ def e2e_view(doc: Doc | None) -> dict[str, Any] | None:
             "runs": len(doc.get("runs") or [])}  # fmt: skip
 
 
-def decode_losses(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> list[dict[str, Any]]:
+def decode_ratios(kind: str, doc: Doc | None) -> dict[int, dict[str, Any]]:
+    """{n: {ratio, spread, verdict}} of decode_gather against upstream's default kernel in the decode
+    regime of one ``bench`` (the largest graph per n) or ``upstream_bench`` (its ``tma`` column) run."""
+    if kind == "bench":
+        rows = [r for r in (gather_view(doc) or {}).get("all_rows", []) if r["regime"] == "decode"]
+        return {r["n"]: {"ratio": r["ratio"], "spread": r["spread"], "verdict": r["verdict"]} for r in main_rows(rows)}
+    view = upstream_bench_view(doc)
+    if not view or "tma" not in view["names"]:
+        return {}
+    i = view["names"].index("tma")
+    return {r["n"]: {"ratio": r["cells"][i]["ratio"], "spread": r["spread"], "verdict": r["cells"][i]["verdict"]}
+            for r in view["rows"] if r["regime"] == "decode"}  # fmt: skip
+
+
+#: The runs a repeat table compares, with the words the report uses for them.
+REPEAT_KINDS = {"bench": "the project benchmark", "upstream_bench": "the series' benchmark"}
+
+
+def repeats_view(base: Path, slug: str, docs: Mapping[str, Doc]) -> list[dict[str, Any]]:
+    """Per benchmark: the current run beside every earlier run of the SAME patched tree kept in
+    ``<device>/history/runs/`` (same schema), decode regime, so run-to-run variation of the verdicts
+    is on the page. Earlier runs come in the order of their ``generated_at``."""
+    out = []
+    for kind, where in REPEAT_KINDS.items():
+        doc = docs.get(kind)
+        tree = ((doc or {}).get("provenance") or {}).get("tree")
+        if not doc or not tree:
+            continue
+        earlier = []
+        for path in sorted((base / slug / "history" / "runs").glob("*.json")):
+            old = results.read_json(path) or {}
+            if (old.get("schema") == doc.get("schema") and (old.get("provenance") or {}).get("tree") == tree
+                    and old.get("generated_at") != doc.get("generated_at")):  # fmt: skip
+                earlier.append((old.get("generated_at") or "", f"{slug}/history/runs/{path.name}", old))
+        if not earlier:
+            continue
+        runs = [{"file": f"{slug}/{results.KINDS[kind].file}", "at": doc.get("generated_at"),
+                 "ratios": decode_ratios(kind, doc)}]  # fmt: skip
+        runs += [{"file": f, "at": at, "ratios": decode_ratios(kind, old)} for at, f, old in sorted(earlier)]
+        ns = sorted({n for r in runs for n in r["ratios"]})
+        out.append({"kind": kind, "where": where, "tree": tree, "runs": runs, "ns": ns,
+                    "header": ["run", "generated (UTC)"] + [f"n = {n}" for n in ns]})  # fmt: skip
+    return out
+
+
+def decode_losses(
+    gather: dict[str, Any] | None, ubench: dict[str, Any] | None, repeats: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Every decode-regime figure where decode_gather is slower beyond its run's A/A spread: the
-    project benchmark's per-layer rows and the series' benchmark's ``tma`` column."""
+    project benchmark's per-layer rows, the series' benchmark's ``tma`` column, and those of the
+    earlier runs of the same tree in ``repeats`` (:func:`repeats_view`)."""
     out = []
     for r in (gather or {}).get("all_rows", []):
         if r["regime"] == "decode" and r["verdict"] == "slower":
@@ -523,6 +571,12 @@ def decode_losses(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) 
             c = r["cells"][i]
             if r["regime"] == "decode" and c["verdict"] == "slower":
                 out.append({"n": r["n"], "ratio": c["ratio"], "spread": r["spread"], "where": "the series' benchmark"})
+    for rep in repeats or []:
+        for run in rep["runs"][1:]:
+            for n, c in sorted(run["ratios"].items()):
+                if c["verdict"] == "slower":
+                    out.append({"n": n, "ratio": c["ratio"], "spread": c["spread"],
+                                "where": f"an earlier run of {rep['where']} on the same tree (`{run['file']}`)"})  # fmt: skip
     return out
 
 
@@ -537,6 +591,7 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         docs.get("ceiling"), f"{slug}/ceiling.png" if png.is_file() else None, (gather or {}).get("ring")
     )
     bench_prov = (docs.get("bench") or {}).get("provenance") or {}
+    repeats = repeats_view(base, slug, docs)
     return {
         "slug": slug,
         "name": f"{gpus} x {name}" if slug.endswith(f"x{gpus}") else name,
@@ -556,7 +611,8 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "targets": targets_view(gather, ceiling),
         "regime_probes": regime_probe_view(base, slug),
         "e2e": e2e_view(docs.get("e2e")),
-        "losses": decode_losses(gather, upstream_bench_view(docs.get("upstream_bench"))),
+        "repeats": repeats,
+        "losses": decode_losses(gather, upstream_bench_view(docs.get("upstream_bench")), repeats),
     }
 
 

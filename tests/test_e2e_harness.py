@@ -52,6 +52,9 @@ def test_summary_statistics_and_verdicts():
     runs[1]["misses_total"] = 101
     assert harness.summarize_point({"slots": 948}, 0, runs)["miss_counts_identical"] is False
     assert harness.spread([5.0]) is None
+    runs[0]["step_ms"] = {"p10": 0.9, "p50": 1.0, "p90": 1.4}  # a worker's interval quantiles, repeat 0
+    unset = harness.summarize_point({"slots": 948}, 0, runs)["variants"]["unset"]
+    assert unset["step_ms_p50"] == [1.0, None, None] and unset["step_ms_p90"] == [1.4, None, None]
 
 
 def test_ids_mismatch_is_found_per_repeat_and_point():

@@ -227,3 +227,19 @@ def test_every_committed_result_document_has_its_schema_and_provenance():
         doc = json.loads(path.read_text())
         assert doc.get("schema") in schemas, f"{path}: schema {doc.get('schema')!r}"
         assert (doc.get("provenance") or {}).get("series_hash"), f"{path}: no provenance"
+
+
+def test_probe_headers_are_removed_after_the_block_and_never_replace_a_file(tmp_path):
+    from gpukit.kernels import probe_headers
+
+    (tmp_path / "decode_gather.cuh").write_text("installed")
+    with probe_headers({"dg_probe.cuh": "variant"}, tmp_path) as jit:
+        assert (jit / "dg_probe.cuh").read_text() == "variant"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decode_gather.cuh"]
+    with pytest.raises(RuntimeError), probe_headers({"dg_probe.cuh": "variant"}, tmp_path):
+        raise RuntimeError("the build failed")  # removed on error too
+    assert not (tmp_path / "dg_probe.cuh").exists()
+    with pytest.raises(FileExistsError, match="decode_gather.cuh"):
+        with probe_headers({"decode_gather.cuh": "variant"}, tmp_path):
+            pass
+    assert (tmp_path / "decode_gather.cuh").read_text() == "installed"

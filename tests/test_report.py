@@ -261,3 +261,38 @@ def test_end_to_end_ratio_is_settled_only_outside_the_repeats_spread():
     assert e2e_settled(1.19, [0.05, 0.03]) == "stands out of"
     assert e2e_settled(0.80, [0.05, None]) == "stands out of"
     assert e2e_settled(None, [0.05]) == "n/a"
+
+
+def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthetic_results):
+    from gpukit import results
+    from report.model import decode_losses, repeats_view
+
+    slug = "synthetic-gpu"
+    current = json.loads((synthetic_results / slug / "upstream_bench.json").read_text())
+    current["provenance"]["tree"] = "t" * 40
+    current["generated_at"] = "2026-01-02T00:00:00+00:00"
+    for r in current["rows"]:
+        r["regime"] = "decode"
+    (synthetic_results / slug / "upstream_bench.json").write_text(json.dumps(current))
+    runs = synthetic_results / slug / "history" / "runs"
+    runs.mkdir(parents=True)
+    earlier = json.loads(json.dumps(current))
+    earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
+    earlier["rows"][1]["ratio"]["tma"] = 0.98  # n = 1 slower beyond the A/A spread 0.005
+    (runs / "upstream_bench-earlier.json").write_text(json.dumps(earlier))
+    other = json.loads(json.dumps(earlier))
+    other["provenance"]["tree"] = "u" * 40  # another tree: not a repeat
+    (runs / "upstream_bench-other-tree.json").write_text(json.dumps(other))
+
+    docs = results.load_device(slug, synthetic_results)
+    reps = repeats_view(synthetic_results, slug, docs)
+    assert [r["kind"] for r in reps] == ["upstream_bench"]
+    assert [run["file"] for run in reps[0]["runs"]] == [f"{slug}/upstream_bench.json",
+                                                         f"{slug}/history/runs/upstream_bench-earlier.json"]  # fmt: skip
+    assert reps[0]["runs"][1]["ratios"][1]["verdict"] == "slower"
+    lost = decode_losses(None, None, reps)
+    assert [(x["n"], x["ratio"]) for x in lost] == [(1, 0.98)]
+    assert "upstream_bench-earlier.json" in lost[0]["where"]
+    earlier["rows"][1]["ratio"]["tma"] = 1.0  # the repeat agrees: nothing lost
+    (runs / "upstream_bench-earlier.json").write_text(json.dumps(earlier))
+    assert decode_losses(None, None, repeats_view(synthetic_results, slug, docs)) == []

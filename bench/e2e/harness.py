@@ -134,6 +134,8 @@ def summarize_variant(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "tokens_per_s_min": min(tps) if tps else None,
         "tokens_per_s_max": max(tps) if tps else None,
         "tokens_per_s_spread": spread(tps),
+        "step_ms_p50": [(r.get("step_ms") or {}).get("p50") for r in runs],
+        "step_ms_p90": [(r.get("step_ms") or {}).get("p90") for r in runs],
         "ttft_s": col("ttft_s"),
         "ttft_s_median": median(col("ttft_s")),
         "misses_per_token": col("misses_per_token"),
@@ -323,7 +325,9 @@ def execute(
             return EXIT_FAILED
         longest = max(longest, clock() - t)
         runs.append({"repeat": r, "point": p, "variant": v, **res})
-        log(f"  {v}: {res['tokens_per_s']:.2f} tok/s, TTFT {res['ttft_s']:.3f} s, "
+        step = res.get("step_ms") or {}
+        log(f"  {v}: {res['tokens_per_s']:.2f} tok/s (step p50 {step.get('p50', float('nan')):.3f} ms, "
+            f"p90 {step.get('p90', float('nan')):.3f} ms), TTFT {res['ttft_s']:.3f} s, "
             f"{res['misses_per_token']:.1f} misses/token (rate {res['miss_rate']:.3f}), "
             f"{res['copy_kernel']}, load {res.get('load_s', 0):.0f} s, ids {res['ids_sha256'][:12]}")  # fmt: skip
         mism = ids_mismatches([x for x in runs if x["repeat"] == r and x["point"] == p])

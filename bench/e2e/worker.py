@@ -46,6 +46,8 @@ PROMPT = (
 #: The warm-up prompt: shares no prefix with PROMPT.
 WARMUP_PROMPT = "0 1 1 2 3 5 8 13 21 34 55 89 144 233 377 610 987 1597 2584 4181 6765 10946 17711 28657 46368"
 WARMUP_TOKENS = 24
+#: quantiles of the measured window's inter-token intervals recorded per run
+STEP_QUANTILES = (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))
 
 
 def ids_sha256(ids: list[int]) -> str:
@@ -166,6 +168,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if len(stamps) < n_total or len(ids) < n_total:
         raise RuntimeError(f"asked for {n_total} tokens, got {len(ids)} ids and {len(stamps)} stamps")
     window = stamps[args.skip : args.skip + args.tokens + 1]
+    steps_ms = sorted((b - a) * 1e3 for a, b in zip(window, window[1:]))
     layers = cache.num_layers
     free, total = torch.cuda.mem_get_info()
     result = {
@@ -183,6 +186,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "skip": args.skip,
         "tokens": args.tokens,
         "tokens_per_s": args.tokens / (window[-1] - window[0]),
+        # the window's inter-token intervals: a uniformly slower run moves p50, host hiccups move p90/max
+        "step_ms": {q: steps_ms[min(len(steps_ms) - 1, int(f * len(steps_ms)))] for q, f in STEP_QUANTILES},
+        "step_ms_max": steps_ms[-1],
         "ttft_s": stamps[0] - t_gen,
         "decode_s_all": stamps[-1] - stamps[0],
         "tokens_per_s_all": (len(stamps) - 1) / (stamps[-1] - stamps[0]),

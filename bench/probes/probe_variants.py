@@ -23,7 +23,7 @@ import torch
 from bench.probes import harness as H
 from bench.probes import variants
 from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
-from gpukit.kernels import load_kernels
+from gpukit.kernels import load_kernels, probe_headers
 
 RINGS = [Ring.parse(r) for r in os.environ.get("PROBE_RINGS", "16x4x8K,32x4x4K").split(",")]
 VARS = os.environ.get("PROBE_VARS", "current,old,serial_loop,serial_init").split(",")
@@ -36,7 +36,7 @@ def main() -> None:
 
     dev = torch.device("cuda")
     dgm, fic = load_kernels()
-    files, skipped = variants.make(U.KERNEL_PATH / "jit", VARS)
+    files, texts, skipped = variants.make(U.KERNEL_PATH / "jit", VARS)
     for name, why in skipped.items():
         print(f"variant {name} skipped: {why}", flush=True)
     names = [v for v in VARS if v in files]
@@ -48,7 +48,7 @@ def main() -> None:
         )
 
     t0 = time.time()
-    with ThreadPoolExecutor(12) as ex:
+    with probe_headers(texts), ThreadPoolExecutor(12) as ex:  # the variant headers exist while they build
         futs = {(v, r): ex.submit(load, v, r) for v in names for r in RINGS}
         fic._jit_fast_index_copy_multi_module(num_threads=UPSTREAM_THREADS, blocks_per_bank=UPSTREAM_BLOCKS_PER_BANK)
         mods = {k: f.result() for k, f in futs.items()}

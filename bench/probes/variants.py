@@ -125,10 +125,11 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def make(jit_dir: Path, names: list[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """Write the requested variants into ``jit_dir``; returns ({name: file}, {name: why skipped})."""
+def make(jit_dir: Path, names: list[str]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """The requested variants of ``jit_dir``'s decode_gather.cuh: ({name: file}, {file: text} to lay
+    beside it with :func:`gpukit.kernels.probe_headers`, {name: why skipped})."""
     base = (jit_dir / "decode_gather.cuh").read_text()
-    files, skipped = {}, {}
+    files, texts, skipped = {}, {}, {}
     for name in names:
         if name == "current":
             files[name] = "decode_gather.cuh"
@@ -142,6 +143,6 @@ def make(jit_dir: Path, names: list[str]) -> tuple[dict[str, str], dict[str, str
                 break
             text = text.replace(old, new)
         else:
-            (jit_dir / f"dg_{name}.cuh").write_text(text)
             files[name] = f"dg_{name}.cuh"
-    return files, skipped
+            texts[files[name]] = text
+    return files, texts, skipped
