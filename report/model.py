@@ -9,21 +9,20 @@ decode regime's tables come first and its rows make the headline when there are 
 from __future__ import annotations
 
 import re
-import statistics
 from pathlib import Path
 from typing import Any, Mapping
 
+from freetoken_overlay.series import patch_files
 from gpukit import results
+from gpukit.decode_regime import REGIMES  # table order; a row without a regime is "replay"
 from gpukit.geometry import Ring
 from gpukit.machine import machine_line
-from gpukit.stats import verdict
+from gpukit.stats import median, verdict
 from report import words
 
-REGIMES = ("decode", "replay")  # table order; a row without a regime is "replay"
 #: The proposal's targets the rows are checked against.
 TARGETS = {"parity": 1.0, "ideal_slack": 1.10, "ideal_from_n": 4, "small_ns": (1, 2), "small_n_ratio": 1.05}
 KNEE_SHARE = 0.97  # the open question's "knee": the fewest bytes in flight within this share of the best ring
-PATCHES = results.REPO_ROOT / "patches"
 
 Doc = Mapping[str, Any]
 
@@ -296,7 +295,7 @@ def dilution(
     rows = [r for r in (gather or {}).get("main") or [] if r["ratio"] and 1 <= r["n"] <= (most or 0)]
     if not rows:
         return None
-    per_layer = statistics.median(r["ratio"] for r in rows)
+    per_layer = median(r["ratio"] for r in rows)
     step = 1 / (1 - copy_share * (1 - 1 / per_layer))
     return {
         "per_layer": per_layer,
@@ -423,10 +422,10 @@ def targets_view(gather: dict[str, Any] | None, ceiling: dict[str, Any] | None) 
 # --------------------------------------------------------------------------- the series (patches/)
 
 
-def series_commits(patches: Path = PATCHES) -> list[dict[str, Any]]:
+def series_commits(patches: Path | None = None) -> list[dict[str, Any]]:
     """Each patch's subject (without ``[PATCH n/m]``), the first paragraph of its message, the files it adds."""
     out = []
-    for i, p in enumerate(sorted(patches.glob("*.patch")), 1):
+    for i, p in enumerate(patch_files(patches), 1):
         text = p.read_text()
         head, _, rest = text.partition("\n\n")
         subject = re.search(r"^Subject: (.*(?:\n .*)*)", head, re.M)
@@ -462,7 +461,7 @@ def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
         doc = results.read_json(path) or {}
         rows = []
         for n, entry in (doc.get("per_n") or {}).items():
-            for reg in sorted((k for k in entry if k in ("decode", "replay")), key=regime_key):
+            for reg in sorted((k for k in entry if k in REGIMES), key=regime_key):
                 summ = entry[reg]["summary"]
                 spread = next(iter(summ.values()))["aa_spread"]
                 cells = [{"name": k, "ratio": s["speedup_paired"], "verdict": verdict(s["speedup_paired"], spread)}
@@ -494,7 +493,6 @@ def e2e_view(doc: Doc | None) -> dict[str, Any] | None:
         spreads = [u.get("tokens_per_s_spread"), t_.get("tokens_per_s_spread")]
         rows.append({
             "slots": p.get("slots"),
-            "target": p.get("target_miss_rate"),
             "miss_rate": (t_ or u).get("miss_rate_median"),
             "misses_per_token": (t_ or u).get("misses_per_token_median"),
             "unset": u, "tma": t_,
@@ -502,7 +500,6 @@ def e2e_view(doc: Doc | None) -> dict[str, Any] | None:
             "paired": (p.get("speedup_paired_min"), p.get("speedup_paired_max")),
             "settled": words.e2e_settled(p.get("speedup"), spreads),
             "spread": max((s for s in spreads if s is not None), default=None),
-            "ids_identical": p.get("ids_identical"),
         })  # fmt: skip
     model = doc.get("model") or {}
     return {"doc": doc, "model": model, "settings": doc.get("settings") or {}, "rows": rows,
@@ -510,28 +507,40 @@ def e2e_view(doc: Doc | None) -> dict[str, Any] | None:
             "runs": len(doc.get("runs") or [])}  # fmt: skip
 
 
-def decode_ratios(kind: str, doc: Doc | None) -> dict[int, dict[str, Any]]:
+def decode_ratios(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
     """{n: {ratio, spread, verdict}} of decode_gather against upstream's default kernel in the decode
-    regime of one ``bench`` (the largest graph per n) or ``upstream_bench`` (its ``tma`` column) run."""
-    if kind == "bench":
-        rows = [r for r in (gather_view(doc) or {}).get("all_rows", []) if r["regime"] == "decode"]
+    regime of one run: a :func:`gather_view` (the largest graph per n) or else an
+    :func:`upstream_bench_view` (its ``tma`` column)."""
+    if gather:
+        rows = [r for r in gather["all_rows"] if r["regime"] == "decode"]
         return {r["n"]: {"ratio": r["ratio"], "spread": r["spread"], "verdict": r["verdict"]} for r in main_rows(rows)}
-    view = upstream_bench_view(doc)
-    if not view or "tma" not in view["names"]:
+    if not ubench or "tma" not in ubench["names"]:
         return {}
-    i = view["names"].index("tma")
+    i = ubench["names"].index("tma")
     return {r["n"]: {"ratio": r["cells"][i]["ratio"], "spread": r["spread"], "verdict": r["cells"][i]["verdict"]}
-            for r in view["rows"] if r["regime"] == "decode"}  # fmt: skip
+            for r in ubench["rows"] if r["regime"] == "decode"}  # fmt: skip
 
 
 #: The runs a repeat table compares, with the words the report uses for them.
 REPEAT_KINDS = {"bench": "the project benchmark", "upstream_bench": "the series' benchmark"}
 
 
-def repeats_view(base: Path, slug: str, docs: Mapping[str, Doc]) -> list[dict[str, Any]]:
-    """Per benchmark: the current run beside every earlier run of the SAME patched tree kept in
-    ``<device>/history/runs/`` (same schema), decode regime, so run-to-run variation of the verdicts
-    is on the page. Earlier runs come in the order of their ``generated_at``."""
+def current_ratios(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> dict[str, dict[int, Any]]:
+    """{kind: :func:`decode_ratios`} of a device's current project and series benchmark runs."""
+    return {"bench": decode_ratios(gather, None), "upstream_bench": decode_ratios(None, ubench)}
+
+
+#: {kind: (its view, which decode_ratios reads)} of the runs a repeat table compares.
+REPEAT_VIEWS = {"bench": lambda d: decode_ratios(gather_view(d), None),
+                "upstream_bench": lambda d: decode_ratios(None, upstream_bench_view(d))}  # fmt: skip
+
+
+def repeats_view(
+    base: Path, slug: str, docs: Mapping[str, Doc], current: Mapping[str, dict[int, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Per benchmark: the current run (``current``: {kind: its :func:`decode_ratios`}) beside every
+    earlier run of the SAME patched tree kept in ``<device>/history/runs/`` (same schema), decode regime,
+    so run-to-run variation of the verdicts is on the page. Earlier runs in ``generated_at`` order."""
     out = []
     for kind, where in REPEAT_KINDS.items():
         doc = docs.get(kind)
@@ -546,9 +555,8 @@ def repeats_view(base: Path, slug: str, docs: Mapping[str, Doc]) -> list[dict[st
                 earlier.append((old.get("generated_at") or "", f"{slug}/history/runs/{path.name}", old))
         if not earlier:
             continue
-        runs = [{"file": f"{slug}/{results.KINDS[kind].file}", "at": doc.get("generated_at"),
-                 "ratios": decode_ratios(kind, doc)}]  # fmt: skip
-        runs += [{"file": f, "at": at, "ratios": decode_ratios(kind, old)} for at, f, old in sorted(earlier)]
+        runs = [{"file": f"{slug}/{results.KINDS[kind].file}", "at": doc.get("generated_at"), "ratios": current[kind]}]
+        runs += [{"file": f, "at": at, "ratios": REPEAT_VIEWS[kind](old)} for at, f, old in sorted(earlier)]
         ns = sorted({n for r in runs for n in r["ratios"]})
         out.append({"kind": kind, "where": where, "tree": tree, "runs": runs, "ns": ns,
                     "header": ["run", "generated (UTC)"] + [f"n = {n}" for n in ns]})  # fmt: skip
@@ -556,21 +564,16 @@ def repeats_view(base: Path, slug: str, docs: Mapping[str, Doc]) -> list[dict[st
 
 
 def decode_losses(
-    gather: dict[str, Any] | None, ubench: dict[str, Any] | None, repeats: list[dict[str, Any]] | None = None
+    current: Mapping[str, dict[int, dict[str, Any]]], repeats: list[dict[str, Any]] | None = None
 ) -> list[dict[str, Any]]:
-    """Every decode-regime figure where decode_gather is slower beyond its run's A/A spread: the
-    project benchmark's per-layer rows, the series' benchmark's ``tma`` column, and those of the
-    earlier runs of the same tree in ``repeats`` (:func:`repeats_view`)."""
+    """Every decode-regime figure where decode_gather is slower beyond its run's A/A spread: in the
+    current runs (``current``: {kind: :func:`decode_ratios`}; the project benchmark's per-layer rows,
+    the series' benchmark's ``tma`` column) and in the earlier runs of the same tree in ``repeats``
+    (:func:`repeats_view`)."""
     out = []
-    for r in (gather or {}).get("all_rows", []):
-        if r["regime"] == "decode" and r["verdict"] == "slower":
-            out.append({"n": r["n"], "ratio": r["ratio"], "spread": r["spread"], "where": "the project benchmark"})
-    if ubench and "tma" in ubench["names"]:
-        i = ubench["names"].index("tma")
-        for r in ubench["rows"]:
-            c = r["cells"][i]
-            if r["regime"] == "decode" and c["verdict"] == "slower":
-                out.append({"n": r["n"], "ratio": c["ratio"], "spread": r["spread"], "where": "the series' benchmark"})
+    for kind, where in REPEAT_KINDS.items():
+        out += [{"n": n, "ratio": c["ratio"], "spread": c["spread"], "where": where}
+                for n, c in sorted(current.get(kind, {}).items()) if c["verdict"] == "slower"]  # fmt: skip
     for rep in repeats or []:
         for run in rep["runs"][1:]:
             for n, c in sorted(run["ratios"].items()):
@@ -591,7 +594,9 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         docs.get("ceiling"), f"{slug}/ceiling.png" if png.is_file() else None, (gather or {}).get("ring")
     )
     bench_prov = (docs.get("bench") or {}).get("provenance") or {}
-    repeats = repeats_view(base, slug, docs)
+    ubench = upstream_bench_view(docs.get("upstream_bench"))
+    current = current_ratios(gather, ubench)
+    repeats = repeats_view(base, slug, docs, current)
     return {
         "slug": slug,
         "name": f"{gpus} x {name}" if slug.endswith(f"x{gpus}") else name,
@@ -603,7 +608,7 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "gather": gather,
         "step": decode_step_view(docs.get("bench")),
         "ceiling": ceiling,
-        "upstream_bench": upstream_bench_view(docs.get("upstream_bench")),
+        "upstream_bench": ubench,
         "step_pdl": step_pdl_view(docs.get("step_pdl"), gather),
         "contention": contention_view(docs.get("contention")),
         "conformance": conformance_view(docs.get("conformance")),
@@ -612,14 +617,12 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "regime_probes": regime_probe_view(base, slug),
         "e2e": e2e_view(docs.get("e2e")),
         "repeats": repeats,
-        "losses": decode_losses(gather, upstream_bench_view(docs.get("upstream_bench")), repeats),
+        "losses": decode_losses(current, repeats),
     }
 
 
 def context(base: Path) -> dict[str, Any]:
     """Everything the templates read, from the documents under ``base`` (a ``results/`` directory)."""
-    from gpukit import commands
-
     devices = [device_view(slug, base) for slug in results.devices(base)]
     commits = series_commits()
     return {
@@ -628,5 +631,4 @@ def context(base: Path) -> dict[str, Any]:
         "sass": sass_view(results.load("sass", base=base)),
         "commits": commits,
         "sass_test": commit_adding(commits, "tests/kernels/test_bulk_copy_sass.py"),
-        "cmd": commands,
     }

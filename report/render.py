@@ -7,6 +7,7 @@ from typing import Any
 
 import jinja2
 
+from gpukit import commands
 from gpukit.geometry import fmt_bytes
 from report.model import context
 
@@ -52,6 +53,7 @@ def environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )  # fmt: skip
     env.filters.update(FILTERS)
+    env.globals["cmd"] = commands  # every command a page prints
     return env
 
 
@@ -59,7 +61,6 @@ def render(base: Path) -> dict[str, str]:
     """{page name: text} of the three pages, from the documents under ``base``."""
     env = environment()
     ctx = context(base)
-    env.globals.update(cmd=ctx["cmd"])
     return {name: _tidy(env.get_template(t).render(ctx)) for name, t in PAGES.items()}
 
 

@@ -15,11 +15,11 @@ from gpukit.stats import verdict
 VERDICTS = ("faster", "tie", "slower", "n/a")
 
 
-def groups(rows: Iterable[Mapping[str, Any]], key: str = "verdict") -> dict[str, list[Any]]:
+def groups(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
     """``{verdict: [n, ...]}`` in the order faster, tie, slower, n/a (verdicts with no row left out)."""
     out: dict[str, list[Any]] = {v: [] for v in VERDICTS}
     for r in rows:
-        out.setdefault(r[key] or "n/a", []).append(r["n"])
+        out.setdefault(r["verdict"] or "n/a", []).append(r["n"])
     return {v: ns for v, ns in out.items() if ns}
 
 
@@ -45,9 +45,9 @@ def passed(ok: bool | None) -> str:
     return "passed" if ok else "not passed"
 
 
-def change(before: float, after: float, digits: int = 2) -> str:
-    """lengthens / shortens / leaves, comparing two figures as printed with ``digits`` decimals."""
-    b, a = round(before, digits), round(after, digits)
+def change(before: float, after: float) -> str:
+    """lengthens / shortens / leaves, comparing two figures as printed (two decimals)."""
+    b, a = round(before, 2), round(after, 2)
     return "lengthens" if a > b else "shortens" if a < b else "leaves"
 
 

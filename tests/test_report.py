@@ -238,11 +238,15 @@ def test_sweep_dry_run(tmp_path):
 
 def test_where_it_loses_follows_the_decode_regime_figures():
     from gpukit.stats import verdict
-    from report.model import decode_losses
+    from report.model import current_ratios
+    from report.model import decode_losses as losses
 
     def gather(ratio, regime="decode"):
-        return {"all_rows": [{"regime": regime, "n": 1, "ratio": ratio, "spread": 0.002,
+        return {"all_rows": [{"regime": regime, "layers": 40, "n": 1, "ratio": ratio, "spread": 0.002,
                               "verdict": verdict(ratio, 0.002)}]}  # fmt: skip
+
+    def decode_losses(g, u):
+        return losses(current_ratios(g, u))
 
     def ubench(ratio):
         return {"names": ["upstream_bpb32", "tma"], "rows": [{"regime": "decode", "n": 0, "spread": 0.01, "cells": [
@@ -265,7 +269,7 @@ def test_end_to_end_ratio_is_settled_only_outside_the_repeats_spread():
 
 def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthetic_results):
     from gpukit import results
-    from report.model import decode_losses, repeats_view
+    from report.model import current_ratios, decode_losses, repeats_view, upstream_bench_view
 
     slug = "synthetic-gpu"
     current = json.loads((synthetic_results / slug / "upstream_bench.json").read_text())
@@ -285,14 +289,15 @@ def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthet
     (runs / "upstream_bench-other-tree.json").write_text(json.dumps(other))
 
     docs = results.load_device(slug, synthetic_results)
-    reps = repeats_view(synthetic_results, slug, docs)
+    now = current_ratios(None, upstream_bench_view(docs["upstream_bench"]))
+    reps = repeats_view(synthetic_results, slug, docs, now)
     assert [r["kind"] for r in reps] == ["upstream_bench"]
     assert [run["file"] for run in reps[0]["runs"]] == [f"{slug}/upstream_bench.json",
                                                          f"{slug}/history/runs/upstream_bench-earlier.json"]  # fmt: skip
     assert reps[0]["runs"][1]["ratios"][1]["verdict"] == "slower"
-    lost = decode_losses(None, None, reps)
+    lost = decode_losses({}, reps)
     assert [(x["n"], x["ratio"]) for x in lost] == [(1, 0.98)]
     assert "upstream_bench-earlier.json" in lost[0]["where"]
     earlier["rows"][1]["ratio"]["tma"] = 1.0  # the repeat agrees: nothing lost
     (runs / "upstream_bench-earlier.json").write_text(json.dumps(earlier))
-    assert decode_losses(None, None, repeats_view(synthetic_results, slug, docs)) == []
+    assert decode_losses({}, repeats_view(synthetic_results, slug, docs, now)) == []
