@@ -285,7 +285,6 @@ _PYTEST_VALUE_OPTIONS = frozenset({
     "-k", "-m", "-p", "-c", "-o", "-W", "-r", "--deselect", "--ignore", "--ignore-glob", "--rootdir",
     "--basetemp", "--confcutdir", "--junitxml", "--junit-xml", "--tb", "--maxfail", "--durations",
     "--log-level", "--log-file", "--log-cli-level", "--override-ini", "--import-mode", "--capture",
-    "--benchmark-save", "--benchmark-storage", "--benchmark-compare", "--benchmark-json",
 })  # fmt: skip
 
 
@@ -339,7 +338,7 @@ def test(session: nox.Session) -> None:
     session.run(_python(session), "-m", "pytest", "-rs", *paths, *args)
 
 
-def _run_gpu(session: nox.Session, cmd: commands.Command, *extra_requirements: str) -> None:
+def _run_patched(session: nox.Session, cmd: commands.Command, *extra_requirements: str) -> None:
     """``cmd`` in the shared environment with the patched wheel (files go where gpukit.results says)."""
     _install_patched(session, *_group("test"), *extra_requirements)
     session.run(_python(session), *(["-m"] if cmd.module else []), *cmd.args, *_posargs(session))
@@ -357,37 +356,37 @@ def gpu(session: nox.Session) -> None:
 @nox.session(tags=["gpu"], default=False)
 def sanitize(session: nox.Session) -> None:
     """GPU: compute-sanitizer memcheck, racecheck and synccheck on a small eager and graph case."""
-    _run_gpu(session, commands.SANITIZE)
+    _run_patched(session, commands.SANITIZE)
 
 
 @nox.session(tags=["gpu"], default=False)
 def bench(session: nox.Session) -> None:
     """GPU: paired benchmarks (upstream, decode_gather, copy engine, A/A) -> results/<device>/bench.json."""
-    _run_gpu(session, commands.BENCH)
+    _run_patched(session, commands.BENCH)
 
 
 @nox.session(tags=["gpu"], default=False)
 def sweep(session: nox.Session) -> None:
     """GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> results/<device>/ceiling.json + .png."""
-    _run_gpu(session, commands.SWEEP, *_group("sweep"))
+    _run_patched(session, commands.SWEEP, *_group("sweep"))
 
 
 @nox.session(tags=["gpu"], default=False)
 def upstream_bench(session: nox.Session) -> None:
     """GPU: the series' benchmarks/bench_decode_gather.py (per-layer copy, A/A, verdicts) -> results/<device>/."""
-    _run_gpu(session, commands.UPSTREAM_BENCH_RUN)
+    _run_patched(session, commands.UPSTREAM_BENCH_RUN)
 
 
 @nox.session(tags=["gpu"], default=False)
 def step(session: nox.Session) -> None:
     """GPU: decode-step breakdown and PDL A/B (unset, tma, tma+PDL, upstream+PDL) -> results/<device>/step_pdl.json."""
-    _run_gpu(session, commands.STEP)
+    _run_patched(session, commands.STEP)
 
 
 @nox.session(tags=["gpu"], default=False)
 def contention(session: nox.Session) -> None:
     """GPU x2: both GPUs gathering at once against each one's solo rate -> results/<device>x2/contention.json."""
-    _run_gpu(session, commands.CONTENTION)
+    _run_patched(session, commands.CONTENTION)
 
 
 @nox.session(tags=["gpu"], default=False)
@@ -395,7 +394,7 @@ def e2e(session: nox.Session) -> None:
     """GPU: end-to-end A/B through FreeToken's engine, unset vs tma, fresh process per run: nox -s e2e -- --model PATH."""
     if not any(a == "--model" or a.startswith("--model=") for a in _posargs(session)):
         session.error("usage: nox -s e2e -- --model CHECKPOINT_DIR [--slots K ... | --miss-rate R ...] [--repeats N]")
-    _run_gpu(session, commands.E2E)
+    _run_patched(session, commands.E2E)
 
 
 @nox.session(venv_backend="virtualenv")  # its own small venv: jinja2 only
@@ -408,8 +407,7 @@ def report(session: nox.Session) -> None:
 @nox.session
 def sass(session: nox.Session) -> None:
     """Compile-only SASS gate of the patched kernel for sm_80..sm_120 -> results/sass.json (nvcc, no GPU)."""
-    _install_patched(session, *_group("test"))
-    session.run(_python(session), "-m", *commands.SASS.args, *_posargs(session))
+    _run_patched(session, commands.SASS)
 
 
 @nox.session(python=False)  # stdlib only

@@ -830,8 +830,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {out}")
     if args.save:
         from gpukit import results
+        from gpukit.geometry import Ring
 
-        ring = None if args.source else dict(zip(("ctas", "stages", "chunk_bytes"), ring))
+        ring = None if args.source else Ring(*ring)._asdict()
         print(f"wrote {results.save('sass', ring=ring, reports=[r.record() for r in ordered])}")
     if args.check:
         problems = [p for r in ordered for p in decode_gather_violations(r)]

@@ -35,6 +35,7 @@ DISASSEMBLER_INSTALL_HINT = (
 )
 #: The toolkit looked at after PATH.
 DEFAULT_CUDA_HOME = "/usr/local/cuda"
+#: {tool this module finds: the variable that names it explicitly}.
 TOOL_ENV = {"nvcc": "NVCC", "cuobjdump": "CUOBJDUMP", "nvdisasm": "NVDISASM", "compute-sanitizer": "COMPUTE_SANITIZER"}
 
 
@@ -59,17 +60,12 @@ def package_dirs(name: str) -> list[pathlib.Path]:
     return [pathlib.Path(p) for p in spec.submodule_search_locations]
 
 
-def tool_env(tool: str) -> str:
-    """The variable that names ``tool`` explicitly (``nvcc`` -> ``NVCC``)."""
-    return TOOL_ENV.get(tool, tool.upper().replace("-", "_"))
-
-
 def tool_candidates(tool: str) -> Iterator[str]:
     """Every executable ``tool`` in the module's order (duplicates included; the first is :func:`find_tool`'s).
 
     Raises ToolNotFound when the tool's variable is set but names no executable (a typo should not
     silently fall through to another toolkit); a set variable is the only candidate."""
-    env = tool_env(tool)
+    env = TOOL_ENV[tool]  # the variable that names the tool explicitly
     explicit = os.environ.get(env)
     if explicit:
         found = executable(explicit)

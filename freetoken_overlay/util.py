@@ -59,10 +59,10 @@ def verbose() -> bool:
     return env_flag(VERBOSE_ENV)
 
 
-def check_flags(environ: Mapping[str, str] | None = None) -> None:
+def check_flags() -> None:
     """Refuse a boolean setting spelled other than :func:`env_flag` allows, whether or not this run reads it."""
     for name in (VERBOSE_ENV, SYSTEM_SITE_ENV, NOX_ENV):
-        env_flag(name, environ)
+        env_flag(name)
 
 
 def hint(command: str, *args: str) -> str:

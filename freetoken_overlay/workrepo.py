@@ -82,8 +82,8 @@ def read_manifest(repo: Path) -> dict[str, str] | None:
 # --------------------------------------------------------------------------- what the repository holds
 
 
-def branch_tip(repo: Path, branch: str = BRANCH) -> str | None:
-    proc = git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}^{{commit}}", check=False)
+def branch_tip(repo: Path) -> str | None:
+    proc = git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{BRANCH}^{{commit}}", check=False)
     return proc.stdout.strip() or None
 
 
@@ -243,7 +243,7 @@ def _q(value: object) -> str:
     return shlex.quote(str(value))
 
 
-def save_repo(repo: Path, saved: Path, *, tag: str, everything: bool = True, why: str = "apply") -> str:
+def save_repo(repo: Path, saved: Path, *, tag: str, everything: bool = True) -> str:
     """Save what replacing ``repo`` would lose into ``saved/``; a message with the restore commands.
 
     A git repository becomes one bundle of all its refs, plus every stash entry
@@ -270,7 +270,7 @@ def save_repo(repo: Path, saved: Path, *, tag: str, everything: bool = True, why
     for commit in work.reflog_only:
         added.append((f"{_SAVED_REFLOG_REFS}/{commit}", commit))
     if work.status:
-        added.append((SAVED_UNCOMMITTED_REF, stash_like_commit(repo, f"{why}: the uncommitted and untracked files")))
+        added.append((SAVED_UNCOMMITTED_REF, stash_like_commit(repo, "apply: the uncommitted and untracked files")))
     for ref, commit in added:
         git(repo, "update-ref", ref, commit)
     try:
@@ -280,6 +280,10 @@ def save_repo(repo: Path, saved: Path, *, tag: str, everything: bool = True, why
             git(repo, "update-ref", "-d", ref, check=False)
 
     r = _q(repo)
+
+    def saved_ref(ref: str) -> str:  # where the restore's fetch puts one of the refs added above
+        return f"{ns}/{ref.removeprefix('refs/')}"
+
     steps = [(f"git -C {r} fetch -q --no-tags {_q(bundle)} {_q(f'+refs/*:{ns}/*')}", f"all of it, as {ns}/...")]
     if everything:
         if work.tip is not None:
@@ -296,19 +300,19 @@ def save_repo(repo: Path, saved: Path, *, tag: str, everything: bool = True, why
             else:
                 steps.append((f"git -C {r} update-ref {_q(ref)} {ns}/{ref[5:]} ''", "refuses if it exists"))
         for n in reversed(range(len(work.stashes))):
-            store = f"git -C {r} stash store -m {_q(work.stashes[n][1])} {ns}/overlay/stash/{n}"
+            store = f"git -C {r} stash store -m {_q(work.stashes[n][1])} {saved_ref(_SAVED_STASH_REFS)}/{n}"
             steps.append((store, f"stash@{{{n}}}"))
         if work.head_elsewhere:
             back = f"switch {_q(work.head_ref[11:])}" if work.head_ref else f"switch --detach {work.head}"
             steps.append((f"git -C {r} {back}", "HEAD where it was"))
         if work.status:
             steps.append((
-                f"git -C {r} stash apply --index {ns}/overlay/uncommitted",
+                f"git -C {r} stash apply --index {saved_ref(SAVED_UNCOMMITTED_REF)}",
                 "the uncommitted and untracked files; stops rather than overwrite edits made since",
             ))  # fmt: skip
     if work.reflog_only:
         steps.append((
-            f"git -C {r} log --oneline --no-walk {_q(f'--glob={ns}/overlay/reflog/*')}",
+            f"git -C {r} log --oneline --no-walk {_q(f'--glob={saved_ref(_SAVED_REFLOG_REFS)}/*')}",
             f"the {len(work.reflog_only)} commit(s) only the reflog held",
         ))  # fmt: skip
     what = f"the work of {repo}"

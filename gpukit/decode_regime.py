@@ -27,7 +27,7 @@ import time
 from typing import Callable, Sequence
 
 from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, fmt_bytes
-from gpukit.memory import SlotCache
+from gpukit.memory import SlotCache, check_slot_cache
 from gpukit.rounds import Rounds, run_rounds
 from gpukit.timing import time_replays
 
@@ -200,13 +200,10 @@ class RegimeGraphs:
 
     def check_clean(self, name: str) -> None:
         """After a set: every slot holds the poison again (nothing outside the miss lists was written) and
-        the canaries around each bank's slots are intact."""
-        for b, cache in enumerate(self.slots.dst):
-            if not bool((cache == POISON).all()):
-                raise AssertionError(f"{name}: n={self.n} bank {b}: a slot outside the miss lists was written")
-        err = self.slots.guard_error()
+        the canaries around each bank's slots are intact (:func:`gpukit.memory.check_slot_cache`)."""
+        err = check_slot_cache(self.slots, POISON, ())
         if err is not None:
-            raise AssertionError(f"{name}: n={self.n}: {err}")
+            raise AssertionError(f"{name}: n={self.n}: written outside the miss lists: {err}")
 
     def time_set(self, name: str, regime: str, reps: int) -> float:
         """Median device µs per LAYER over ``reps`` replays of ``name``'s graph, each timed alone and

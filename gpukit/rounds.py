@@ -42,10 +42,6 @@ class Rounds:
     reduce: Callable[[Sequence[float]], float] = statistics.median
 
     @property
-    def names(self) -> list[str]:
-        return list(self.samples)
-
-    @property
     def values(self) -> dict[str, list[float]]:
         """One number per round for each variant that timed something (a list reduced by ``reduce``)."""
         out = {}

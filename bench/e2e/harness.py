@@ -206,10 +206,9 @@ def result_path(out: str | None, slug: str | None) -> Path:
 
 
 def write_result(out: str | None, slug: str | None, fields: dict[str, Any]) -> Path:
-    """Write the e2e document (schema id, time, provenance, machine: gpukit.results)."""
-    fields = dict(fields)
-    machine = fields.pop("machine", None)
-    return results.write_json(result_path(out, slug), results.document("e2e", machine=machine, **fields))
+    """Write the e2e document (schema id, time, provenance, machine: gpukit.results) for device ``slug``
+    (the workers' GPU: this process may never touch CUDA)."""
+    return results.save("e2e", device=slug, out_dir=out, **fields)
 
 
 def model_info(model: str) -> dict[str, Any]:
@@ -246,7 +245,6 @@ Runner = Callable[[int, int, str, dict[str, Any]], dict[str, Any]]
 
 def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
     """Runs one ``python -m bench.e2e worker`` process per call; its output goes to a log file."""
-    from gpukit.results import REPO_ROOT
 
     calls = []
 
@@ -267,7 +265,7 @@ def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
                "--result", str(result)] + (["--machine"] if len(calls) == 1 else [])  # fmt: skip
         with open(log_path, "wb") as f:
             try:
-                rc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                rc = subprocess.run(cmd, cwd=results.REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
                                     timeout=args.run_timeout_s, check=False).returncode  # fmt: skip
             except subprocess.TimeoutExpired:
                 rc = None
@@ -363,9 +361,10 @@ def resume_mismatch(doc: dict[str, Any], model: dict[str, Any], args: argparse.N
     return next((why for ok, why in checks if not ok), None)
 
 
-def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict | None]:
+def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]], model: dict[str, Any]
+               ) -> tuple[list[dict[str, Any]], dict | None]:  # fmt: skip
     """Runs and machine facts of an interrupted e2e.json at ``--out`` that this session continues
-    (``--resume``); ``([], None)`` when there is none it may continue."""
+    (``--resume``; ``model``: :func:`model_info` of ``--model``); ``([], None)`` when there is none."""
     from gpukit.machine import nvidia_smi
 
     slug = None
@@ -379,17 +378,18 @@ def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]]) -> tuple[
     doc = results.read_json(path)
     if doc is None:
         return [], None
-    why = resume_mismatch(doc, model_info(args.model), args, points, results.provenance().get("tree"))
+    why = resume_mismatch(doc, model, args, points, results.provenance().get("tree"))
     if why:
         log(f"--resume: not continuing {path}: {why}; starting afresh (it will be overwritten)")
         return [], None
     return list(doc.get("runs") or []), doc.get("machine")
 
 
-def document_fields(args: argparse.Namespace, points: list[dict[str, Any]], runs: list[dict[str, Any]],
-                    complete: bool, errors: list[str], exit_code: int | None,
+def document_fields(args: argparse.Namespace, model: dict[str, Any], points: list[dict[str, Any]],
+                    runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None,
                     machine: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:  # fmt: skip
-    """(device slug, the document's fields) for the runs so far (``machine``: when no run carries it)."""
+    """(device slug, the document's fields) for the runs so far (``model``: :func:`model_info` of
+    ``--model``, read once per session; ``machine``: when no run carries it)."""
     machine = next((r.get("machine") for r in runs if r.get("machine")), None) or machine or {}
     slug = machine.get("device_slug") or "unknown"
     summaries = [summarize_point(pt, i, runs) for i, pt in enumerate(points)]
@@ -397,7 +397,7 @@ def document_fields(args: argparse.Namespace, points: list[dict[str, Any]], runs
     raw = [{k: v for k, v in r.items() if k != "machine"} for r in runs]
     return slug, {
         "machine": machine,
-        "model": model_info(args.model),
+        "model": model,
         "settings": {
             "tokens": args.tokens,
             "skip": args.skip,
@@ -433,9 +433,6 @@ def main(args: argparse.Namespace) -> int:
         num_experts = checkpoint_num_experts(str(model))
         points = resolve_points(str(model), args.slots, args.miss_rate)
         check_points(points, num_experts)
-        for name in ("tokens", "repeats"):
-            if getattr(args, name) < 1:
-                raise ValueError(f"--{name} {getattr(args, name)}: must be at least 1")
         if args.skip < 0:
             raise ValueError(f"--skip {args.skip}: must be >= 0")
         if args.kv_tokens < 1024 + args.skip + args.tokens + 1:
@@ -449,12 +446,13 @@ def main(args: argparse.Namespace) -> int:
     log(f"model {model}: {len(points)} point(s) {[p['slots'] for p in points]} slots "
         f"(target miss rate {[p['target_miss_rate'] for p in points]}), {args.repeats} repeat(s) x 2 variants, "
         f"{args.tokens} tokens after {args.skip}; worker logs in {log_dir}")  # fmt: skip
-    prior, machine = prior_runs(args, points) if args.resume else ([], None)
+    info = model_info(str(model))
+    prior, machine = prior_runs(args, points, info) if args.resume else ([], None)
     state: dict[str, Any] = {"runs": prior, "complete": False, "errors": []}
 
     def on_update(runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None = None) -> Path:
         state.update(runs=list(runs), complete=complete, errors=list(errors))
-        slug, fields = document_fields(args, points, runs, complete, errors, exit_code, machine)
+        slug, fields = document_fields(args, info, points, runs, complete, errors, exit_code, machine)
         return write_result(args.out, slug, fields)
 
     code = execute(points, args.repeats, worker_runner(args, log_dir), on_update=on_update, budget_s=args.budget_s,

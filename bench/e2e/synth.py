@@ -45,7 +45,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gpukit.geometry import MODEL
+from gpukit.geometry import MODEL, nvfp4_banks
 
 ARCHITECTURE = "Qwen3_5MoeForCausalLM"
 MODEL_TYPE = "qwen3_5_moe_text"
@@ -152,8 +152,7 @@ class SynthSpec:
     @property
     def bank_bytes_per_expert(self) -> int:
         """Bytes one expert takes in FreeToken's six NVFP4 banks (per-row fp32 globals, no input scales)."""
-        h, i = self.hidden, self.moe_intermediate
-        return 2 * i * (h // 2 + h // NVFP4_GROUP + 4) + h * (i // 2 + i // NVFP4_GROUP + 4)
+        return sum(b.row_bytes for b in nvfp4_banks(self.hidden, self.moe_intermediate))
 
     @property
     def bank_bytes(self) -> int:

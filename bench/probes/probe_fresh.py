@@ -26,7 +26,7 @@ import torch
 from bench.probes import harness as H
 from gpukit.decode_regime import REGIMES, Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
 from gpukit.geometry import Ring
-from gpukit.kernels import call_module, call_upstream, load_kernels, precompile
+from gpukit.kernels import call_module, call_upstream, default_ring, load_kernels, precompile
 from gpukit.stats import summarize_rounds
 
 
@@ -49,7 +49,7 @@ def main() -> None:
     from freetoken.kernel.utils import load_jit, make_cpp_args
 
     dgm, fic = load_kernels()
-    ring = (dgm.DEFAULT_CTAS, dgm.DEFAULT_STAGES, dgm.DEFAULT_CHUNK_BYTES)
+    ring = default_ring(dgm)
 
     def touch_module(t: int):
         a = make_cpp_args(*ring, t)

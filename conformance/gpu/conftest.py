@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from freetoken_overlay.util import env_flag
+
 from conformance.prereq import skip_or_fail  # noqa: E402
 from gpukit import results
 from gpukit.commands import CONFORMANCE_SUMMARY_ENV as SUMMARY_ENV
@@ -199,7 +201,7 @@ def tally(request: pytest.FixtureRequest):
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     env = SESSION.env
-    if os.environ.get(SUMMARY_ENV, "") in ("", "0") or env is None:
+    if env is None or not env_flag(SUMMARY_ENV):  # the overlay's one boolean parser: "false" is off too
         return
     ran = sum(c["passed"] + c["failed"] + c["error"] for c in SESSION.outcomes.values())
     if env.fake or ran == 0:
