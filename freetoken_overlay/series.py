@@ -276,7 +276,7 @@ def _drop_failed_apply(workdir: Workdir, *, replacing: bool = False) -> None:
         shutil.rmtree(failed)
         log(f"removed {failed} (the attempt an earlier apply left there; nothing was made in it since)")
     elif replacing:
-        log(save_repo(failed, workdir.saved, tag=tag or ""))
+        log(save_repo(failed, workdir.saved, tag=tag or "", work=work))
         shutil.rmtree(failed, ignore_errors=True)
     else:
         what = "; ".join(r.split("\n")[0] for r in work.reasons()) if work else "it is not what apply left there"
@@ -343,7 +343,7 @@ def apply(
 
     if dest.exists() and (work is None or work.reasons() or work.reflog_only):
         everything = work is None or bool(work.reasons())
-        log(save_repo(dest, workdir.saved, tag=pin.tag, everything=everything))
+        log(save_repo(dest, workdir.saved, tag=pin.tag, everything=everything, work=work))
     _replace_dir(dest, tmp)
     _drop_failed_apply(workdir)
     log(f"{dest}: {BRANCH} at {head} (series {series}, {len(patches)} patch(es))")

@@ -243,7 +243,7 @@ def _q(value: object) -> str:
     return shlex.quote(str(value))
 
 
-def save_repo(repo: Path, saved: Path, *, tag: str, everything: bool = True) -> str:
+def save_repo(repo: Path, saved: Path, *, tag: str, everything: bool = True, work: RepoWork | None = None) -> str:
     """Save what replacing ``repo`` would lose into ``saved/``; a message with the restore commands.
 
     A git repository becomes one bundle of all its refs, plus every stash entry
@@ -253,14 +253,16 @@ def save_repo(repo: Path, saved: Path, *, tag: str, everything: bool = True) -> 
     restoring a second save does not collide with the first), then with ``everything``
     recreate the branches, tags and stash entries, move HEAD back and re-apply the uncommitted files;
     ``git checkout`` and ``git stash apply`` stop rather than overwrite edits made since.
-    Anything else (not a git repository) is moved there as it is.
+    Anything else (not a git repository) is moved there as it is. ``work``: the caller's
+    :func:`repo_work` of ``repo``, when it has one (not read again).
     """
     saved.mkdir(parents=True, exist_ok=True)
     if not (repo / ".git").is_dir():
         target = _unique(saved, repo.name)
         os.replace(repo, target)
         return f"moved {repo} to {target} (to restore it: mv {_q(target)} {_q(repo)})"
-    work = repo_work(repo, tag)
+    if work is None:
+        work = repo_work(repo, tag)
     bundle = _unique(saved, repo.name, ".bundle")
     name = bundle.name.removesuffix(".bundle")
     ns = f"refs/saved/{name}"
