@@ -71,12 +71,9 @@ nox.options.reuse_venv = "yes"
 nox.options.default_venv_backend = "none"  # the sessions share SHARED_VENV instead (see _venv)
 os.environ[NOX_ENV] = "1"  # the steps' advice names nox sessions, as nox was started:
 os.environ[NOX_COMMAND_ENV] = "python3 -m nox" if Path(sys.argv[0]).name == "__main__.py" else "nox"
-PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
-
-
 def _group(name: str) -> list[str]:
     """A PEP 735 dependency group of pyproject.toml."""
-    return list(nox.project.dependency_groups(PYPROJECT, name))
+    return list(req.dependency_group(name))
 
 
 _OUTER_SITE_PTH = "_ft_overlay_outer_site.pth"

@@ -24,7 +24,6 @@ from . import requirements as req
 from . import series
 from .requirements import GPU_PYTHON
 from .util import (
-    REPO_ROOT,
     VERBOSE_ENV,
     OverlayError,
     Workdir,
@@ -135,8 +134,7 @@ def cmd_wheelhouse(args: argparse.Namespace) -> None:
 def tool_version() -> str:
     """This tool's version: the checkout's pyproject.toml, else the installed distribution's."""
     try:
-        with (REPO_ROOT / "pyproject.toml").open("rb") as handle:
-            return tomllib.load(handle)["project"]["version"]
+        return req.pyproject()["project"]["version"]
     except (OSError, KeyError, tomllib.TOMLDecodeError):
         return importlib.metadata.version("freetoken-overlay")
 

@@ -20,16 +20,26 @@ preinstalled packages satisfy them, widened just enough where they do not
 
 from __future__ import annotations
 
+import functools
+import re
 import tomllib
-from pathlib import Path
+from typing import Any
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+from .util import REPO_ROOT
+
+PYPROJECT = REPO_ROOT / "pyproject.toml"
+
+
+@functools.cache
+def pyproject() -> dict[str, Any]:
+    """The checkout's pyproject.toml, read once (the one reader: noxfile, cli and this module)."""
+    with PYPROJECT.open("rb") as f:
+        return tomllib.load(f)
 
 
 def dependency_group(name: str) -> tuple[str, ...]:
     """A PEP 735 group of pyproject.toml (plain requirements; the groups here include none)."""
-    with PYPROJECT.open("rb") as f:
-        return tuple(tomllib.load(f)["dependency-groups"][name])
+    return tuple(pyproject()["dependency-groups"][name])
 
 
 #: CPU torch for machines without a GPU (skipped when reusing a machine's torch).
@@ -68,8 +78,13 @@ def gpu_wheels_with_deps() -> tuple[str, ...]:
     """Downloaded for the GPU machine with their dependencies, of which only those not in
     :data:`GPU_PREINSTALLED` are kept: the closure's packages it lacks, nox, and pyproject.toml's
     ``sweep`` group (the heatmap)."""
-    closure = tuple(r for r in IMPORT_CLOSURE if r.startswith(("apache-tvm-ffi", "pyzmq")))
+    closure = tuple(r for r in IMPORT_CLOSURE if requirement_name(r) not in GPU_PREINSTALLED)
     return (*closure, "nox", *dependency_group("sweep"))
+
+
+def requirement_name(requirement: str) -> str:
+    """The normalized project name of a requirement (``huggingface_hub>=1.5`` -> ``huggingface-hub``)."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0]).lower()
 
 
 #: Distributions the GPU machine's python3 (3.12, torch 2.11 cu130) already has

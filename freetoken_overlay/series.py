@@ -42,7 +42,7 @@ from .workrepo import (
     bundle_heads,
     dirt,
     head_place,
-    head_ref,
+    on_series_branch,
     read_manifest,
     read_state,
     recorded_tag,
@@ -461,7 +461,7 @@ def ensure_applied(
                     f"to set them aside, git -C {dest} stash push --include-untracked, then build again "
                     f"(git -C {dest} stash pop brings them back)"
                 )
-            if head_ref(dest) != f"refs/heads/{BRANCH}":
+            if not on_series_branch(dest):
                 raise OverlayError(
                     f"{dest}: HEAD is {head_place(dest)}, but the patched wheel is built from branch {BRANCH}; "
                     f"git -C {dest} switch {BRANCH}, then build again"
@@ -502,7 +502,7 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None, force
     repo = work_repo(workdir, pin.version)
     if not (repo / ".git").is_dir():
         raise OverlayError(f"{repo} does not exist: run {hint('apply', *args)} first")
-    if head_ref(repo) != f"refs/heads/{BRANCH}":
+    if not on_series_branch(repo):
         raise OverlayError(
             f"{repo}: HEAD is {head_place(repo)}; export writes patches/ from branch {BRANCH} only\n"
             f"to export {BRANCH}, run git -C {repo} switch {BRANCH}, then {hint('export', *args)}\n"

@@ -92,12 +92,21 @@ def head_ref(repo: Path) -> str | None:
     return git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip() or None
 
 
-def head_place(repo: Path) -> str:
+def on_series_branch(repo: Path) -> bool:
+    """Whether HEAD is the series branch (what build and export work from)."""
+    return head_ref(repo) == f"refs/heads/{BRANCH}"
+
+
+def describe_head(ref: str | None, head: str | None) -> str:
     """Where HEAD is, in words: ``on branch NAME`` or ``detached at SHA``."""
+    return f"on branch {ref.removeprefix('refs/heads/')}" if ref is not None else f"detached at {head or '(none)'}"
+
+
+def head_place(repo: Path) -> str:
+    """:func:`describe_head` of ``repo`` (the commit is read only when HEAD is detached)."""
     ref = head_ref(repo)
-    if ref is not None:
-        return f"on branch {ref.removeprefix('refs/heads/')}"
-    return f"detached at {git(repo, 'rev-parse', '-q', '--verify', 'HEAD', check=False).stdout.strip() or '(none)'}"
+    head = None if ref else git(repo, "rev-parse", "-q", "--verify", "HEAD", check=False).stdout.strip()
+    return describe_head(ref, head)
 
 
 def dirt(status: str) -> str:
@@ -140,10 +149,7 @@ class RepoWork:
                 "it has commits not exported to patches/"
             )
         if self.head_elsewhere:
-            where = f"detached at {self.head}"
-            if self.head_ref:
-                where = f"on branch {self.head_ref.removeprefix('refs/heads/')}"
-            found.append(f"{repo}: HEAD is {where}, not on branch {BRANCH}")
+            found.append(f"{repo}: HEAD is {describe_head(self.head_ref, self.head)}, not on branch {BRANCH}")
         named = describe_refs(self.refs, len(self.stashes))
         if named:
             found.append(f"{repo} has {named}, which patches/ does not hold")
