@@ -67,12 +67,13 @@ def _nvcc_top(nvcc: str) -> Path | None:
     return Path(match.group(1).strip()).resolve() if match else None
 
 
-def _shim_cuda_home(root: Path, shim: Path) -> Path:
+def _shim_cuda_home(root: Path, shim: Path) -> Path | None:
     """A CUDA_HOME with the layout tvm-ffi links against (``lib64/libcudart.so``), made of
-    symlinks into a toolkit laid out otherwise (PyPI's ``nvidia/cuNN`` packages)."""
+    symlinks into a toolkit laid out otherwise (PyPI's ``nvidia/cuNN`` packages); None when
+    ``root`` has no ``lib/libcudart.so*`` either."""
     cudart = sorted((root / "lib").glob("libcudart.so*"))
     if not cudart:
-        raise OverlayError(f"{root} has nvcc but no lib/libcudart.so*: install nvidia-cuda-runtime")
+        return None
     if shim.exists():
         shutil.rmtree(shim)
     (shim / "lib64").mkdir(parents=True)
@@ -100,8 +101,9 @@ def find_cuda_home(workdir: Workdir) -> Path | None:
         for root in dict.fromkeys(p for p in (_nvcc_top(nvcc), Path(nvcc).resolve().parent.parent) if p):
             if _has_cudart(root):
                 return root
-            if any((root / "lib").glob("libcudart.so*")):
-                return _shim_cuda_home(root, workdir.root / "cuda-home")
+            shim = _shim_cuda_home(root, workdir.root / "cuda-home")
+            if shim is not None:
+                return shim
     return None
 
 
