@@ -27,11 +27,15 @@ import time
 from typing import Callable, Sequence
 
 from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, fmt_bytes
-from gpukit.memory import SlotCache, check_slot_cache
+from gpukit.memory import BACKINGS, HugePageBank, SlotCache, check_slot_cache, huge_pages_in_use, thp_settings
 from gpukit.rounds import Rounds, run_rounds
 from gpukit.timing import time_replays
 
 REGIMES = ("decode", "replay")
+#: Probe-only halves of the decode regime (bench.probes.probe_fresh): a new list of host rows before
+#: every replay into the same slots, or the same rows into new slots. They say on which side of the
+#: copy the fresh-list cost sits; no verdict is taken from them.
+SPLIT_REGIMES = ("decode_src", "decode_dst")
 #: Slots of the slot cache (the proposal's decode run held 3164 experts in VRAM).
 SLOTS = 3164
 POISON = 0xA5
@@ -72,30 +76,42 @@ class Footprint:
 class ModelBanks:
     """Host banks of ``fp`` as FreeToken's host_banks allocates them (mmap, fill, register), plus a
     device reference ``ref[b]`` of shape ``[layers, experts, row]`` per bank and the per-layer
-    int64 descriptor ``src_ptrs[layer]`` of source bases."""
+    int64 descriptor ``src_ptrs[layer]`` of source bases. ``backing`` other than ``hostbank`` puts
+    every bank on 2 MiB pages instead (gpukit.memory.HugePageBank), same order: fill, then pin."""
 
-    def __init__(self, fp: Footprint, device, *, seed: int = 1, progress: Callable[[str], None] = print):
+    def __init__(self, fp: Footprint, device, *, seed: int = 1, backing: str = "hostbank",
+                 progress: Callable[[str], None] = print):  # fmt: skip
         import torch
         from freetoken.moe.host_banks import HostBank
 
-        self.fp, self.device = fp, torch.device(device)
+        if backing not in BACKINGS:
+            raise ValueError(f"backing={backing!r}: expected one of {', '.join(BACKINGS)}")
+        self.fp, self.device, self.backing = fp, torch.device(device), backing
         g = torch.Generator(device=self.device)
         g.manual_seed(seed)
         self.ref = [torch.empty((fp.layers, fp.experts, r), dtype=torch.uint8, device=self.device) for r in fp.row_bytes]
         self.host: list[list] = []
+        before = huge_pages_in_use()
         t0 = time.perf_counter()
         for layer in range(fp.layers):
             banks = []
             for b, r in enumerate(fp.row_bytes):
-                hb = HostBank((fp.experts, r), torch.uint8, backing="mmap")
+                if backing == "hostbank":
+                    hb = HostBank((fp.experts, r), torch.uint8, backing="mmap")
+                else:
+                    hb = HugePageBank(fp.experts * r, backing)
                 self.ref[b][layer].random_(0, 256, generator=g)
-                hb.tensor.copy_(self.ref[b][layer])  # fill the lazy mmap, then pin it (pin-after-fill)
+                hb.tensor.view(fp.experts, r).copy_(self.ref[b][layer])  # fill, then pin (pin-after-fill)
                 hb.pin()
                 banks.append(hb)
             self.host.append(banks)
             if (layer + 1) % 10 == 0 or layer + 1 == fp.layers:
-                progress(f"banks: {layer + 1}/{fp.layers} layers, {fmt_bytes((layer + 1) * fp.nbytes / fp.layers)} "
+                progress(f"banks ({backing}): {layer + 1}/{fp.layers} layers, {fmt_bytes((layer + 1) * fp.nbytes / fp.layers)} "
                          f"filled and registered in {time.perf_counter() - t0:.0f}s")  # fmt: skip
+        after = huge_pages_in_use()
+        #: what the kernel reports: the huge-page bytes these banks added (0 on 4 KiB pages)
+        self.pages = {"backing": backing, "thp": thp_settings(),
+                      **{k: after.get(k, 0) - before.get(k, 0) for k in after}}  # fmt: skip
         self.src_ptrs = [
             torch.tensor([hb.tensor.data_ptr() for hb in banks], dtype=torch.int64, device=self.device)
             for banks in self.host
@@ -155,17 +171,20 @@ class RegimeGraphs:
         self.verified = 0
         self.next_list()
 
-    def next_list(self) -> None:
-        """Write the next miss list into the captured index tensors (device copies, stream-ordered)."""
+    def next_list(self, *, rows: bool = True, slots: bool = True) -> None:
+        """Write the next miss list into the captured index tensors (device copies, stream-ordered):
+        new host rows, new slots, or (the default) both."""
         import torch
 
         fp, n = self.banks.fp, self.n
         if n == 0:
             return
-        cols = (torch.arange(n, device=self._perm.device) + self.step * n) % fp.experts
-        self.src[:, :n] = self._perm[:, cols].to(torch.int32)
-        slots = torch.randperm(self.slots.slots, generator=self._gen)[: self.layers * n]
-        self.dst[:, :n] = slots.view(self.layers, n).to(device=self.dst.device, dtype=torch.int32)
+        if rows:
+            cols = (torch.arange(n, device=self._perm.device) + self.step * n) % fp.experts
+            self.src[:, :n] = self._perm[:, cols].to(torch.int32)
+        if slots:
+            new = torch.randperm(self.slots.slots, generator=self._gen)[: self.layers * n]
+            self.dst[:, :n] = new.view(self.layers, n).to(device=self.dst.device, dtype=torch.int32)
         self.step += 1
 
     def capture(self, name: str, launch: Launch) -> None:
@@ -208,13 +227,13 @@ class RegimeGraphs:
     def time_set(self, name: str, regime: str, reps: int) -> float:
         """Median device µs per LAYER over ``reps`` replays of ``name``'s graph, each timed alone and
         verified; ``regime='decode'`` writes a new miss list before each replay."""
-        if regime not in REGIMES:
-            raise ValueError(f"regime={regime!r}: expected one of {REGIMES}")
+        if regime not in REGIMES + SPLIT_REGIMES:
+            raise ValueError(f"regime={regime!r}: expected one of {REGIMES + SPLIT_REGIMES}")
         g = self.graphs[name]
         times = []
         for _ in range(reps):
-            if regime == "decode":
-                self.next_list()
+            if regime != "replay":
+                self.next_list(rows=regime != "decode_dst", slots=regime != "decode_src")
             times.append(time_replays(g.replay, 1) * 1e6 / self.layers)  # the list's writes land before the clock
             self.verify(name)
         self.check_clean(name)

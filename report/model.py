@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from freetoken_overlay.series import patch_files
 from gpukit import results
-from gpukit.decode_regime import REGIMES  # table order; a row without a regime is "replay"
+from gpukit.decode_regime import REGIMES, SPLIT_REGIMES  # table order; a row without a regime is "replay"
 from gpukit.geometry import Ring
 from gpukit.machine import machine_line
 from gpukit.stats import median, verdict
@@ -32,7 +32,8 @@ def regime(row: Doc) -> str:
 
 
 def regime_key(name: str) -> int:
-    return REGIMES.index(name) if name in REGIMES else len(REGIMES)
+    order = REGIMES + SPLIT_REGIMES
+    return order.index(name) if name in order else len(order)
 
 
 # --------------------------------------------------------------------------- per-layer gather (bench.json)
@@ -461,7 +462,7 @@ def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
         doc = results.read_json(path) or {}
         rows = []
         for n, entry in (doc.get("per_n") or {}).items():
-            for reg in sorted((k for k in entry if k in REGIMES), key=regime_key):
+            for reg in sorted((k for k in entry if k in REGIMES + SPLIT_REGIMES), key=regime_key):
                 summ = entry[reg]["summary"]
                 spread = next(iter(summ.values()))["aa_spread"]
                 cells = [{"name": k, "ratio": s["speedup_paired"], "verdict": verdict(s["speedup_paired"], spread)}

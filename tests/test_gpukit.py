@@ -11,7 +11,7 @@ import pytest
 
 from gpukit import results
 from gpukit.geometry import NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, Ring, geometry_rows, nvfp4_banks, rows_for_bank_count
-from gpukit.memory import HostBanks, SlotCache, check_slot_cache, random_misses
+from gpukit.memory import HUGE_PAGE, HostBanks, HugePageBank, SlotCache, check_slot_cache, random_misses
 from gpukit.results import REPO_ROOT, device_slug
 from gpukit.routing import calibrate_zipf, lru_miss_rate, zipf_routing_trace
 from gpukit.stats import summarize_rounds, verdict
@@ -213,6 +213,16 @@ def test_decode_regime_lists_are_fresh_and_verified(monkeypatch):
     slots.dst[0][19 if 19 not in rg.dst.flatten().tolist() else 18, 0] ^= 1
     with pytest.raises(AssertionError, match="outside the miss lists"):
         rg.check_clean("k")
+    slots.dst[0][19 if 19 not in rg.dst.flatten().tolist() else 18, 0] ^= 1  # mend it again
+    rg.next_list()  # a fresh list, poisoned state: the split regimes move one side only
+    rows, dst = rg.src.clone(), rg.dst.clone()
+    rg.next_list(slots=False)
+    assert torch.equal(rg.dst, dst) and not torch.equal(rg.src, rows)
+    rows = rg.src.clone()
+    rg.next_list(rows=False)
+    assert torch.equal(rg.src, rows) and not torch.equal(rg.dst, dst)
+    with pytest.raises(ValueError, match="regime='fresh'"):
+        rg.time_set("k", "fresh", 1)
 
 
 def test_every_committed_result_document_has_its_schema_and_provenance():
@@ -243,3 +253,15 @@ def test_probe_headers_are_removed_after_the_block_and_never_replace_a_file(tmp_
         with probe_headers({"decode_gather.cuh": "variant"}, tmp_path):
             pass
     assert (tmp_path / "decode_gather.cuh").read_text() == "installed"
+
+
+def test_huge_page_bank_is_aligned_exact_and_refuses_unknown_backings():
+    pytest.importorskip("torch")
+    bank = HugePageBank(3 * 4096 + 16, "thp")  # no pin(): registration needs CUDA
+    assert bank.tensor.data_ptr() % HUGE_PAGE == 0
+    assert bank.tensor.numel() == 3 * 4096 + 16 and bank.span == HUGE_PAGE
+    bank.tensor.fill_(7)
+    assert int(bank.tensor.sum()) == 7 * bank.tensor.numel()
+    bank.unpin()  # not pinned: nothing to undo
+    with pytest.raises(ValueError, match="backing='4k': expected thp or hugetlb"):
+        HugePageBank(16, "4k")

@@ -10,7 +10,8 @@ L2 prefetch per chunk). Optionally the captured decode step of the real OffloadM
 
 The toucher warp is not in the series (it did not pay: ``results/<device>/probes/``); ``--touch`` needs its
 kernel, ``ktouch-experiment.patch`` in that folder, committed on top of the series in
-``.work/upstream`` before the wheel is built. Run 1 of session 4 was:
+``.work/upstream`` before the wheel is built. ``--backing thp|hugetlb`` puts the banks on 2 MiB pages
+(gpukit.memory.HugePageBank) to test the cold rows' address translations. Run 1 of session 4 was:
 
     python -m bench.probes.probe_fresh --ns 1,0,2,4,8,32 --touch 1,2,3 --step 2
 """
@@ -24,27 +25,39 @@ import time
 import torch
 
 from bench.probes import harness as H
-from gpukit.decode_regime import REGIMES, Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
-from gpukit.geometry import Ring
-from gpukit.kernels import call_module, call_upstream, default_ring, load_kernels, precompile
+from bench.probes import variants
+from gpukit.decode_regime import REGIMES, SPLIT_REGIMES, Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
+from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
+from gpukit.kernels import call_module, call_upstream, default_ring, load_kernels, precompile, probe_headers
+from gpukit.memory import BACKINGS
 from gpukit.stats import summarize_rounds
+
+
+def call_fic_module(module, cache, src_ptrs, dst, src, num) -> None:
+    """A fast_index_copy_multi variant module (its launch also takes the wait flag: 0, none)."""
+    module.launch(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, 0)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="0,1,2,4,8,32")
     ap.add_argument("--touch", default="", help="kTouch values of the installed kernel to add")
-    ap.add_argument("--regimes", default="decode,replay")
+    ap.add_argument("--regimes", default="decode,replay", help="also decode_src, decode_dst: new rows or new slots only")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--gib", type=float, default=None, help="cap the banks' footprint (default: full model)")
     ap.add_argument("--rings", default="", help="extra rings of the installed kernel, e.g. 32x4x4K,24x4x8K")
     ap.add_argument("--step", default="", help="kTouch values to add to the decode-step A/B (e.g. '2')")
+    ap.add_argument("--backing", default="hostbank", choices=BACKINGS,
+                    help="the banks' pages: FreeToken's HostBank (4 KiB), or 2 MiB pages (thp, hugetlb)")
+    ap.add_argument("--name", default="probe_fresh.json", help="file written under $OUT")
+    ap.add_argument("--upstream-loads", default="", help="upstream kernel variants of bench.probes.variants."
+                    "UPSTREAM_LOADS to add, e.g. nc,nc_l2_256")  # fmt: skip
     args = ap.parse_args()
     ns = [int(x) for x in args.ns.split(",") if x]
     touches = [int(x) for x in args.touch.split(",") if x]
     regimes = [r for r in args.regimes.split(",") if r]
     rings = [Ring.parse(r) for r in args.rings.split(",") if r]
-    assert all(r in REGIMES for r in regimes), regimes
+    assert all(r in REGIMES + SPLIT_REGIMES for r in regimes), regimes
 
     from freetoken.kernel.utils import load_jit, make_cpp_args
 
@@ -56,18 +69,32 @@ def main() -> None:
         return load_jit("decode_gather_touch", *a, cuda_files=["decode_gather.cuh"],
                         cuda_wrappers=[("launch", f"&DecodeGatherKernel<{a}>::run")])  # fmt: skip
 
+    fic_mods: dict[str, object] = {}
+
+    def fic_module(name: str):  # upstream's kernel (1024 x 8 per bank) with another row load
+        from freetoken.kernel.utils import KERNEL_PATH
+
+        text = variants.upstream_load_variant((KERNEL_PATH / "jit" / "fast_index_copy.cuh").read_text(), name)
+        a = make_cpp_args(UPSTREAM_THREADS, UPSTREAM_BLOCKS_PER_BANK)
+        with probe_headers({f"fic_{name}.cuh": text}):
+            return load_jit(f"fic_{name}", *a, cuda_files=[f"fic_{name}.cuh"],
+                            cuda_wrappers=[("launch", f"&MultiIndexCopyKernel<{a}>::run")])  # fmt: skip
+
+    loads = [x for x in args.upstream_loads.split(",") if x]
     mods: dict[int, object] = {}
     extra = {f"touch{t}": (lambda t=t: mods.setdefault(t, touch_module(t))) for t in sorted(set(touches) | {
         int(x) for x in args.step.split(",") if x})}  # fmt: skip
+    extra.update({f"up_{x}": (lambda x=x: fic_mods.setdefault(x, fic_module(x))) for x in loads})
     errors = precompile(dgm, fic, rings, upstream_blocks=(8, 32), extra=extra, progress=lambda s: print(s, flush=True))
     assert not errors, errors
 
     dev = torch.device("cuda")
     fp = Footprint.scaled(args.gib)
     t0 = time.perf_counter()
-    banks = ModelBanks(fp, dev, progress=lambda s: print(s, flush=True))
+    banks = ModelBanks(fp, dev, backing=args.backing, progress=lambda s: print(s, flush=True))
+    print(f"bank pages: {banks.pages}", flush=True)
     slots = poisoned_slots(fp.row_bytes, dev)
-    log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "rings": [r.tag for r in rings], "bank_setup_s": time.perf_counter() - t0,
+    log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "rings": [r.tag for r in rings], "bank_setup_s": time.perf_counter() - t0, "bank_pages": banks.pages,
                  "per_n": {}}  # fmt: skip
 
     def up(bpb: int):
@@ -79,6 +106,7 @@ def main() -> None:
     kernels = {"up": up(8), "upAA": up(8), "up32": up(32), "tma": mod(dgm.decode_gather_module(*ring))}
     kernels.update({f"tma+t{t}": mod(mods[t]) for t in touches})
     kernels.update({f"tma_{r.tag}": mod(dgm.decode_gather_module(*r)) for r in rings})
+    kernels.update({f"up_{x}": functools.partial(call_fic_module, fic_mods[x]) for x in loads})
     for n in ns:
         rg = RegimeGraphs(banks, slots, n, layers=fp.layers if n <= 32 else 4)
         for name, fn in kernels.items():
@@ -94,7 +122,7 @@ def main() -> None:
                   + "  ".join(f"{k} {s['speedup_paired']:.4f}" for k, s in summ.items()), flush=True)  # fmt: skip
         entry["verified_replays"] = rg.verified
         log["per_n"][n] = entry
-        H.save(log, "probe_fresh.json")  # after every n: a run cut short still leaves its figures
+        H.save(log, args.name)  # after every n: a run cut short still leaves its figures
         del rg
     slots = None
     banks.close()
@@ -104,7 +132,7 @@ def main() -> None:
                   for t in args.step.split(",") if t]  # fmt: skip
         log["step"] = H.decode_step(specs, rounds=9)
         H.print_step(log["step"])
-    H.save(log, "probe_fresh.json")
+    H.save(log, args.name)
 
 
 if __name__ == "__main__":

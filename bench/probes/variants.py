@@ -15,6 +15,10 @@ blocks are matched exactly; a variant whose block is not found in the installed 
 * ``exit_read``   -- ``cp.async.bulk.wait_group.read 0`` at exit instead of ``wait_group 0``;
 * ``lane_sum``    -- first_chunk[] without shuffles: after the table is in shared memory, every lane
                      sums the chunk counts of the banks below it (independent loads, no serial chain).
+
+``UPSTREAM_LOADS`` are variants of upstream's fast_index_copy_multi (``probe_fresh --upstream-loads``):
+its 16-byte load written as PTX with an L2 fetch-size hint, to ask whether larger L2 fills make larger
+PCIe reads of host memory (the copy engine streams ~8% faster than any SM-driven copy here).
 """
 
 from __future__ import annotations
@@ -112,6 +116,29 @@ ROW0_EARLY_INIT = ROW0 + """    __shared__ __align__(8) StaticSmem<kStages> smem
     }
 #endif
 """
+FIC_LOAD = "        const uint4 v = *reinterpret_cast<const uint4*>(src + ps * feat + col);\n"
+
+
+def _fic_load(qualifiers: str) -> str:
+    return f"""        uint4 v;
+        asm volatile("ld.global{qualifiers}.v4.u32 {{%0,%1,%2,%3}}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(src + ps * feat + col));
+"""
+
+
+#: upstream's multi-bank loop with its row load as PTX: no hint (the control), 128- and 256-byte L2 fills
+UPSTREAM_LOADS = {"nc": _fic_load(".nc"), "nc_l2_128": _fic_load(".nc.L2::128B"), "nc_l2_256": _fic_load(".nc.L2::256B")}
+
+
+def upstream_load_variant(fic_text: str, name: str) -> str:
+    """fast_index_copy.cuh with its multi-bank row load replaced by ``UPSTREAM_LOADS[name]``."""
+    if name not in UPSTREAM_LOADS:
+        raise SystemExit(f"unknown upstream load {name!r}; known: {', '.join(UPSTREAM_LOADS)}")
+    if fic_text.count(FIC_LOAD) != 1:
+        raise SystemExit("fast_index_copy_multi's row load is not found once in the installed kernel")
+    return fic_text.replace(FIC_LOAD, UPSTREAM_LOADS[name])
+
+
 EXIT_FULL = 'asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");'
 EXIT_READ = 'asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");'
 
