@@ -42,3 +42,12 @@ def summarize_rounds(
     out["aa_spread"] = max((abs(r - 1.0) for r in aa_ratios), default=None)
     out["verdict"] = verdict(out["speedup"], out["aa_spread"])
     return out
+
+
+def stands_out(ratio: float | None, spreads: Iterable[float | None]) -> bool | None:
+    """Whether a ratio of fresh-process runs (no paired A/A control) stands out of their own noise:
+    |ratio - 1| above every variant's spread over its repeats ((max - min) / median). None: no data."""
+    s = [x for x in spreads if x is not None]
+    if ratio is None or not s:
+        return None
+    return abs(ratio - 1.0) > max(s)

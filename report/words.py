@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from gpukit.stats import verdict
+from gpukit.stats import stands_out, verdict
 
 VERDICTS = ("faster", "tie", "slower", "n/a")
 
@@ -61,10 +61,7 @@ def resolved(lo: float, hi: float) -> str:
 
 
 def e2e_settled(ratio: float | None, spreads: Iterable[float | None]) -> str:
-    """Whether an end-to-end tokens/s ratio (tma / unset) stands out of the repeats' own noise: it
-    does when |ratio - 1| exceeds every variant's spread over its repeats ((max - min) / median),
-    the end-to-end stand-in for an A/A spread (fresh processes, no paired control)."""
-    s = [x for x in spreads if x is not None]
-    if ratio is None or not s:
-        return "n/a"
-    return "stands out of" if abs(ratio - 1.0) > max(s) else "does not stand out of"
+    """Whether an end-to-end tokens/s ratio (tma / unset) stands out of the repeats' own noise
+    (gpukit.stats.stands_out: the end-to-end stand-in for an A/A spread)."""
+    out = stands_out(ratio, spreads)
+    return "n/a" if out is None else ("stands out of" if out else "does not stand out of")

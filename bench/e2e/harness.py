@@ -16,7 +16,8 @@ slots at 0.08-0.12). Either way the measured misses per lookup are reported.
 
 Verdict per point: the ids of the two variants must be identical in every repeat (else exit 1, at
 once). The speedup is median(tma tokens/s) / median(unset tokens/s); the paired ratios (one per
-repeat) give its spread, and the point is a tie when they straddle 1.
+repeat) give its spread. The point is a tie when they straddle 1 or when the speedup does not stand
+out of either variant's spread over its repeats (gpukit.stats.stands_out: fresh processes have no A/A).
 
 Exit codes: 0 done, ids identical; 1 ids differ; 2 a run failed, a setting is invalid, or the time
 budget stopped the plan early (the JSON then says ``complete: false``).
@@ -40,7 +41,7 @@ from bench.e2e import synth
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
 from gpukit import results
 from gpukit.rounds import round_order
-from gpukit.stats import median
+from gpukit.stats import median, stands_out
 
 E2E_SCHEMA = results.KINDS["e2e"].schema
 VARIANTS = ("unset", "tma")
@@ -178,12 +179,14 @@ def summarize_point(point: dict[str, Any], index: int, runs: list[dict[str, Any]
     mism = ids_mismatches(mine)
     counts = [{x["variant"]: x.get("misses_total") for x in mine if x["repeat"] == r} for r in sorted(complete_pairs)]
     speedup = ours / base if base and ours else None
-    if paired and min(paired) <= 1.0 <= max(paired):
-        verdict = "tie"
-    elif paired:
-        verdict = "faster" if min(paired) > 1.0 else "slower"
-    else:
+    # a difference needs both: every paired repeat on one side of 1, and the ratio out of the repeats' spread
+    spreads = [v.get("tokens_per_s_spread") for v in variants.values()]
+    if not paired:
         verdict = "n/a"
+    elif min(paired) <= 1.0 <= max(paired) or not stands_out(speedup, spreads):
+        verdict = "tie"
+    else:
+        verdict = "faster" if min(paired) > 1.0 else "slower"
     return {
         **point,
         "variants": variants,
