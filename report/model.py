@@ -453,6 +453,11 @@ def machine_of(docs: Mapping[str, Doc]) -> tuple[dict[str, Any], dict[str, Any]]
     return {}, {}
 
 
+#: how a probe's bank backing (gpukit.memory.BACKINGS) reads in the report
+PAGE_WORDS = {"hostbank": "FreeToken's HostBank pages (4 KiB)", "thp": "transparent 2 MiB pages",
+              "hugetlb": "hugetlbfs 2 MiB pages"}  # fmt: skip
+
+
 def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
     """The decode-regime probes (``<device>/probes/probe_*.json`` of ``bench.probes.probe_fresh``): per
     miss count and regime, every kernel variant's paired ratio to upstream with its verdict against the
@@ -474,6 +479,7 @@ def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
                 "file": f"{slug}/probes/{path.name}",
                 "series": (doc.get("provenance") or {}).get("series_hash") or doc.get("series_hash"),
                 "footprint": doc.get("footprint"),
+                "pages": PAGE_WORDS.get((doc.get("bank_pages") or {}).get("backing")),
                 "variants": [c["name"] for c in rows[0]["cells"]],
                 "rows": rows,
                 "step": doc.get("step"),
