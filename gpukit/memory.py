@@ -18,6 +18,15 @@ from gpukit.geometry import BankGeom, align_up
 PINNED_ENV = "GATHER_PINNED"  # register (default) | torch | freetoken
 
 
+def host_register(base: int, nbytes: int, what: str = "") -> None:
+    """``cudaHostRegister(PORTABLE | MAPPED)`` of ``nbytes`` at ``base`` (FreeToken's pin path), or raise."""
+    import torch
+
+    err = int(torch.cuda.cudart().cudaHostRegister(base, nbytes, 3))
+    if err != 0:
+        raise RuntimeError(f"cudaHostRegister({nbytes} B{', ' + what if what else ''}) returned {err}")
+
+
 class PinnedBuffer:
     """One GPU-mapped host allocation of ``nbytes`` whose LAST byte is the last byte of its mapping.
 
@@ -79,9 +88,7 @@ class PinnedBuffer:
             self.tensor = full[span - self.nbytes : span]
             self.end_exact = True
             return
-        err = int(torch.cuda.cudart().cudaHostRegister(base, span, 3))  # PORTABLE | MAPPED
-        if err != 0:
-            raise RuntimeError(f"cudaHostRegister({span} B) returned {err}")
+        host_register(base, span)
         self._registered = base
         lib = cudart()
         if lib is not None:
@@ -147,12 +154,8 @@ class HugePageBank:
         self._registered: int | None = None
 
     def pin(self) -> None:
-        import torch
-
         base = self.tensor.data_ptr()
-        err = int(torch.cuda.cudart().cudaHostRegister(base, self.span, 3))  # PORTABLE | MAPPED
-        if err != 0:
-            raise RuntimeError(f"cudaHostRegister({self.span} B, {self.backing}) returned {err}")
+        host_register(base, self.span, self.backing)
         self._registered = base
 
     def unpin(self) -> None:

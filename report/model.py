@@ -31,9 +31,12 @@ def regime(row: Doc) -> str:
     return row.get("regime") or "replay"
 
 
+#: every regime a row or probe may carry, in table order
+REGIME_ORDER = REGIMES + SPLIT_REGIMES
+
+
 def regime_key(name: str) -> int:
-    order = REGIMES + SPLIT_REGIMES
-    return order.index(name) if name in order else len(order)
+    return REGIME_ORDER.index(name) if name in REGIME_ORDER else len(REGIME_ORDER)
 
 
 # --------------------------------------------------------------------------- per-layer gather (bench.json)
@@ -453,11 +456,6 @@ def machine_of(docs: Mapping[str, Doc]) -> tuple[dict[str, Any], dict[str, Any]]
     return {}, {}
 
 
-#: how a probe's bank backing (gpukit.memory.BACKINGS) reads in the report
-PAGE_WORDS = {"hostbank": "FreeToken's HostBank pages (4 KiB)", "thp": "transparent 2 MiB pages",
-              "hugetlb": "hugetlbfs 2 MiB pages"}  # fmt: skip
-
-
 def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
     """The decode-regime probes (``<device>/probes/probe_*.json`` of ``bench.probes.probe_fresh``): per
     miss count and regime, every kernel variant's paired ratio to upstream with its verdict against the
@@ -467,7 +465,7 @@ def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
         doc = results.read_json(path) or {}
         rows = []
         for n, entry in (doc.get("per_n") or {}).items():
-            for reg in sorted((k for k in entry if k in REGIMES + SPLIT_REGIMES), key=regime_key):
+            for reg in sorted((k for k in entry if k in REGIME_ORDER), key=regime_key):
                 summ = entry[reg]["summary"]
                 spread = next(iter(summ.values()))["aa_spread"]
                 cells = [{"name": k, "ratio": s["speedup_paired"], "verdict": verdict(s["speedup_paired"], spread)}
@@ -479,7 +477,7 @@ def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
                 "file": f"{slug}/probes/{path.name}",
                 "series": (doc.get("provenance") or {}).get("series_hash") or doc.get("series_hash"),
                 "footprint": doc.get("footprint"),
-                "pages": PAGE_WORDS.get((doc.get("bank_pages") or {}).get("backing")),
+                "pages": words.PAGE_WORDS.get((doc.get("bank_pages") or {}).get("backing")),
                 "variants": [c["name"] for c in rows[0]["cells"]],
                 "rows": rows,
                 "step": doc.get("step"),

@@ -60,6 +60,11 @@ def resolved(lo: float, hi: float) -> str:
     return "resolved" if lo > 1 or hi < 1 else "not resolved: the range spans 1.0"
 
 
+#: how a probe's bank backing (gpukit.memory.BACKINGS) reads in the report
+PAGE_WORDS = {"hostbank": "FreeToken's HostBank pages (4 KiB)", "thp": "transparent 2 MiB pages",
+              "hugetlb": "hugetlbfs 2 MiB pages"}  # fmt: skip
+
+
 def e2e_settled(ratio: float | None, spreads: Iterable[float | None]) -> str:
     """Whether an end-to-end tokens/s ratio (tma / unset) stands out of the repeats' own noise
     (gpukit.stats.stands_out: the end-to-end stand-in for an A/A spread)."""

@@ -33,11 +33,6 @@ from gpukit.memory import BACKINGS
 from gpukit.stats import summarize_rounds
 
 
-def call_fic_module(module, cache, src_ptrs, dst, src, num) -> None:
-    """A fast_index_copy_multi variant module (its launch also takes the wait flag: 0, none)."""
-    module.launch(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, 0)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="0,1,2,4,8,32")
@@ -106,7 +101,8 @@ def main() -> None:
     kernels = {"up": up(8), "upAA": up(8), "up32": up(32), "tma": mod(dgm.decode_gather_module(*ring))}
     kernels.update({f"tma+t{t}": mod(mods[t]) for t in touches})
     kernels.update({f"tma_{r.tag}": mod(dgm.decode_gather_module(*r)) for r in rings})
-    kernels.update({f"up_{x}": functools.partial(call_fic_module, fic_mods[x]) for x in loads})
+    # a fast_index_copy_multi variant's launch also takes the wait flag (0: none)
+    kernels.update({f"up_{x}": lambda *a, m=fic_mods[x]: call_module(m, *a, 0) for x in loads})
     for n in ns:
         rg = RegimeGraphs(banks, slots, n, layers=fp.layers if n <= 32 else 4)
         for name, fn in kernels.items():
