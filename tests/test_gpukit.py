@@ -265,3 +265,19 @@ def test_huge_page_bank_is_aligned_exact_and_refuses_unknown_backings():
     bank.unpin()  # not pinned: nothing to undo
     with pytest.raises(ValueError, match="backing='4k': expected thp or hugetlb"):
         HugePageBank(16, "4k")
+
+
+def test_upstream_load_variants_replace_the_row_load_once():
+    from bench.probes import variants
+
+    text = "before\n" + variants.FIC_LOAD + "after\n"
+    out = variants.upstream_load_variant(text, "nc_l2_256")
+    assert "ld.global.nc.L2::256B.v4.u32" in out and variants.FIC_LOAD not in out
+    assert out.startswith("before\n") and out.endswith("after\n")
+    with pytest.raises(SystemExit, match="not found once"):
+        variants.upstream_load_variant(text + variants.FIC_LOAD, "nc")
+    with pytest.raises(SystemExit, match="unknown upstream load 'l2'"):
+        variants.upstream_load_variant(text, "l2")
+    installed = REPO_ROOT / ".work/upstream/python/freetoken/kernel/csrc/jit/fast_index_copy.cuh"
+    if installed.exists():  # the pinned kernel (after `nox -s apply`) holds the block exactly once
+        assert installed.read_text().count(variants.FIC_LOAD) == 1
