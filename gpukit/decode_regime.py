@@ -36,6 +36,11 @@ REGIMES = ("decode", "replay")
 #: every replay into the same slots, or the same rows into new slots. They say on which side of the
 #: copy the fresh-list cost sits; no verdict is taken from them.
 SPLIT_REGIMES = ("decode_src", "decode_dst")
+#: Probe-only labels of the decode regime with the next list's host rows touched before the replay,
+#: outside the timed region: 16 bytes at every ``stride``-aligned address of each row
+#: (bench.probes.harness.page_toucher). Which stride brings the cold rows down to the replayed
+#: list's time says at what granularity the cost is paid; no verdict is taken from them.
+TOUCH_REGIMES = {"decode_touch4K": 4096, "decode_touch64K": 64 << 10, "decode_touch2M": 2 << 20}
 #: Slots of the slot cache (the proposal's decode run held 3164 experts in VRAM).
 SLOTS = 3164
 POISON = 0xA5
@@ -224,9 +229,10 @@ class RegimeGraphs:
         if err is not None:
             raise AssertionError(f"{name}: n={self.n}: written outside the miss lists: {err}")
 
-    def time_set(self, name: str, regime: str, reps: int) -> float:
+    def time_set(self, name: str, regime: str, reps: int, *, prepare: Callable[["RegimeGraphs"], None] | None = None) -> float:
         """Median device µs per LAYER over ``reps`` replays of ``name``'s graph, each timed alone and
-        verified; ``regime='decode'`` writes a new miss list before each replay."""
+        verified; ``regime='decode'`` writes a new miss list before each replay. ``prepare(self)`` runs
+        after the list is written and before the clock starts (a probe's page touch)."""
         if regime not in REGIMES + SPLIT_REGIMES:
             raise ValueError(f"regime={regime!r}: expected one of {REGIMES + SPLIT_REGIMES}")
         g = self.graphs[name]
@@ -234,13 +240,16 @@ class RegimeGraphs:
         for _ in range(reps):
             if regime != "replay":
                 self.next_list(rows=regime != "decode_dst", slots=regime != "decode_src")
+            if prepare is not None:
+                prepare(self)
             times.append(time_replays(g.replay, 1) * 1e6 / self.layers)  # the list's writes land before the clock
             self.verify(name)
         self.check_clean(name)
         return statistics.median(times)
 
     def rounds(self, names: Sequence[str], regime: str, rounds: int, reps: int, *, base: str | None = None,
-               aa: str | None = None) -> Rounds:  # fmt: skip
+               aa: str | None = None, prepare: Callable[["RegimeGraphs"], None] | None = None) -> Rounds:  # fmt: skip
         """``rounds`` paired alternating rounds of the named graphs (:func:`gpukit.rounds.run_rounds`);
         ``.values`` are µs per layer per round."""
-        return run_rounds({k: (lambda _r, k=k: self.time_set(k, regime, reps)) for k in names}, rounds, base=base, aa=aa)
+        sets = {k: (lambda _r, k=k: self.time_set(k, regime, reps, prepare=prepare)) for k in names}
+        return run_rounds(sets, rounds, base=base, aa=aa)

@@ -90,6 +90,11 @@ class Ring(NamedTuple):
         return f"{self.ctas}x{self.stages}x{size}"
 
     @property
+    def env(self) -> str:
+        """The ring as ``FREETOKEN_DECODE_GATHER_RING`` spells it: ``<ctas>x<stages>x<chunk_bytes>``."""
+        return f"{self.ctas}x{self.stages}x{self.chunk_bytes}"
+
+    @property
     def ring_bytes(self) -> int:
         return self.stages * self.chunk_bytes
 

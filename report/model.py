@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from freetoken_overlay.series import patch_files
 from gpukit import results
-from gpukit.decode_regime import REGIMES, SPLIT_REGIMES  # table order; a row without a regime is "replay"
+from gpukit.decode_regime import REGIMES, SPLIT_REGIMES, TOUCH_REGIMES  # table order; a row without a regime is "replay"
 from gpukit.geometry import Ring
 from gpukit.machine import machine_line
 from gpukit.stats import median, verdict
@@ -32,7 +32,7 @@ def regime(row: Doc) -> str:
 
 
 #: every regime a row or probe may carry, in table order
-REGIME_ORDER = REGIMES + SPLIT_REGIMES
+REGIME_ORDER = REGIMES + SPLIT_REGIMES + tuple(TOUCH_REGIMES)
 
 
 def regime_key(name: str) -> int:
@@ -456,6 +456,22 @@ def machine_of(docs: Mapping[str, Doc]) -> tuple[dict[str, Any], dict[str, Any]]
     return {}, {}
 
 
+def touch_recovery(n: int, iv: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per kernel of an interleaved probe (``interleaved`` of one miss count): the fresh rows' cost (median
+    µs per layer, decode - replay) and the share of it each touch regime takes back
+    ((decode - touched) / (decode - replay))."""
+    med = {lab: median(v) for lab, v in iv["rounds_us"].items() if v}
+    touches = [r for r in iv["regimes"] if r in TOUCH_REGIMES]
+    out = []
+    for k in iv["kernels"]:
+        dec, rep = med.get(f"{k}@decode"), med.get(f"{k}@replay")
+        if k == "upAA" or dec is None or rep is None or not touches or dec <= rep:
+            continue
+        shares = {r: (dec - med[f"{k}@{r}"]) / (dec - rep) for r in touches if f"{k}@{r}" in med}
+        out.append({"n": n, "kernel": k, "gap_us": dec - rep, "shares": shares})
+    return out
+
+
 def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
     """The decode-regime probes (``<device>/probes/probe_*.json`` of ``bench.probes.probe_fresh``): per
     miss count and regime, every kernel variant's paired ratio to upstream with its verdict against the
@@ -463,9 +479,20 @@ def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
     runs = []
     for path in sorted((base / slug / "probes").glob("probe_*.json")):
         doc = results.read_json(path) or {}
-        rows = []
+        rows, rounds, recovered = [], set(), []
         for n, entry in (doc.get("per_n") or {}).items():
+            iv = entry.get("interleaved")
+            if iv:  # every kernel@regime in the same rounds, each against up@decode
+                rounds.update(len(v) for v in iv["rounds_us"].values())
+                recovered += touch_recovery(int(n), iv)
+                spread = iv["summary"]["up@decode"]["aa_spread"]
+                for reg in iv["regimes"]:
+                    summ = [(k, iv["summary"].get(f"{k}@{reg}")) for k in iv["kernels"] if k != "upAA"]
+                    cells = [{"name": k, "ratio": s["speedup_paired"], "verdict": verdict(s["speedup_paired"], spread)}
+                             for k, s in summ if s]  # fmt: skip
+                    rows.append({"n": int(n), "regime": reg, "aa_spread": spread, "cells": cells})
             for reg in sorted((k for k in entry if k in REGIME_ORDER), key=regime_key):
+                rounds.update(len(v) for v in (entry[reg].get("rounds_us") or {}).values())
                 summ = entry[reg]["summary"]
                 spread = next(iter(summ.values()))["aa_spread"]
                 cells = [{"name": k, "ratio": s["speedup_paired"], "verdict": verdict(s["speedup_paired"], spread)}
@@ -479,6 +506,9 @@ def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
                 "footprint": doc.get("footprint"),
                 "pages": words.PAGE_WORDS.get((doc.get("bank_pages") or {}).get("backing")),
                 "variants": [c["name"] for c in rows[0]["cells"]],
+                "rounds": "/".join(str(r) for r in sorted(rounds)),
+                "interleaved": any("interleaved" in e for e in (doc.get("per_n") or {}).values()),
+                "recovered": recovered,
                 "rows": rows,
                 "step": doc.get("step"),
             })  # fmt: skip

@@ -80,6 +80,7 @@ def test_documents_carry_schema_and_provenance_of_the_installed_wheel(results_en
 def test_ring_parse_and_geometry_rows():
     assert Ring.parse("16x4x8K") == Ring(16, 4, 8192) == Ring.parse("16x4x8192")
     assert Ring(16, 4, 8192).tag == "16x4x8K" and Ring(16, 4, 8192).bytes_in_flight == 512 * 1024
+    assert Ring(64, 4, 4096).env == "64x4x4096" and Ring.parse(Ring(7, 5, 2048).env) == Ring(7, 5, 2048)
     for chunk in (2048, 8192, 32768):
         rows = geometry_rows(chunk)
         assert all(r % 16 == 0 and r > 0 for r in rows)
@@ -223,6 +224,37 @@ def test_decode_regime_lists_are_fresh_and_verified(monkeypatch):
     assert torch.equal(rg.src, rows) and not torch.equal(rg.dst, dst)
     with pytest.raises(ValueError, match="regime='fresh'"):
         rg.time_set("k", "fresh", 1)
+    # a prepare hook (a probe's page touch) sees each new list before the clock starts on it
+    from gpukit import decode_regime
+
+    slots.poison(decode_regime.POISON)  # the failed verify above left its copied rows in place
+    seen = []
+    monkeypatch.setattr(decode_regime, "time_replays", lambda run, reps: (seen.append(("timed", rg.src.clone())), run(), 1e-6)[2])
+    rg.graphs["k"] = types.SimpleNamespace(replay=copy)
+    rg.time_set("k", "decode", 2, prepare=lambda g: seen.append(("prepare", g.src.clone())))
+    assert [s[0] for s in seen] == ["prepare", "timed"] * 2
+    assert torch.equal(seen[0][1], seen[1][1]) and torch.equal(seen[2][1], seen[3][1])
+    assert not torch.equal(seen[0][1], seen[2][1])
+
+
+@pytest.mark.parametrize("feat,stride", [(48, 16), (16_000, 4096), (3 * 4096, 4096), (1_600_000, 64 << 10), (1_048_576, 2 << 20)])
+def test_touch_offsets_hit_every_block_a_row_spans_and_nothing_else(feat, stride):
+    """bench.probes.harness.touch_offsets against a byte walk of each row: the blocks its addresses fall
+    in are exactly the ``stride``-aligned blocks the row spans, every address inside the row and 16-byte aligned."""
+    torch = pytest.importorskip("torch")
+    from bench.probes.harness import touch_offsets
+
+    base = torch.tensor([3 * 4096 + 80, 1 << 21, (5 << 21) - 4096], dtype=torch.int64)  # unaligned, aligned, just below
+    rows = torch.tensor([[0, 7, 2], [5, 1, 3], [0, 4, 6]])
+    got = touch_offsets(base, rows, feat, stride)
+    k = got.shape[1] // rows.shape[1]
+    for layer in range(3):
+        for i in range(3):
+            start = int(base[layer]) + int(rows[layer, i]) * feat
+            want = {a // stride for a in range(start, start + feat, 16)}
+            offs = [int(base[layer]) + int(o) for o in got[layer, i * k : (i + 1) * k]]
+            assert all(start <= a < start + feat and a % 16 == 0 for a in offs)
+            assert {a // stride for a in offs} == want
 
 
 def test_every_committed_result_document_has_its_schema_and_provenance():
@@ -281,3 +313,67 @@ def test_upstream_load_variants_replace_the_row_load_once():
     installed = REPO_ROOT / ".work/upstream/python/freetoken/kernel/csrc/jit/fast_index_copy.cuh"
     if installed.exists():  # the pinned kernel (after `nox -s apply`) holds the block exactly once
         assert installed.read_text().count(variants.FIC_LOAD) == 1
+
+
+def test_page_toucher_reads_the_blocks_of_the_current_list_and_checks_them():
+    """bench.probes.harness.page_toucher on CPU tensors, with a stand-in for upstream's kernel that reads
+    the banks' bytes at the descriptor it is given: the hook passes through its own byte check, and a
+    kernel that read the wrong bytes fails it."""
+    torch = pytest.importorskip("torch")
+    import types
+
+    from bench.probes.harness import page_toucher
+    from gpukit.decode_regime import Footprint, RegimeGraphs, poisoned_slots
+
+    fp = Footprint(layers=2, experts=6, row_bytes=(4096 + 32, 160))
+    g = torch.Generator().manual_seed(3)
+    ref = [torch.randint(0, 256, (2, 6, r), dtype=torch.uint8, generator=g) for r in fp.row_bytes]
+    ptrs = [torch.tensor([(1 << 30) * (layer + 1) + (8 << 20) * b + 4096 for b in range(2)]) for layer in range(2)]
+    banks = types.SimpleNamespace(fp=fp, device=torch.device("cpu"), src_ptrs=ptrs, ref=ref)
+    rg = RegimeGraphs(banks, poisoned_slots(fp.row_bytes, "cpu", slots=8), 2)
+    memory = {int(ptrs[layer][b]): ref[b][layer].view(-1) for layer in range(2) for b in range(2)}
+
+    class Kernel:  # fast_index_copy_multi_jit for one bank: row i of `feat` bytes at base + feat * src[i]
+        shift = 0
+
+        def fast_index_copy_multi_jit(self, dst_ptrs, src_ptrs, feat, dst, src, num, **_):
+            f, mem = int(feat[0]), memory[int(src_ptrs[0])]
+            rows = mem[((src.long() * f + self.shift) % mem.numel())[:, None] + torch.arange(f)]
+            touch.scratch.view(-1, f)[dst.long()] = rows
+
+    kernel = Kernel()
+    touch = page_toucher(kernel, rg, 4096)
+    touch(rg)
+    rg.next_list()
+    touch(rg)
+    kernel.shift = 16
+    with pytest.raises(AssertionError, match="bank 0"):
+        touch(rg)
+
+
+def test_interleaved_probe_times_every_kernel_in_every_regime_against_upstream_decode(monkeypatch):
+    """bench.probes.probe_fresh.interleaved with a stand-in for the graphs: one variant per kernel and
+    regime in the same rounds, touch regimes timed as decode with their touch hook, ratios against
+    ``up@decode`` and the A/A from ``upAA@decode``."""
+    pytest.importorskip("torch")
+    import types
+
+    from bench.probes import harness, probe_fresh
+
+    cost = {"decode": 40.0, "replay": 38.0, "decode_touch4K": 39.0}
+    calls = []
+
+    def time_set(kernel, regime, reps, *, prepare=None):
+        calls.append((kernel, regime, prepare))
+        label = "decode_touch4K" if prepare is not None else regime
+        return cost[label] * (0.99 if kernel == "tma" else 1.0)
+
+    monkeypatch.setattr(harness, "page_toucher", lambda fic, rg, stride: ("touch", stride))
+    rg = types.SimpleNamespace(n=1, time_set=time_set)
+    out = probe_fresh.interleaved(rg, None, {"up": None, "upAA": None, "tma": None}, ["decode", "replay", "decode_touch4K"], 3)
+    assert len(calls) == 3 * 3 * 3 and {c[2] for c in calls if c[1] == "decode"} == {None, ("touch", 4096)}
+    s = out["summary"]
+    assert "upAA@decode" not in s and s["up@decode"]["speedup_paired"] == 1.0 and s["up@decode"]["aa_spread"] == 0.0
+    assert s["up@replay"]["speedup_paired"] == pytest.approx(40 / 38) and s["up@decode_touch4K"]["speedup_paired"] == pytest.approx(40 / 39)
+    assert s["tma@decode"]["speedup_paired"] == pytest.approx(1 / 0.99)
+    assert len(out["rounds_us"]["tma@replay"]) == 3

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from gpukit.decode_step import DecodeStep, StepConfig, StepVariant
-from gpukit.geometry import NVFP4_ROW_BYTES, Ring
+from gpukit.geometry import NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring
 from gpukit.kernels import call_ours, call_upstream
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
@@ -113,6 +113,53 @@ class Gather:
             return set_us
 
         return run_rounds({key: timed(key) for key in graphs}, rounds).values
+
+
+def touch_offsets(base: torch.Tensor, rows: torch.Tensor, feat: int, stride: int) -> torch.Tensor:
+    """Byte offsets from ``base`` (int64 ``[L]``: a bank's base address per layer) of one address in
+    every ``stride``-aligned block that each row of ``rows`` (``[L, n]``, ``feat`` bytes each) spans:
+    the row's start, then every block boundary inside it. ``[L, n * K]`` int64, K the most blocks a
+    row can span (a row spanning fewer repeats its last block). 16-byte aligned when ``base``,
+    ``feat`` and ``stride`` are."""
+    start = base[:, None] + rows.long() * feat
+    first, last = start // stride, (start + feat - 1) // stride
+    k = torch.arange(feat // stride + 2, device=rows.device)
+    block = torch.minimum(first[..., None] + k, last[..., None])
+    addr = torch.maximum(block * stride, start[..., None])
+    return (addr - base[:, None, None]).reshape(rows.shape[0], -1)
+
+
+def page_toucher(fic, rg, stride: int) -> Callable[[Any], None]:
+    """A ``prepare`` hook for gpukit.decode_regime.RegimeGraphs: reads 16 bytes in every
+    ``stride``-aligned block of the current miss list's host rows (touch_offsets) with upstream's
+    kernel on a 16-byte-row descriptor of each layer's bank, one launch per layer and bank, into a
+    scratch buffer (the last layer's bytes checked against the bank). It runs before the clock starts, so the timed replay finds those blocks' address
+    translations (and nothing else of the rows) warm."""
+    fp, dev = rg.banks.fp, rg.banks.device
+    count = max(r // stride + 2 for r in fp.row_bytes) * max(rg.n, 1)
+    scratch = torch.empty(count * 16, dtype=torch.uint8, device=dev)
+    dst_ptrs = torch.tensor([scratch.data_ptr()], dtype=torch.int64, device=dev)
+    feat16 = torch.tensor([16], dtype=torch.int64, device=dev)
+    bases = [torch.stack([p[b] for p in rg.banks.src_ptrs[: rg.layers]]) for b in range(len(fp.row_bytes))]
+
+    def touch(g) -> None:
+        if g.n == 0:
+            return
+        rows = g.src[:, : g.n]
+        for b, feat in enumerate(fp.row_bytes):
+            idx = (touch_offsets(bases[b], rows, feat, stride) // 16).to(torch.int32)
+            dst = torch.arange(idx.shape[1], dtype=torch.int32, device=dev)
+            num = torch.tensor([idx.shape[1]], dtype=torch.int64, device=dev)
+            for layer in range(g.layers):
+                fic.fast_index_copy_multi_jit(dst_ptrs, g.banks.src_ptrs[layer][b : b + 1], feat16, dst, idx[layer], num,
+                                              num_threads=UPSTREAM_THREADS, blocks_per_bank=1)  # fmt: skip
+            # the last layer's touch read what its bank holds there (the device reference of the bank)
+            want = g.banks.ref[b][g.layers - 1].view(-1)[(idx[-1].long() * 16)[:, None] + torch.arange(16, device=dev)]
+            if not torch.equal(scratch[: want.numel()].view(-1, 16), want):
+                raise AssertionError(f"page touch, bank {b}: the bytes read differ from the bank's")
+
+    touch.scratch = scratch  # keeps the buffer alive with the hook
+    return touch
 
 
 StepSpec = StepVariant  # name, env, module (a kernel variant's JIT module), copy

@@ -26,10 +26,11 @@ import torch
 
 from bench.probes import harness as H
 from bench.probes import variants
-from gpukit.decode_regime import REGIMES, SPLIT_REGIMES, Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
+from gpukit.decode_regime import REGIMES, SPLIT_REGIMES, TOUCH_REGIMES, Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
 from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import call_module, call_upstream, default_ring, load_kernels, precompile, probe_headers
 from gpukit.memory import BACKINGS
+from gpukit.rounds import run_rounds
 from gpukit.stats import summarize_rounds
 
 
@@ -37,14 +38,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="0,1,2,4,8,32")
     ap.add_argument("--touch", default="", help="kTouch values of the installed kernel to add")
-    ap.add_argument("--regimes", default="decode,replay", help="also decode_src, decode_dst: new rows or new slots only")
+    ap.add_argument("--regimes", default="decode,replay", help="also decode_src, decode_dst: new rows or new slots "
+                    "only; decode_touch4K, decode_touch64K, decode_touch2M: the new rows' blocks touched first")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--gib", type=float, default=None, help="cap the banks' footprint (default: full model)")
     ap.add_argument("--rings", default="", help="extra rings of the installed kernel, e.g. 32x4x4K,24x4x8K")
     ap.add_argument("--step", default="", help="kTouch values to add to the decode-step A/B (e.g. '2')")
+    ap.add_argument("--step-rings", default="", help="rings to add to the decode-step A/B (runs it), e.g. 64x4x4K")
     ap.add_argument("--backing", default="hostbank", choices=BACKINGS,
                     help="the banks' pages: FreeToken's HostBank (4 KiB), or 2 MiB pages (thp, hugetlb)")
     ap.add_argument("--name", default="probe_fresh.json", help="file written under $OUT")
+    ap.add_argument("--interleave", action="store_true", help="time every kernel in every regime in each round "
+                    "(ratios against upstream in the decode regime), so the regimes share the host's noise")  # fmt: skip
     ap.add_argument("--upstream-loads", default="", help="upstream kernel variants of bench.probes.variants."
                     "UPSTREAM_LOADS to add, e.g. nc,nc_l2_256")  # fmt: skip
     args = ap.parse_args()
@@ -52,7 +57,8 @@ def main() -> None:
     touches = [int(x) for x in args.touch.split(",") if x]
     regimes = [r for r in args.regimes.split(",") if r]
     rings = [Ring.parse(r) for r in args.rings.split(",") if r]
-    assert all(r in REGIMES + SPLIT_REGIMES for r in regimes), regimes
+    assert all(r in REGIMES + SPLIT_REGIMES + tuple(TOUCH_REGIMES) for r in regimes), regimes
+    assert not args.interleave or "decode" in regimes, "--interleave compares every regime with decode"
 
     from freetoken.kernel.utils import load_jit, make_cpp_args
 
@@ -108,8 +114,12 @@ def main() -> None:
         for name, fn in kernels.items():
             rg.capture(name, fn)
         entry: dict = {"layers": rg.layers}
-        for regime in regimes:
-            rounds = rg.rounds(list(kernels), regime, args.rounds, replays_per_set(n)).values
+        if args.interleave:
+            entry["interleaved"] = interleaved(rg, fic, kernels, regimes, args.rounds)
+        for regime in [] if args.interleave else regimes:
+            touch = H.page_toucher(fic, rg, TOUCH_REGIMES[regime]) if regime in TOUCH_REGIMES else None
+            rounds = rg.rounds(list(kernels), "decode" if touch else regime, args.rounds, replays_per_set(n),
+                               prepare=touch).values  # fmt: skip
             summ = {k: summarize_rounds(rounds, ours=k, base="up", aa="upAA") for k in kernels if k not in ("up", "upAA")}
             entry[regime] = {"rounds_us": rounds, "summary": summ}
             us = {k: H.median(v) for k, v in rounds.items()}
@@ -122,13 +132,34 @@ def main() -> None:
         del rg
     slots = None
     banks.close()
-    if args.step:
+    step_rings = [Ring.parse(r) for r in args.step_rings.split(",") if r]
+    if args.step or step_rings:
         specs = [H.StepSpec("unset", {}), H.StepSpec("unsetAA", {}), H.StepSpec("tma", {"FREETOKEN_DECODE_GATHER": "tma"})]
         specs += [H.StepSpec(f"tma+t{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mods[int(t)])
                   for t in args.step.split(",") if t]  # fmt: skip
+        specs += [H.StepSpec(f"tma_{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
+                  for r in step_rings]  # fmt: skip
         log["step"] = H.decode_step(specs, rounds=9)
         H.print_step(log["step"])
     H.save(log, args.name)
+
+
+def interleaved(rg: RegimeGraphs, fic, kernels: dict, regimes: list[str], rounds: int) -> dict:
+    """Every kernel in every regime as one variant ``kernel@regime`` of the same alternating rounds, each
+    summarised against ``up@decode`` with ``upAA@decode`` as the A/A control: what a regime (a page
+    touch, a replayed list) changes, free of the host's slow drifts between regimes run one after another."""
+    touches = {reg: H.page_toucher(fic, rg, TOUCH_REGIMES[reg]) for reg in regimes if reg in TOUCH_REGIMES}
+    reps = replays_per_set(rg.n)
+    sets = {f"{k}@{reg}": (lambda _r, k=k, reg=reg: rg.time_set(k, "decode" if reg in touches else reg, reps,
+                                                                  prepare=touches.get(reg)))
+            for reg in regimes for k in kernels}  # fmt: skip
+    times = run_rounds(sets, rounds, base="up@decode", aa="upAA@decode").values
+    summ = {lab: summarize_rounds(times, ours=lab, base="up@decode", aa="upAA@decode") for lab in sets if lab != "upAA@decode"}
+    for reg in regimes:
+        print(f"n={rg.n:3d} {reg:16s} " + "  ".join(f"{k} {H.median(times[f'{k}@{reg}']):8.2f} us x{summ[f'{k}@{reg}']['speedup_paired']:.4f}"
+                                                    for k in kernels if f"{k}@{reg}" in summ), flush=True)  # fmt: skip
+    print(f"n={rg.n:3d} A/A +-{summ['up@decode']['aa_spread']:.4f} (ratios: up@decode / kernel@regime, paired)", flush=True)
+    return {"regimes": regimes, "kernels": list(kernels), "rounds_us": times, "summary": summ}
 
 
 if __name__ == "__main__":

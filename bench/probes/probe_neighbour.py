@@ -68,8 +68,7 @@ def main() -> None:
     print(f"A done {time.time() - t0:.0f}s", flush=True)
     specs = [H.StepSpec("unset", {}), H.StepSpec("ensure", {}, copy=False)]
     specs += [
-        H.StepSpec(f"tma{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma",
-                                   "FREETOKEN_DECODE_GATHER_RING": f"{r.ctas}x{r.stages}x{r.chunk_bytes}"})
+        H.StepSpec(f"tma{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
         for r in RINGS
     ]
     specs.append(H.StepSpec("unsetAA", {}))
