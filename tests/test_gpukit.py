@@ -315,6 +315,24 @@ def test_upstream_load_variants_replace_the_row_load_once():
         assert installed.read_text().count(variants.FIC_LOAD) == 1
 
 
+def test_hybrid_kernel_variants_apply_to_the_patched_kernel(tmp_path):
+    """bench.probes.variants.make on the series' decode_gather.cuh (after `nox -s apply`): the hybrid
+    variants' blocks are found exactly once (the prologue variants were written for earlier kernels and
+    are skipped, by name); they run 256 threads and leave small calls before the ring."""
+    from bench.probes import variants
+
+    jit = REPO_ROOT / ".work/upstream/python/freetoken/kernel/csrc/jit"
+    if not (jit / "decode_gather.cuh").exists():
+        pytest.skip("no applied series in .work/upstream (run `nox -s apply`)")
+    files, texts, skipped = variants.make(jit, ["current", *variants.VARIANTS])
+    assert {"current", "exit_read", "hybrid1", "hybrid2"} <= set(files) and set(skipped) == set(variants.VARIANTS) - set(files)
+    hybrid = texts["dg_hybrid2.cuh"]
+    assert "kThreads = 256" in hybrid and "if (n <= 2) {" in hybrid
+    assert hybrid.index("if (n <= 2) {") < hybrid.index("mbar_init(&smem.full[lane])")
+    (tmp_path / "decode_gather.cuh").write_text("no blocks here\n")
+    assert set(variants.make(tmp_path, ["hybrid1"])[2]) == {"hybrid1"}
+
+
 def test_page_toucher_reads_the_blocks_of_the_current_list_and_checks_them():
     """bench.probes.harness.page_toucher on CPU tensors, with a stand-in for upstream's kernel that reads
     the banks' bytes at the descriptor it is given: the hook passes through its own byte check, and a

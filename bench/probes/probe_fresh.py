@@ -44,12 +44,15 @@ def main() -> None:
     ap.add_argument("--gib", type=float, default=None, help="cap the banks' footprint (default: full model)")
     ap.add_argument("--rings", default="", help="extra rings of the installed kernel, e.g. 32x4x4K,24x4x8K")
     ap.add_argument("--step", default="", help="kTouch values to add to the decode-step A/B (e.g. '2')")
+    ap.add_argument("--step-variants", action="store_true", help="add the --tma-variants to the decode-step A/B (runs it)")
     ap.add_argument("--step-rings", default="", help="rings to add to the decode-step A/B (runs it), e.g. 64x4x4K")
     ap.add_argument("--backing", default="hostbank", choices=BACKINGS,
                     help="the banks' pages: FreeToken's HostBank (4 KiB), or 2 MiB pages (thp, hugetlb)")
     ap.add_argument("--name", default="probe_fresh.json", help="file written under $OUT")
     ap.add_argument("--interleave", action="store_true", help="time every kernel in every regime in each round "
                     "(ratios against upstream in the decode regime), so the regimes share the host's noise")  # fmt: skip
+    ap.add_argument("--tma-variants", default="", help="decode_gather variants of bench.probes.variants to add, "
+                    "e.g. hybrid1,hybrid2 (built with the default ring)")  # fmt: skip
     ap.add_argument("--upstream-loads", default="", help="upstream kernel variants of bench.probes.variants."
                     "UPSTREAM_LOADS to add, e.g. nc,nc_l2_256")  # fmt: skip
     args = ap.parse_args()
@@ -86,6 +89,17 @@ def main() -> None:
     extra = {f"touch{t}": (lambda t=t: mods.setdefault(t, touch_module(t))) for t in sorted(set(touches) | {
         int(x) for x in args.step.split(",") if x})}  # fmt: skip
     extra.update({f"up_{x}": (lambda x=x: fic_mods.setdefault(x, fic_module(x))) for x in loads})
+    from freetoken.kernel.utils import KERNEL_PATH
+
+    var_files, var_texts, skipped = variants.make(KERNEL_PATH / "jit", [v for v in args.tma_variants.split(",") if v])
+    assert not skipped, skipped
+    var_mods: dict[str, object] = {}
+
+    def var_module(v: str):
+        with probe_headers({var_files[v]: var_texts[var_files[v]]}):
+            return var_mods.setdefault(v, variants.load(var_files, v, ring))
+
+    extra.update({f"dg_{v}": (lambda v=v: var_module(v)) for v in var_files})
     errors = precompile(dgm, fic, rings, upstream_blocks=(8, 32), extra=extra, progress=lambda s: print(s, flush=True))
     assert not errors, errors
 
@@ -107,6 +121,7 @@ def main() -> None:
     kernels = {"up": up(8), "upAA": up(8), "up32": up(32), "tma": mod(dgm.decode_gather_module(*ring))}
     kernels.update({f"tma+t{t}": mod(mods[t]) for t in touches})
     kernels.update({f"tma_{r.tag}": mod(dgm.decode_gather_module(*r)) for r in rings})
+    kernels.update({f"tma_{v}": mod(var_mods[v]) for v in var_files})
     # a fast_index_copy_multi variant's launch also takes the wait flag (0: none)
     kernels.update({f"up_{x}": lambda *a, m=fic_mods[x]: call_module(m, *a, 0) for x in loads})
     for n in ns:
@@ -133,12 +148,14 @@ def main() -> None:
     slots = None
     banks.close()
     step_rings = [Ring.parse(r) for r in args.step_rings.split(",") if r]
-    if args.step or step_rings:
+    if args.step or step_rings or (args.step_variants and var_mods):
         specs = [H.StepSpec("unset", {}), H.StepSpec("unsetAA", {}), H.StepSpec("tma", {"FREETOKEN_DECODE_GATHER": "tma"})]
         specs += [H.StepSpec(f"tma+t{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mods[int(t)])
                   for t in args.step.split(",") if t]  # fmt: skip
         specs += [H.StepSpec(f"tma_{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
                   for r in step_rings]  # fmt: skip
+        if args.step_variants:
+            specs += [H.StepSpec(f"tma_{v}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=m) for v, m in var_mods.items()]
         log["step"] = H.decode_step(specs, rounds=9)
         H.print_step(log["step"])
     H.save(log, args.name)

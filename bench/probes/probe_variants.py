@@ -41,15 +41,9 @@ def main() -> None:
         print(f"variant {name} skipped: {why}", flush=True)
     names = [v for v in VARS if v in files]
 
-    def load(v: str, r: Ring):
-        args = U.make_cpp_args(r.ctas, r.stages, r.chunk_bytes)
-        return U.load_jit(
-            f"dg{v}", *args, cuda_files=[files[v]], cuda_wrappers=[("launch", f"&DecodeGatherKernel<{args}>::run")]
-        )
-
     t0 = time.time()
     with probe_headers(texts), ThreadPoolExecutor(12) as ex:  # the variant headers exist while they build
-        futs = {(v, r): ex.submit(load, v, r) for v in names for r in RINGS}
+        futs = {(v, r): ex.submit(variants.load, files, v, r) for v in names for r in RINGS}
         fic._jit_fast_index_copy_multi_module(num_threads=UPSTREAM_THREADS, blocks_per_bank=UPSTREAM_BLOCKS_PER_BANK)
         mods = {k: f.result() for k, f in futs.items()}
     print(f"{len(mods)} modules in {time.time() - t0:.0f}s", flush=True)

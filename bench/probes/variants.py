@@ -15,6 +15,11 @@ blocks are matched exactly; a variant whose block is not found in the installed 
 * ``exit_read``   -- ``cp.async.bulk.wait_group.read 0`` at exit instead of ``wait_group 0``;
 * ``lane_sum``    -- first_chunk[] without shuffles: after the table is in shared memory, every lane
                      sums the chunk counts of the banks below it (independent loads, no serial chain).
+* ``hybrid1``, ``hybrid2`` -- CTAs of 256 threads; a call of at most 1 (2) rows is copied by every
+                     thread with 16-byte loads, balanced over rows x banks, and never reaches the ring
+                     (does the ring's fixed cost lose the one-expert layer?). On 16 CTAs that LDG
+                     path streams at ~30 GB/s (16 SMs' loads); ``hybrid1w``/``hybrid2w`` launch 64
+                     CTAs, the CTAs past the ring's leaving before it.
 
 ``UPSTREAM_LOADS`` are variants of upstream's fast_index_copy_multi (``probe_fresh --upstream-loads``):
 its 16-byte load written as PTX with an L2 fetch-size hint, to ask whether larger L2 fills make larger
@@ -139,6 +144,86 @@ def upstream_load_variant(fic_text: str, name: str) -> str:
     return fic_text.replace(FIC_LOAD, UPSTREAM_LOADS[name])
 
 
+ONE_WARP = "inline constexpr unsigned kThreads = 32;  // one warp: lane 0 drives the ring\n"
+MANY_WARPS = "inline constexpr unsigned kThreads = 256;  // hybrid probe: every thread copies a small call\n"
+NO_MISSES = """    if (n == 0) {
+        return;  // a step with no misses: no barrier setup, no shared-memory traffic
+    }
+"""
+
+
+LAUNCH = """        if (args.use_int32) {
+            decode_gather::prepare_device<kernel<int32_t>, kRingBytes, kOptIn>(args.device);
+            LaunchKernel(kCtas, decode_gather::kThreads, args.device, kRingBytes)(kernel<int32_t>, args.params);
+        } else {
+            decode_gather::prepare_device<kernel<int64_t>, kRingBytes, kOptIn>(args.device);
+            LaunchKernel(kCtas, decode_gather::kThreads, args.device, kRingBytes)(kernel<int64_t>, args.params);
+        }
+"""
+WIDE_LAUNCH = LAUNCH.replace("LaunchKernel(kCtas,", "LaunchKernel(kCtas > 64 ? kCtas : 64,")
+
+
+def _ldg_path(max_rows: int) -> str:
+    """A call of at most ``max_rows`` rows is copied by every thread of the grid with 16-byte loads (8 in
+    flight per thread), balanced over the call's rows x banks in bank order; larger calls go on to the
+    ring (warp 0 of each of the first kCtas CTAs; CTAs past them, launched for a wider LDG grid, leave)."""
+    return NO_MISSES + f"""    if (n <= {max_rows}) {{
+        int64_t fu[kMaxBanks], sb[kMaxBanks], db[kMaxBanks];
+        int64_t row_units = 0;
+#pragma unroll
+        for (int b = 0; b < kMaxBanks; ++b) {{
+            const bool on = b < p.num_banks;
+            fu[b] = on ? p.feat_bytes[b] / 16 : 0;
+            sb[b] = on ? p.src_ptrs[b] : 0;
+            db[b] = on ? p.dst_ptrs[b] : 0;
+            row_units += fu[b];
+        }}
+        const int64_t total = n * row_units;
+        const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+        for (int64_t u0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u0 < total; u0 += 8 * step) {{
+            uint4 v[8];
+            uint4* d[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {{
+                const int64_t u = u0 + k * step;
+                d[k] = nullptr;
+                if (u < total) {{
+                    const int64_t r = u / row_units;
+                    int64_t w = u - r * row_units;
+                    int64_t s = 0, t = 0, f = 0;
+                    bool found = false;
+#pragma unroll
+                    for (int b = 0; b < kMaxBanks; ++b) {{
+                        if (!found && w < fu[b]) {{
+                            s = sb[b];
+                            t = db[b];
+                            f = fu[b];
+                            found = true;
+                        }} else if (!found) {{
+                            w -= fu[b];
+                        }}
+                    }}
+                    const int64_t srow = src_indices != nullptr ? static_cast<int64_t>(src_indices[r]) : r;
+                    const int64_t drow = static_cast<int64_t>(dst_indices[r]);
+                    v[k] = *reinterpret_cast<const uint4*>(s + (srow * f + w) * 16);
+                    d[k] = reinterpret_cast<uint4*>(t + (drow * f + w) * 16);
+                }}
+            }}
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {{
+                if (d[k] != nullptr) {{
+                    *d[k] = v[k];
+                }}
+            }}
+        }}
+        return;
+    }}
+    if (blockIdx.x >= kCtas) {{
+        return;
+    }}
+"""
+
+
 EXIT_FULL = 'asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");'
 EXIT_READ = 'asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");'
 
@@ -149,6 +234,10 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "early_init": [(INIT, FENCE_ONLY), (SMEM_DECL, TABLE_ONLY), (ROW0, ROW0_EARLY_INIT)],
     "exit_read": [(EXIT_FULL, EXIT_READ)],
     "lane_sum": [(SCAN, LANE_SUM)],
+    "hybrid1": [(ONE_WARP, MANY_WARPS), (NO_MISSES, _ldg_path(1))],
+    "hybrid2": [(ONE_WARP, MANY_WARPS), (NO_MISSES, _ldg_path(2))],
+    "hybrid1w": [(ONE_WARP, MANY_WARPS), (NO_MISSES, _ldg_path(1)), (LAUNCH, WIDE_LAUNCH)],
+    "hybrid2w": [(ONE_WARP, MANY_WARPS), (NO_MISSES, _ldg_path(2)), (LAUNCH, WIDE_LAUNCH)],
 }
 
 
@@ -173,3 +262,12 @@ def make(jit_dir: Path, names: list[str]) -> tuple[dict[str, str], dict[str, str
             files[name] = f"dg_{name}.cuh"
             texts[files[name]] = text
     return files, texts, skipped
+
+
+def load(files: dict[str, str], name: str, ring):
+    """Build variant ``name`` (a file of :func:`make`, laid beside the installed headers) with ``ring``
+    (gpukit.geometry.Ring) as its own JIT module ``dg<name>``."""
+    from freetoken.kernel import utils as U
+
+    args = U.make_cpp_args(ring.ctas, ring.stages, ring.chunk_bytes)
+    return U.load_jit(f"dg{name}", *args, cuda_files=[files[name]], cuda_wrappers=[("launch", f"&DecodeGatherKernel<{args}>::run")])
