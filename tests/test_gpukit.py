@@ -325,7 +325,7 @@ def test_hybrid_kernel_variants_apply_to_the_patched_kernel(tmp_path):
     if not (jit / "decode_gather.cuh").exists():
         pytest.skip("no applied series in .work/upstream (run `nox -s apply`)")
     files, texts, skipped = variants.make(jit, ["current", *variants.VARIANTS])
-    assert {"current", "exit_read", "hybrid1", "hybrid2"} <= set(files) and set(skipped) == set(variants.VARIANTS) - set(files)
+    assert {"current", "exit_read", "hybrid1", "hybrid2", "prewalk"} <= set(files) and set(skipped) == set(variants.VARIANTS) - set(files)
     hybrid = texts["dg_hybrid2.cuh"]
     assert "kThreads = 256" in hybrid and "if (n <= 2) {" in hybrid
     assert hybrid.index("if (n <= 2) {") < hybrid.index("mbar_init(&smem.full[lane])")

@@ -20,6 +20,9 @@ blocks are matched exactly; a variant whose block is not found in the installed 
                      (does the ring's fixed cost lose the one-expert layer?). On 16 CTAs that LDG
                      path streams at ~30 GB/s (16 SMs' loads); ``hybrid1w``/``hybrid2w`` launch 64
                      CTAs, the CTAs past the ring's leaving before it.
+* ``prewalk``     -- a second warp per CTA reads 4 bytes in every 2 MiB block of the call's rows as
+                     soon as the count is known (a read per 2 MiB, before the clock, takes back most
+                     of the fresh rows' cost: ``probe_touchi-*``); the ring itself unchanged.
 
 ``UPSTREAM_LOADS`` are variants of upstream's fast_index_copy_multi (``probe_fresh --upstream-loads``):
 its 16-byte load written as PTX with an L2 fetch-size hint, to ask whether larger L2 fills make larger
@@ -224,6 +227,30 @@ def _ldg_path(max_rows: int) -> str:
 """
 
 
+TWO_WARPS = "inline constexpr unsigned kThreads = 64;  // prewalk probe: warp 1 reads the rows' 2 MiB blocks\n"
+PREWALK = NO_MISSES + """    if (threadIdx.x >= 32) {
+        // warp 1 of every CTA reads 4 bytes at the start of each (row, bank) and at every 2 MiB boundary
+        // inside it, as soon as the count is known: the walks that a first read of a block pays then run
+        // beside the ring's first requests instead of when the ring reaches each bank
+        const int nb = p.num_banks;
+        const int64_t lanes = static_cast<int64_t>(gridDim.x) * 32;
+        for (int64_t q = static_cast<int64_t>(blockIdx.x) * 32 + (threadIdx.x - 32); q < n * nb; q += lanes) {
+            const int64_t r = q / nb;
+            const int b = static_cast<int>(q - r * nb);
+            const int64_t srow = src_indices != nullptr ? static_cast<int64_t>(src_indices[r]) : r;
+            const int64_t feat = p.feat_bytes[b];
+            const uint64_t s = static_cast<uint64_t>(p.src_ptrs[b]) + static_cast<uint64_t>(srow * feat);
+            uint32_t x;
+            asm volatile("ld.global.nc.L1::no_allocate.b32 %0, [%1];" : "=r"(x) : "l"(s));
+            for (uint64_t a = (s | ((2ull << 20) - 1)) + 1; a < s + static_cast<uint64_t>(feat); a += 2ull << 20) {
+                asm volatile("ld.global.nc.L1::no_allocate.b32 %0, [%1];" : "=r"(x) : "l"(a));
+            }
+        }
+        return;
+    }
+"""
+
+
 EXIT_FULL = 'asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");'
 EXIT_READ = 'asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");'
 
@@ -236,6 +263,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "lane_sum": [(SCAN, LANE_SUM)],
     "hybrid1": [(ONE_WARP, MANY_WARPS), (NO_MISSES, _ldg_path(1))],
     "hybrid2": [(ONE_WARP, MANY_WARPS), (NO_MISSES, _ldg_path(2))],
+    "prewalk": [(ONE_WARP, TWO_WARPS), (NO_MISSES, PREWALK)],
     "hybrid1w": [(ONE_WARP, MANY_WARPS), (NO_MISSES, _ldg_path(1)), (LAUNCH, WIDE_LAUNCH)],
     "hybrid2w": [(ONE_WARP, MANY_WARPS), (NO_MISSES, _ldg_path(2)), (LAUNCH, WIDE_LAUNCH)],
 }
