@@ -133,8 +133,9 @@ def page_toucher(fic, rg, stride: int) -> Callable[[Any], None]:
     """A ``prepare`` hook for gpukit.decode_regime.RegimeGraphs: reads 16 bytes in every
     ``stride``-aligned block of the current miss list's host rows (touch_offsets) with upstream's
     kernel on a 16-byte-row descriptor of each layer's bank, one launch per layer and bank, into a
-    scratch buffer (the last layer's bytes checked against the bank). It runs before the clock starts, so the timed replay finds those blocks' address
-    translations (and nothing else of the rows) warm."""
+    scratch buffer (the last layer's bytes checked against the bank). It runs before the clock starts,
+    so the timed replay finds warm whatever a first read of each block warms (its address translations,
+    above all) and almost none of the rows' bytes."""
     fp, dev = rg.banks.fp, rg.banks.device
     count = max(r // stride + 2 for r in fp.row_bytes) * max(rg.n, 1)
     scratch = torch.empty(count * 16, dtype=torch.uint8, device=dev)
