@@ -27,6 +27,13 @@ def host_register(base: int, nbytes: int, what: str = "") -> None:
         raise RuntimeError(f"cudaHostRegister({nbytes} B{', ' + what if what else ''}) returned {err}")
 
 
+def host_unregister(base: int) -> None:
+    """``cudaHostUnregister`` of a :func:`host_register`-ed ``base`` (the caller has synchronized)."""
+    import torch
+
+    torch.cuda.cudart().cudaHostUnregister(base)
+
+
 class PinnedBuffer:
     """One GPU-mapped host allocation of ``nbytes`` whose LAST byte is the last byte of its mapping.
 
@@ -106,7 +113,7 @@ class PinnedBuffer:
 
         if self._registered is not None:
             torch.cuda.synchronize()
-            torch.cuda.cudart().cudaHostUnregister(self._registered)
+            host_unregister(self._registered)
             self._registered = None
         self.tensor = None
 
@@ -159,10 +166,8 @@ class HugePageBank:
         self._registered = base
 
     def unpin(self) -> None:
-        import torch
-
         if self._registered is not None:
-            torch.cuda.cudart().cudaHostUnregister(self._registered)
+            host_unregister(self._registered)
             self._registered = None
 
 

@@ -479,25 +479,26 @@ def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
     runs = []
     for path in sorted((base / slug / "probes").glob("probe_*.json")):
         doc = results.read_json(path) or {}
-        rows, rounds, recovered = [], set(), []
+        rows, rounds, recovered, interleaved = [], set(), [], False
+
+        def add_row(n: str, reg: str, spread: float, summaries: Mapping[str, Any]) -> None:
+            cells = [{"name": k, "ratio": s["speedup_paired"], "verdict": verdict(s["speedup_paired"], spread)}
+                     for k, s in summaries.items()]  # fmt: skip
+            rows.append({"n": int(n), "regime": reg, "aa_spread": spread, "cells": cells})
+
         for n, entry in (doc.get("per_n") or {}).items():
             iv = entry.get("interleaved")
             if iv:  # every kernel@regime in the same rounds, each against up@decode
+                interleaved = True
                 rounds.update(len(v) for v in iv["rounds_us"].values())
                 recovered += touch_recovery(int(n), iv)
-                spread = iv["summary"]["up@decode"]["aa_spread"]
                 for reg in iv["regimes"]:
-                    summ = [(k, iv["summary"].get(f"{k}@{reg}")) for k in iv["kernels"] if k != "upAA"]
-                    cells = [{"name": k, "ratio": s["speedup_paired"], "verdict": verdict(s["speedup_paired"], spread)}
-                             for k, s in summ if s]  # fmt: skip
-                    rows.append({"n": int(n), "regime": reg, "aa_spread": spread, "cells": cells})
+                    summ = {k: iv["summary"][f"{k}@{reg}"] for k in iv["kernels"] if k != "upAA" and f"{k}@{reg}" in iv["summary"]}
+                    add_row(n, reg, iv["summary"]["up@decode"]["aa_spread"], summ)
             for reg in sorted((k for k in entry if k in REGIME_ORDER), key=regime_key):
                 rounds.update(len(v) for v in (entry[reg].get("rounds_us") or {}).values())
                 summ = entry[reg]["summary"]
-                spread = next(iter(summ.values()))["aa_spread"]
-                cells = [{"name": k, "ratio": s["speedup_paired"], "verdict": verdict(s["speedup_paired"], spread)}
-                         for k, s in summ.items()]  # fmt: skip
-                rows.append({"n": int(n), "regime": reg, "aa_spread": spread, "cells": cells})
+                add_row(n, reg, next(iter(summ.values()))["aa_spread"], summ)
         if rows:
             rows.sort(key=lambda r: (regime_key(r["regime"]), r["n"]))
             runs.append({
@@ -507,7 +508,7 @@ def regime_probe_view(base: Path, slug: str) -> dict[str, Any] | None:
                 "pages": words.PAGE_WORDS.get((doc.get("bank_pages") or {}).get("backing")),
                 "variants": [c["name"] for c in rows[0]["cells"]],
                 "rounds": "/".join(str(r) for r in sorted(rounds)),
-                "interleaved": any("interleaved" in e for e in (doc.get("per_n") or {}).values()),
+                "interleaved": interleaved,
                 "recovered": recovered,
                 "rows": rows,
                 "step": doc.get("step"),

@@ -142,6 +142,9 @@ def page_toucher(fic, rg, stride: int) -> Callable[[Any], None]:
     dst_ptrs = torch.tensor([scratch.data_ptr()], dtype=torch.int64, device=dev)
     feat16 = torch.tensor([16], dtype=torch.int64, device=dev)
     bases = [torch.stack([p[b] for p in rg.banks.src_ptrs[: rg.layers]]) for b in range(len(fp.row_bytes))]
+    # per bank: the scratch rows and the count of one call (n rows x the blocks a row can span)
+    dsts = [torch.arange(rg.n * (feat // stride + 2), dtype=torch.int32, device=dev) for feat in fp.row_bytes]
+    nums = [torch.tensor([d.numel()], dtype=torch.int64, device=dev) for d in dsts]
 
     def touch(g) -> None:
         if g.n == 0:
@@ -149,8 +152,7 @@ def page_toucher(fic, rg, stride: int) -> Callable[[Any], None]:
         rows = g.src[:, : g.n]
         for b, feat in enumerate(fp.row_bytes):
             idx = (touch_offsets(bases[b], rows, feat, stride) // 16).to(torch.int32)
-            dst = torch.arange(idx.shape[1], dtype=torch.int32, device=dev)
-            num = torch.tensor([idx.shape[1]], dtype=torch.int64, device=dev)
+            dst, num = dsts[b], nums[b]
             for layer in range(g.layers):
                 fic.fast_index_copy_multi_jit(dst_ptrs, g.banks.src_ptrs[layer][b : b + 1], feat16, dst, idx[layer], num,
                                               num_threads=UPSTREAM_THREADS, blocks_per_bank=1)  # fmt: skip

@@ -131,10 +131,8 @@ def main() -> None:
         entry: dict = {"layers": rg.layers}
         if args.interleave:
             entry["interleaved"] = interleaved(rg, fic, kernels, regimes, args.rounds)
-        for regime in [] if args.interleave else regimes:
-            touch = H.page_toucher(fic, rg, TOUCH_REGIMES[regime]) if regime in TOUCH_REGIMES else None
-            rounds = rg.rounds(list(kernels), "decode" if touch else regime, args.rounds, replays_per_set(n),
-                               prepare=touch).values  # fmt: skip
+        for regime, (timed_as, touch) in ({} if args.interleave else how_timed(rg, fic, regimes)).items():
+            rounds = rg.rounds(list(kernels), timed_as, args.rounds, replays_per_set(n), prepare=touch).values
             summ = {k: summarize_rounds(rounds, ours=k, base="up", aa="upAA") for k in kernels if k not in ("up", "upAA")}
             entry[regime] = {"rounds_us": rounds, "summary": summ}
             us = {k: H.median(v) for k, v in rounds.items()}
@@ -161,14 +159,20 @@ def main() -> None:
     H.save(log, args.name)
 
 
+def how_timed(rg: RegimeGraphs, fic, regimes: list[str]) -> dict[str, tuple[str, object]]:
+    """{label: (regime RegimeGraphs.time_set takes, its prepare hook or None)}: a touch label is the
+    decode regime with its page toucher."""
+    return {reg: ("decode", H.page_toucher(fic, rg, TOUCH_REGIMES[reg])) if reg in TOUCH_REGIMES else (reg, None)
+            for reg in regimes}  # fmt: skip
+
+
 def interleaved(rg: RegimeGraphs, fic, kernels: dict, regimes: list[str], rounds: int) -> dict:
     """Every kernel in every regime as one variant ``kernel@regime`` of the same alternating rounds, each
     summarised against ``up@decode`` with ``upAA@decode`` as the A/A control: what a regime (a page
     touch, a replayed list) changes, free of the host's slow drifts between regimes run one after another."""
-    touches = {reg: H.page_toucher(fic, rg, TOUCH_REGIMES[reg]) for reg in regimes if reg in TOUCH_REGIMES}
+    how = how_timed(rg, fic, regimes)
     reps = replays_per_set(rg.n)
-    sets = {f"{k}@{reg}": (lambda _r, k=k, reg=reg: rg.time_set(k, "decode" if reg in touches else reg, reps,
-                                                                  prepare=touches.get(reg)))
+    sets = {f"{k}@{reg}": (lambda _r, k=k, reg=reg: rg.time_set(k, how[reg][0], reps, prepare=how[reg][1]))
             for reg in regimes for k in kernels}  # fmt: skip
     times = run_rounds(sets, rounds, base="up@decode", aa="upAA@decode").values
     summ = {lab: summarize_rounds(times, ours=lab, base="up@decode", aa="upAA@decode") for lab in sets if lab != "upAA@decode"}
