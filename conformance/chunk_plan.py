@@ -110,7 +110,7 @@ def build_bank_table(feat_bytes: Sequence[int], chunk_bytes: int) -> BankTable:
     ``first_chunk``, and lane kMaxBanks's inclusive sum is the chunks per row."""
     check_chunk_bytes(chunk_bytes)
     num_banks = len(feat_bytes)
-    # host side: RuntimeCheck(num_banks in [1, kMaxBanks]) and check_decode_gather_layout
+    # host side: RuntimeCheck(num_banks in [1, kMaxBanks]); row sizes as the fused copy plan guarantees them
     if not 1 <= num_banks <= K_MAX_BANKS:
         raise ModelError(f"num_banks must be in [1, {K_MAX_BANKS}], got {num_banks}")
     for b, feat in enumerate(feat_bytes):

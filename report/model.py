@@ -12,13 +12,14 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from freetoken_overlay.series import patch_files
+from freetoken_overlay.series import series_hash
 from gpukit import results
 from gpukit.decode_regime import REGIMES, SPLIT_REGIMES, TOUCH_REGIMES  # table order; a row without a regime is "replay"
 from gpukit.geometry import Ring
 from gpukit.machine import machine_line
 from gpukit.stats import median, verdict
 from report import words
+from report.series import commit_adding, series_commits, series_footprint
 
 #: The proposal's targets the rows are checked against.
 TARGETS = {"parity": 1.0, "ideal_slack": 1.10, "ideal_from_n": 4, "small_ns": (1, 2), "small_n_ratio": 1.05}
@@ -423,28 +424,6 @@ def targets_view(gather: dict[str, Any] | None, ceiling: dict[str, Any] | None) 
     return out
 
 
-# --------------------------------------------------------------------------- the series (patches/)
-
-
-def series_commits(patches: Path | None = None) -> list[dict[str, Any]]:
-    """Each patch's subject (without ``[PATCH n/m]``), the first paragraph of its message, the files it adds."""
-    out = []
-    for i, p in enumerate(patch_files(patches), 1):
-        text = p.read_text()
-        head, _, rest = text.partition("\n\n")
-        subject = re.search(r"^Subject: (.*(?:\n .*)*)", head, re.M)
-        message = rest.split("\n---\n", 1)[0]
-        first = message.strip().split("\n\n", 1)[0]
-        title = re.sub(r"^\[PATCH[^\]]*\]\s*", "", " ".join(subject.group(1).split())) if subject else p.name
-        added = re.findall(r"^ create mode \d+ (\S+)$", text, re.M)
-        out.append({"number": i, "subject": title, "summary": " ".join(first.split()), "added": added})
-    return out
-
-
-def commit_adding(commits: list[dict[str, Any]], suffix: str) -> dict[str, Any] | None:
-    return next((c for c in commits if any(f.endswith(suffix) for f in c["added"])), None)
-
-
 # --------------------------------------------------------------------------- devices and pages
 
 
@@ -667,4 +646,6 @@ def context(base: Path) -> dict[str, Any]:
         "sass": sass_view(results.load("sass", base=base)),
         "commits": commits,
         "sass_test": commit_adding(commits, "tests/kernels/test_bulk_copy_sass.py"),
+        "footprint": series_footprint(),
+        "series_hash": series_hash(),
     }

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--rings",
-        default="default,32x2x32K",
+        default="default,32x2x23K",
         help="comma-separated rings: 'default' or CTASxSTAGESxCHUNK (default: %(default)s)",
     )
     ap.add_argument("--kernel", choices=["ours", "upstream", "both"], default="ours")
