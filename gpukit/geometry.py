@@ -116,10 +116,10 @@ class Ring(NamedTuple):
         return cls(int(parts[0]), int(parts[1]), int(chunk.rstrip("kb")) * mult)
 
 
-# Rings the conformance tier exercises besides the module default: one CTA, the 48 KiB ring that
-# needs the shared-memory opt-in once the static bank table is counted, an odd CTA count whose
-# stride is not a multiple of the chunks per row, and a 64 KiB ring.
-CONFORMANCE_EXTRA_RINGS = [Ring(1, 2, 4096), Ring(8, 3, 16384), Ring(7, 5, 2048), Ring(32, 2, 32768)]
+# Rings the conformance tier exercises besides the module default: one CTA, a 32 KiB ring of two
+# 16 KiB chunks, an odd CTA count whose stride is not a multiple of the chunks per row, and a 46 KiB
+# ring next to the module's 47 KiB ring cap (the series needs no shared-memory opt-in).
+CONFORMANCE_EXTRA_RINGS = [Ring(1, 2, 4096), Ring(8, 2, 16384), Ring(7, 5, 2048), Ring(32, 2, 23 * 1024)]
 
 UPSTREAM_THREADS = 1024
 UPSTREAM_BLOCKS_PER_BANK = 8
