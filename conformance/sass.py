@@ -793,7 +793,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-I", "--include", action="append", default=[], help="extra include directory")
     parser.add_argument("--flag", action="append", default=[], help="extra nvcc flag (repeatable)")
     parser.add_argument("--out", help="write the full reports (paths, ptxas logs) as JSON here")
-    parser.add_argument("--save", action="store_true", help="record the reports as results/sass.json (gpukit.results)")
+    parser.add_argument("--save", action="store_true", help="record the reports as results/sass.json (suite.results)")
     parser.add_argument("--build-dir", help="keep the .cu and cubins here (default: a temporary directory)")
     parser.add_argument("--jobs", type=int, default=2, help="nvcc processes at a time (default 2)")
     parser.add_argument("--check", action="store_true", help="apply the decode_gather contract; exit 1 on a violation")
@@ -829,7 +829,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.write_text(json.dumps({"reports": [r.to_dict() for r in ordered]}, indent=2) + "\n")
         print(f"wrote {out}")
     if args.save:
-        from gpukit import results
+        from suite import results
         from gpukit.geometry import Ring
 
         ring = None if args.source else Ring(*ring)._asdict()

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, fmt_bytes
 from gpukit.memory import BACKINGS, HugePageBank, SlotCache, check_slot_cache, huge_pages_in_use, thp_settings
-from gpukit.rounds import Rounds, run_rounds
+from suite.rounds import Rounds, run_rounds
 from gpukit.timing import time_replays
 
 REGIMES = ("decode", "replay")
@@ -249,7 +249,7 @@ class RegimeGraphs:
 
     def rounds(self, names: Sequence[str], regime: str, rounds: int, reps: int, *, base: str | None = None,
                aa: str | None = None, prepare: Callable[["RegimeGraphs"], None] | None = None) -> Rounds:  # fmt: skip
-        """``rounds`` paired alternating rounds of the named graphs (:func:`gpukit.rounds.run_rounds`);
+        """``rounds`` paired alternating rounds of the named graphs (:func:`suite.rounds.run_rounds`);
         ``.values`` are µs per layer per round."""
         sets = {k: (lambda _r, k=k: self.time_set(k, regime, reps, prepare=prepare)) for k in names}
         return run_rounds(sets, rounds, base=base, aa=aa)

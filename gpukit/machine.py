@@ -1,5 +1,5 @@
 """Machine facts for every result file: device, PCIe link (idle and under load), driver, torch/CUDA,
-nvcc, freetoken (the provenance of the patched tree is the document's own: ``gpukit.results``)."""
+nvcc, freetoken (the provenance of the patched tree is the document's own: ``suite.results``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from freetoken_overlay.toolchain import find_nvcc
 from gpukit.cudart import cuda_runtime_versions
-from gpukit.results import device_slug
+from suite.results import device_slug
 
 
 def _run(cmd: Sequence[str], timeout: float = 20.0) -> str | None:

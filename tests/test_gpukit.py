@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gpukit import results
+from suite import results
 from gpukit.geometry import NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, Ring, geometry_rows, nvfp4_banks, rows_for_bank_count
 from gpukit.memory import HUGE_PAGE, HostBanks, HugePageBank, SlotCache, check_slot_cache, random_misses
-from gpukit.results import REPO_ROOT, device_slug
+from suite.results import REPO_ROOT, device_slug
 from gpukit.routing import calibrate_zipf, lru_miss_rate, zipf_routing_trace
-from gpukit.stats import summarize_rounds, verdict
+from suite.stats import summarize_rounds, verdict
 
 
 def test_nvfp4_geometry():
@@ -161,7 +161,7 @@ def test_lru_model_and_zipf_calibration():
 
 
 def test_scrub_removes_machine_paths():
-    from gpukit.results import scrub
+    from suite.results import scrub
 
     doc = {"a": ["/tmp/conformance-sass-x1/k.cu", "-I/home/u/.venv/lib/python3.12/site-packages/tvm_ffi/include"],
            "b": str(REPO_ROOT / "results"), "n": 3}
@@ -260,7 +260,7 @@ def test_touch_offsets_hit_every_block_a_row_spans_and_nothing_else(feat, stride
 def test_every_committed_result_document_has_its_schema_and_provenance():
     import json
 
-    from gpukit import results
+    from suite import results
 
     schemas = {k.schema for k in results.KINDS.values()}
     docs = [p for p in (REPO_ROOT / "results").rglob("*.json") if "history" not in p.parts]

@@ -19,8 +19,8 @@ from gpukit.geometry import NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring
 from gpukit.kernels import call_ours, call_upstream
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
-from gpukit.results import document, write_json
-from gpukit.rounds import run_rounds
+from suite.results import document, write_json
+from suite.rounds import run_rounds
 from gpukit.timing import time_replays
 
 LAYERS, SOURCES, EXPERTS, SLOTS = 40, 4, 256, 640

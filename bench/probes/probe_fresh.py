@@ -30,8 +30,8 @@ from gpukit.decode_regime import REGIMES, SPLIT_REGIMES, TOUCH_REGIMES, Footprin
 from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import call_module, call_upstream, default_ring, load_kernels, precompile, probe_headers
 from gpukit.memory import BACKINGS
-from gpukit.rounds import run_rounds
-from gpukit.stats import summarize_rounds
+from suite.rounds import run_rounds
+from suite.stats import summarize_rounds
 
 
 def main() -> None:

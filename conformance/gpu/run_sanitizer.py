@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from freetoken_overlay.toolchain import find_tool
-from gpukit import results
+from suite import results
 from gpukit.machine import machine_info
 
 CASE = "conformance.gpu.sanitize_case"  # run as a module from the repository root

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from gpukit.results import REPO_ROOT
+from suite.results import REPO_ROOT
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

@@ -1,7 +1,7 @@
 """Where results go: the result kinds, their files ``results/<device>/<file>``, the device slug, the
 provenance, and the one writer and reader of result documents.
 
-    from gpukit import results
+    from suite import results
     path = results.save("step_pdl", machine=machine_info(), args=..., decode_step=...)
     doc = results.load("step_pdl", "h200")          # None when missing
 
