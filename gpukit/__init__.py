@@ -5,7 +5,7 @@ Modules, bottom up (none imports torch, cupy or freetoken at import time, so the
 tests use them anywhere):
 
 - ``geometry``: model, NVFP4 banks, rings, edge-case rows, byte formatting
-- ``cudart``: CUDA runtime/driver through ctypes; ``machine``: machine facts; ``skips``: why a GPU
+- ``runtime``: the CUDA runtime through cupy (imported on first use); ``machine``: machine facts; ``skips``: why a GPU
   path cannot run
 - ``memory``: pinned banks, slot caches, miss lists, reference checks
 - ``kernels``: kernel handles, JIT builds (extra kernels welcome), launch counter

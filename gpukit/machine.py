@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from freetoken_overlay.toolchain import find_nvcc
-from gpukit.cudart import cuda_runtime_versions
+from gpukit.runtime import versions as cuda_versions
 from suite.results import device_slug
 
 
@@ -123,8 +123,7 @@ def machine_info() -> dict[str, Any]:
             info["capability"] = f"{p.major}.{p.minor}"
             info["sm_count"] = p.multi_processor_count
             info["total_memory_bytes"] = p.total_memory
-            rt = cuda_runtime_versions()
-            info.update(rt)
+            info.update(cuda_versions())
     info.update(nvidia_smi(gpu_smi_id() if torch is not None and torch.cuda.is_available() else None))
     info["nvcc"] = nvcc_version()
     info["freetoken"] = freetoken_version()

@@ -12,26 +12,10 @@ import mmap
 import os
 from typing import Any, Callable, Sequence
 
-from gpukit.cudart import cudart
 from gpukit.geometry import BankGeom, align_up
+from gpukit.runtime import device_pointer, host_register, host_unregister
 
 PINNED_ENV = "GATHER_PINNED"  # register (default) | torch | freetoken
-
-
-def host_register(base: int, nbytes: int, what: str = "") -> None:
-    """``cudaHostRegister(PORTABLE | MAPPED)`` of ``nbytes`` at ``base`` (FreeToken's pin path), or raise."""
-    import torch
-
-    err = int(torch.cuda.cudart().cudaHostRegister(base, nbytes, 3))
-    if err != 0:
-        raise RuntimeError(f"cudaHostRegister({nbytes} B{', ' + what if what else ''}) returned {err}")
-
-
-def host_unregister(base: int) -> None:
-    """``cudaHostUnregister`` of a :func:`host_register`-ed ``base`` (the caller has synchronized)."""
-    import torch
-
-    torch.cuda.cudart().cudaHostUnregister(base)
 
 
 class PinnedBuffer:
@@ -97,12 +81,14 @@ class PinnedBuffer:
             return
         host_register(base, span)
         self._registered = base
-        lib = cudart()
-        if lib is not None:
-            dptr = ctypes.c_void_p(0)
-            if lib.cudaHostGetDevicePointer(ctypes.byref(dptr), ctypes.c_void_p(base), 0) == 0 and dptr.value != base:
-                self.close()
-                raise RuntimeError("registered host memory is not GPU-visible at its host address (no UVA identity)")
+        try:
+            dptr = device_pointer(base)
+        except Exception:
+            self.close()  # never leave the range registered behind a failed check
+            raise
+        if dptr != base:
+            self.close()
+            raise RuntimeError("registered host memory is not GPU-visible at its host address (no UVA identity)")
         self.tensor = full[span - self.nbytes : span]
         self.end_exact = True
 
