@@ -201,3 +201,9 @@ def save(log: dict[str, Any], filename: str) -> Path:
     path = write_json(Path(os.environ.get("OUT", ".")) / filename, document("probe", machine=machine_info(), **log))
     print(f"wrote {path}", flush=True)
     return path
+
+
+def call_module(module, cache: SlotCache, src_ptrs, dst, src, num, *extra) -> None:
+    """Any JIT module with decode_gather's launch signature (a kernel variant a caller built) on ``cache``;
+    ``extra`` follows the shared arguments (a fast_index_copy_multi variant's wait flag)."""
+    module.launch(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, *extra)

@@ -11,9 +11,9 @@ L2 prefetch per chunk). Optionally the captured decode step of the real OffloadM
 The toucher warp is not in the series (it did not pay: ``results/<device>/probes/``); ``--touch`` needs its
 kernel, ``ktouch-experiment.patch`` in that folder, committed on top of the series in
 ``.work/upstream`` before the wheel is built. ``--backing thp|hugetlb`` puts the banks on 2 MiB pages
-(gpukit.memory.HugePageBank) to test the cold rows' address translations. Run 1 of session 4 was:
+(experiments.regimes.HugePageBank) to test the cold rows' address translations. Run 1 of session 4 was:
 
-    python -m bench.probes.probe_fresh --ns 1,0,2,4,8,32 --touch 1,2,3 --step 2
+    python -m experiments.probe_fresh --ns 1,0,2,4,8,32 --touch 1,2,3 --step 2
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ import time
 
 import torch
 
-from bench.probes import harness as H
-from bench.probes import variants
-from gpukit.decode_regime import REGIMES, SPLIT_REGIMES, TOUCH_REGIMES, Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
+from experiments import harness as H
+from experiments import variants
+from experiments.regimes import BACKINGS, REGIME_ORDER, TOUCH_REGIMES, ProbeGraphs, model_banks
+from gpukit.decode_regime import Footprint, RegimeGraphs, poisoned_slots, replays_per_set
 from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
-from gpukit.kernels import call_module, call_upstream, default_ring, load_kernels, precompile, probe_headers
-from gpukit.memory import BACKINGS
+from gpukit.kernels import call_upstream, default_ring, load_kernels, precompile, probe_headers
 from suite.rounds import run_rounds
 from suite.stats import summarize_rounds
 
@@ -51,16 +51,16 @@ def main() -> None:
     ap.add_argument("--name", default="probe_fresh.json", help="file written under $OUT")
     ap.add_argument("--interleave", action="store_true", help="time every kernel in every regime in each round "
                     "(ratios against upstream in the decode regime), so the regimes share the host's noise")  # fmt: skip
-    ap.add_argument("--tma-variants", default="", help="decode_gather variants of bench.probes.variants to add, "
+    ap.add_argument("--tma-variants", default="", help="decode_gather variants of experiments.variants to add, "
                     "e.g. hybrid1,hybrid2 (built with the default ring)")  # fmt: skip
-    ap.add_argument("--upstream-loads", default="", help="upstream kernel variants of bench.probes.variants."
+    ap.add_argument("--upstream-loads", default="", help="upstream kernel variants of experiments.variants."
                     "UPSTREAM_LOADS to add, e.g. nc,nc_l2_256")  # fmt: skip
     args = ap.parse_args()
     ns = [int(x) for x in args.ns.split(",") if x]
     touches = [int(x) for x in args.touch.split(",") if x]
     regimes = [r for r in args.regimes.split(",") if r]
     rings = [Ring.parse(r) for r in args.rings.split(",") if r]
-    assert all(r in REGIMES + SPLIT_REGIMES + tuple(TOUCH_REGIMES) for r in regimes), regimes
+    assert all(r in REGIME_ORDER for r in regimes), regimes
     assert not args.interleave or "decode" in regimes, "--interleave compares every regime with decode"
 
     from freetoken.kernel.utils import load_jit, make_cpp_args
@@ -106,26 +106,26 @@ def main() -> None:
     dev = torch.device("cuda")
     fp = Footprint.scaled(args.gib)
     t0 = time.perf_counter()
-    banks = ModelBanks(fp, dev, backing=args.backing, progress=lambda s: print(s, flush=True))
-    print(f"bank pages: {banks.pages}", flush=True)
+    banks, pages = model_banks(fp, dev, args.backing, progress=lambda s: print(s, flush=True))
+    print(f"bank pages: {pages}", flush=True)
     slots = poisoned_slots(fp.row_bytes, dev)
-    log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "rings": [r.tag for r in rings], "bank_setup_s": time.perf_counter() - t0, "bank_pages": banks.pages,
+    log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "rings": [r.tag for r in rings], "bank_setup_s": time.perf_counter() - t0, "bank_pages": pages,
                  "per_n": {}}  # fmt: skip
 
     def up(bpb: int):
         return functools.partial(call_upstream, fic, blocks_per_bank=bpb)
 
     def mod(m):
-        return functools.partial(call_module, m)
+        return functools.partial(H.call_module, m)
 
     kernels = {"up": up(8), "upAA": up(8), "up32": up(32), "tma": mod(dgm.decode_gather_module(*ring))}
     kernels.update({f"tma+t{t}": mod(mods[t]) for t in touches})
     kernels.update({f"tma_{r.tag}": mod(dgm.decode_gather_module(*r)) for r in rings})
     kernels.update({f"tma_{v}": mod(var_mods[v]) for v in var_files})
     # a fast_index_copy_multi variant's launch also takes the wait flag (0: none)
-    kernels.update({f"up_{x}": lambda *a, m=fic_mods[x]: call_module(m, *a, 0) for x in loads})
+    kernels.update({f"up_{x}": lambda *a, m=fic_mods[x]: H.call_module(m, *a, 0) for x in loads})
     for n in ns:
-        rg = RegimeGraphs(banks, slots, n, layers=fp.layers if n <= 32 else 4)
+        rg = ProbeGraphs(banks, slots, n, layers=fp.layers if n <= 32 else 4)
         for name, fn in kernels.items():
             rg.capture(name, fn)
         entry: dict = {"layers": rg.layers}

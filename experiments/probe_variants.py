@@ -4,7 +4,7 @@ Development experiment behind the kernel's prologue (see README.md here); needs 
 patched freetoken installed (``nox -s apply build``, then this file with that session's Python):
 
     PROBE_VARS=current,old PROBE_RINGS=16x4x8K PROBE_NS=0,1,2,600 \
-        .nox/build/bin/python -m bench.probes.probe_variants
+        .nox/build/bin/python -m experiments.probe_variants
 
 It writes the variants of :mod:`variants` next to the installed decode_gather.cuh, JIT-builds each
 (variant, ring) as its own module, and times per-layer 40-layer captured graphs (4 layers for
@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from bench.probes import harness as H
-from bench.probes import variants
+from experiments import harness as H
+from experiments import variants
 from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import load_kernels, probe_headers
 
