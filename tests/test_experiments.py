@@ -171,3 +171,54 @@ def test_model_banks_refuse_an_unknown_backing():
 
     with pytest.raises(ValueError, match="backing='4k': expected one of hostbank, thp, hugetlb"):
         model_banks(None, "cpu", "4k")
+
+
+def test_interleaved_touch_probe_rows_and_the_share_a_touch_takes_back(tmp_path):
+    """An interleaved probe file becomes one row per regime and n (ratios against up@decode, the A/A of
+    upAA@decode), and each kernel's fresh-row cost and the share each touch takes back are worked out
+    from the rounds' medians: hand-computed here for a 40/38/39 µs decode/replay/touched kernel."""
+    from suite.results import write_json
+    from experiments.report import regime_probe_view
+
+    rounds = {"up@decode": [40.0, 40.2, 39.8], "upAA@decode": [40.1, 40.0, 39.9], "up@replay": [38.0] * 3,
+              "up@decode_touch2M": [39.0] * 3, "tma@decode": [41.0] * 3, "tma@replay": [40.0] * 3,
+              "tma@decode_touch2M": [40.5] * 3}  # fmt: skip
+    from suite.stats import summarize_rounds
+
+    summ = {k: summarize_rounds(rounds, ours=k, base="up@decode", aa="upAA@decode") for k in rounds if k != "upAA@decode"}
+    iv = {"regimes": ["decode", "replay", "decode_touch2M"], "kernels": ["up", "upAA", "tma"], "rounds_us": rounds, "summary": summ}
+    write_json(tmp_path / "dev" / "probes" / "probe_touchi-x.json",
+               {"schema": "probe/1", "footprint": {}, "per_n": {"1": {"interleaved": iv}}})  # fmt: skip
+    view = regime_probe_view(tmp_path, "dev")["runs"][0]
+    assert view["interleaved"] and view["rounds"] == "3" and view["variants"] == ["up", "tma"]
+    assert [r["regime"] for r in view["rows"]] == ["decode", "replay", "decode_touch2M"]
+    replay = view["rows"][1]
+    assert replay["aa_spread"] == pytest.approx(0.005, abs=1e-6)  # 40.2 / 40.0
+    assert replay["cells"][0]["ratio"] == pytest.approx(40.0 / 38.0) and replay["cells"][0]["verdict"] == "faster"
+    up, tma = view["recovered"]
+    assert up["kernel"] == "up" and up["gap_us"] == pytest.approx(2.0) and up["shares"]["decode_touch2M"] == pytest.approx(0.5)
+    assert tma["gap_us"] == pytest.approx(1.0) and tma["shares"]["decode_touch2M"] == pytest.approx(0.5)
+    page = __import__("experiments.report", fromlist=["render"]).render(tmp_path)
+    assert "| replay | 1 | ±0.005 | 1.053 (faster) | 1.000 (tie) |" in page  # up 40/38, tma 40/40 against up@decode
+    assert "- n = 1, `up`: 2.00 µs; `decode_touch2M` 50%." in page
+
+
+def test_the_committed_probe_page_is_what_the_probe_files_give(tmp_path):
+    from experiments import report
+
+    assert (report.ROOT / report.PAGE).read_text() == report.render(), "run python -m experiments.report"
+    assert report.main(["--check"]) == 0
+    (tmp_path / "dev").mkdir()
+    assert report.main(["--root", str(tmp_path), "--check"]) == 1  # no page there yet
+    with pytest.raises(SystemExit):
+        report.main(["--root", str(tmp_path / "missing")])
+
+
+def test_committed_experiment_results_hold_no_machine_paths():
+    import re
+
+    root = REPO_ROOT / "experiments" / "results"
+    files = [p for p in root.rglob("*") if p.suffix in (".json", ".md", ".log")]
+    assert len(files) > 100
+    for path in files:
+        assert not re.search(r"(/tmp/|/work/|/root/|/home/)", path.read_text(errors="replace")), f"{path}: a machine path"
