@@ -19,6 +19,7 @@ kernel, ``ktouch-experiment.patch`` in that folder, committed on top of the seri
 from __future__ import annotations
 
 import argparse
+import logging
 import functools
 import time
 
@@ -33,8 +34,11 @@ from gpukit.kernels import call_upstream, default_ring, load_kernels, precompile
 from suite.rounds import run_rounds
 from suite.stats import summarize_rounds
 
+logger = logging.getLogger(__name__)
+
 
 def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="0,1,2,4,8,32")
     ap.add_argument("--touch", default="", help="kTouch values of the installed kernel to add")
@@ -100,14 +104,14 @@ def main() -> None:
             return var_mods.setdefault(v, variants.load(var_files, v, ring))
 
     extra.update({f"dg_{v}": (lambda v=v: var_module(v)) for v in var_files})
-    errors = precompile(dgm, fic, rings, upstream_blocks=(8, 32), extra=extra, progress=lambda s: print(s, flush=True))
+    errors = precompile(dgm, fic, rings, upstream_blocks=(8, 32), extra=extra, progress=logger.info)
     assert not errors, errors
 
     dev = torch.device("cuda")
     fp = Footprint.scaled(args.gib)
     t0 = time.perf_counter()
-    banks, pages = model_banks(fp, dev, args.backing, progress=lambda s: print(s, flush=True))
-    print(f"bank pages: {pages}", flush=True)
+    banks, pages = model_banks(fp, dev, args.backing, progress=logger.info)
+    logger.info(f"bank pages: {pages}")
     slots = poisoned_slots(fp.row_bytes, dev)
     log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "rings": [r.tag for r in rings], "bank_setup_s": time.perf_counter() - t0, "bank_pages": pages,
                  "per_n": {}}  # fmt: skip
@@ -137,8 +141,8 @@ def main() -> None:
             entry[regime] = {"rounds_us": rounds, "summary": summ}
             us = {k: H.median(v) for k, v in rounds.items()}
             aa = summ["tma"]["aa_spread"]
-            print(f"n={n:3d} {regime:6s} up {us['up']:8.2f} us  A/A +-{aa:.4f}  "
-                  + "  ".join(f"{k} {s['speedup_paired']:.4f}" for k, s in summ.items()), flush=True)  # fmt: skip
+            logger.info(f"n={n:3d} {regime:6s} up {us['up']:8.2f} us  A/A +-{aa:.4f}  "
+                  + "  ".join(f"{k} {s['speedup_paired']:.4f}" for k, s in summ.items()))  # fmt: skip
         entry["verified_replays"] = rg.verified
         log["per_n"][n] = entry
         H.save(log, args.name)  # after every n: a run cut short still leaves its figures
@@ -177,9 +181,9 @@ def interleaved(rg: RegimeGraphs, fic, kernels: dict, regimes: list[str], rounds
     times = run_rounds(sets, rounds, base="up@decode", aa="upAA@decode").values
     summ = {lab: summarize_rounds(times, ours=lab, base="up@decode", aa="upAA@decode") for lab in sets if lab != "upAA@decode"}
     for reg in regimes:
-        print(f"n={rg.n:3d} {reg:16s} " + "  ".join(f"{k} {H.median(times[f'{k}@{reg}']):8.2f} us x{summ[f'{k}@{reg}']['speedup_paired']:.4f}"
-                                                    for k in kernels if f"{k}@{reg}" in summ), flush=True)  # fmt: skip
-    print(f"n={rg.n:3d} A/A +-{summ['up@decode']['aa_spread']:.4f} (ratios: up@decode / kernel@regime, paired)", flush=True)
+        logger.info(f"n={rg.n:3d} {reg:16s} " + "  ".join(f"{k} {H.median(times[f'{k}@{reg}']):8.2f} us x{summ[f'{k}@{reg}']['speedup_paired']:.4f}"
+                                                    for k in kernels if f"{k}@{reg}" in summ))  # fmt: skip
+    logger.info(f"n={rg.n:3d} A/A +-{summ['up@decode']['aa_spread']:.4f} (ratios: up@decode / kernel@regime, paired)")
     return {"regimes": regimes, "kernels": list(kernels), "rounds_us": times, "summary": summ}
 
 

@@ -3,12 +3,15 @@ banks on 2 MiB pages. No verdict is taken from any of them; they say where the f
 
 from __future__ import annotations
 
+import logging
 import mmap
 from typing import Callable
 
 from gpukit.decode_regime import REGIMES, Footprint, ModelBanks, RegimeGraphs
 from gpukit.geometry import align_up
 from gpukit.runtime import host_register, host_unregister
+
+logger = logging.getLogger(__name__)
 
 #: Halves of the decode regime: a new list of host rows before every replay into the same slots
 #: (``decode_src``), or the same rows into new slots (``decode_dst``): {label: what the next list renews}.
@@ -107,7 +110,7 @@ def thp_settings() -> dict[str, str]:
     return out
 
 
-def model_banks(fp: Footprint, device, backing: str = "hostbank", *, progress: Callable[[str], None] = print):
+def model_banks(fp: Footprint, device, backing: str = "hostbank", *, progress: Callable[[str], None] = logger.info):
     """``(ModelBanks, pages)``: the decode regime's banks on ``backing``, and what the kernel reports of
     them: its THP policy and the huge-page bytes these banks added (0 on 4 KiB pages)."""
     if backing not in BACKINGS:
