@@ -239,18 +239,15 @@ def scan(
     arch: int,
     out_dir: str | os.PathLike,
     *,
-    include_dirs: Iterable[str] = (),
-    flags: Sequence[str] | None = None,
-    extra_flags: Sequence[str] = (),
     nvcc: str | None = None,
     disassembler: Disassembler | None = None,
+    **compile_options,
 ) -> SassReport:
-    """Compile ``source`` for ``sm_<arch>`` into ``out_dir`` and scan the cubin."""
+    """Compile ``source`` for ``sm_<arch>`` into ``out_dir`` and scan the cubin; ``compile_options``
+    (``include_dirs``, ``flags``, ``extra_flags``) go to :func:`~conformance.sass.build.compile_cubin`."""
     nvcc = nvcc or require_nvcc()
     disassembler = disassembler or require_disassembler()
-    result = compile_cubin(
-        source, arch, out_dir, include_dirs=include_dirs, flags=flags, extra_flags=extra_flags, nvcc=nvcc
-    )
+    result = compile_cubin(source, arch, out_dir, nvcc=nvcc, **compile_options)
     return scan_cubin(
         result.cubin,
         arch,
