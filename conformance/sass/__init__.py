@@ -64,7 +64,7 @@ from conformance.sass.parse import (
     parse_sass,
     parse_syscalls,
 )
-from conformance.sass.report import FunctionReport, SassReport, Site, scan, scan_cubin, scan_many
+from conformance.sass.report import FunctionReport, SassReport, Site, format_table, scan, scan_cubin, scan_many
 
 __all__ = [
     "CompileError",
@@ -88,6 +88,7 @@ __all__ = [
     "demangle",
     "expects_ublkcp",
     "find_disassembler",
+    "format_table",
     "freetoken_dir",
     "freetoken_include_dir",
     "is_decode_gather",

@@ -9,7 +9,7 @@ import logging
 import pathlib
 import sys
 import tempfile
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from conformance.sass.build import (
     DEFAULT_ARCHS,
@@ -22,34 +22,9 @@ from conformance.sass.build import (
     require_nvcc,
 )
 from conformance.sass.contract import decode_gather_violations
-from conformance.sass.report import SassReport, scan_many
+from conformance.sass.report import format_table, scan_many
 
 logger = logging.getLogger("conformance.sass")
-
-def format_table(reports: Iterable[SassReport]) -> str:
-    header = ("arch", "function", "regs", "stack", "spill", "LDL/STL", "UBLKCP", "CALL.ABS.NOINC", "calls", "smem")
-    rows = [header]
-    for r in reports:
-        for f in r.functions:
-            rows.append(
-                (
-                    f"sm_{r.arch}",
-                    f.short_name,
-                    str(f.registers),
-                    str(f.stack_frame_bytes),
-                    str(f.spill_bytes),
-                    str(f.local_accesses),
-                    str(len(f.ublkcp)),
-                    str(len(f.call_abs_noinc)),
-                    str(len(f.calls)),
-                    str(f.smem_bytes),
-                )
-            )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
 
 def _parse_archs(values: list[str] | None) -> list[int]:
     if not values:

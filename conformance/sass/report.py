@@ -274,3 +274,28 @@ def scan_many(
         futures = {a: pool.submit(scan, source, a, out_dir / f"sm_{a}", **kwargs) for a in archs}
         return {a: futures[a].result() for a in archs}
 
+
+def format_table(reports: Iterable[SassReport]) -> str:
+    """One line per (arch, kernel): registers, stack, spills, local accesses, bulk copies, calls, smem."""
+    header = ("arch", "function", "regs", "stack", "spill", "LDL/STL", "UBLKCP", "CALL.ABS.NOINC", "calls", "smem")
+    rows = [header]
+    for r in reports:
+        for f in r.functions:
+            rows.append(
+                (
+                    f"sm_{r.arch}",
+                    f.short_name,
+                    str(f.registers),
+                    str(f.stack_frame_bytes),
+                    str(f.spill_bytes),
+                    str(f.local_accesses),
+                    str(len(f.ublkcp)),
+                    str(len(f.call_abs_noinc)),
+                    str(len(f.calls)),
+                    str(f.smem_bytes),
+                )
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
