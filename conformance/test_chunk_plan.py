@@ -1,4 +1,4 @@
-"""Property tests of decode_gather's chunk plan and TMA ring, on the model in chunk_plan.py.
+"""Property tests of decode_gather's chunk plan, on the model in chunk_plan.py (the ring's own: test_tma_ring.py).
 
 The model mirrors decode_gather.cuh statement by statement (test_model_tracks_the_kernel_source
 holds it to the installed kernel); these tests check what that code does for every call shape:
@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conformance import chunk_plan as cp
+from conformance import tma_ring as ring
 
 NVFP4_FEAT = [1048576, 131072, 4096, 524288, 65536, 8192]  # one NVFP4 expert's banks, bytes per row
 MAX_CHUNKS_PER_ROW = 4096  # keeps huge rows with tiny chunks out of the 2-core CI's way
@@ -89,7 +90,7 @@ def test_plan_covers_every_byte_once_balanced_and_in_order(call):
     assert sum(len(p) for p in plans) == n * cpr
     # each CTA's chunks through the ring: every one stored exactly once, in order
     for chunks in plans:
-        assert cp.simulate_ring(chunks, stages) == chunks
+        assert ring.simulate_ring(chunks, stages) == chunks
 
 
 @PROPERTY_SETTINGS
@@ -99,13 +100,6 @@ def test_incremental_cursor_matches_the_direct_formula(call):
     table = cp.build_bank_table(feat, chunk_bytes)
     plans = cp.plan(feat, num_indices, ctas, chunk_bytes, length=length)
     assert cp.cursor_vs_direct_problems(table, chunk_bytes, ctas, plans) == []
-
-
-@settings(max_examples=100, deadline=None)
-@given(my_chunks=st.integers(0, 300), stages=st.integers(2, 8))
-def test_ring_stores_every_chunk_once_without_races(my_chunks, stages):
-    chunks = [cp.Chunk(0, k, k, 0, 0, 0, 16) for k in range(my_chunks)]
-    assert cp.simulate_ring(chunks, stages) == chunks
 
 
 @settings(max_examples=60, deadline=None)
@@ -136,7 +130,7 @@ def test_nvfp4_expert_one_miss_16_ctas_8k_chunks():
     # the 1 MiB bank is spread evenly: 8 of its 128 chunks on every CTA
     assert all(sum(1 for c in p if c.bank == 0) == 8 for p in plans)
     for chunks in plans:
-        assert cp.simulate_ring(chunks, 4) == chunks
+        assert ring.simulate_ring(chunks, 4) == chunks
 
 
 def test_zero_byte_banks_and_zero_misses_copy_nothing():
@@ -245,54 +239,3 @@ def test_unbalanced_or_reordered_plans_are_caught():
     doubled = [list(p) for p in plans]
     doubled[2].append(doubled[2][0])
     assert any("twice" in p for p in cp.plan_problems(NVFP4_FEAT, 1, 16, 8192, doubled))
-
-
-class RefillBeforeItsStoreRead(cp.RingModel):
-    """wait_group.read 2: the store of chunk i-1 may still read the stage being refilled."""
-
-    def wait_group_read(self, allowed):
-        super().wait_group_read(allowed + 1)
-
-
-class PhaseNeverFlips(cp.RingModel):
-    def mbar_wait(self, s, parity):
-        super().mbar_wait(s, 0)
-
-
-class RefillsTheJustStoredStage(cp.RingModel):
-    def run(self, my_chunks):
-        stages = self.stages
-        for s in range(stages):
-            self.mbar_init(s)
-        self.fence_proxy_async()
-        for _ in range(min(my_chunks, stages)):
-            self.issue()
-        stage = phase = 0
-        for i in range(my_chunks):
-            self.mbar_wait(stage, phase)
-            self.bulk_store(self.pending[stage], stage)
-            if i + stages < my_chunks:  # chunk i+S into chunk i's stage, whose store may still read it
-                self.wait_group_read(1)
-                self.issue()
-            stage += 1
-            if stage == stages:
-                stage, phase = 0, phase ^ 1
-        self.wait_group(0)
-        self.exit()
-        return self.written
-
-
-class NoFinalWait(cp.RingModel):
-    def wait_group(self, allowed):
-        pass  # the CTA retires with stores in flight
-
-
-@pytest.mark.parametrize(
-    "model_cls", [RefillBeforeItsStoreRead, PhaseNeverFlips, RefillsTheJustStoredStage, NoFinalWait],
-    ids=lambda c: c.__name__,
-)
-@pytest.mark.parametrize("stages", [2, 4, 8])
-def test_broken_ring_is_caught(model_cls, stages):
-    chunks = [cp.Chunk(0, k, k, 0, 0, 0, 16) for k in range(3 * stages + 1)]
-    with pytest.raises(cp.RingError):
-        cp.simulate_ring(chunks, stages, model_cls=model_cls)

@@ -279,6 +279,6 @@ def test_missing_disassembler_names_what_to_install(monkeypatch, tmp_path):
 
 
 def test_missing_freetoken_is_named(monkeypatch):
-    monkeypatch.setattr(sass, "_package_dirs", lambda name: [])
+    monkeypatch.setattr(sass.build, "_package_dirs", lambda name: [])
     with pytest.raises(LookupError, match="freetoken package is not installed"):
         sass.decode_gather_header()

@@ -27,20 +27,11 @@ import time
 from typing import Callable, Sequence
 
 from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, fmt_bytes
-from gpukit.memory import BACKINGS, HugePageBank, SlotCache, check_slot_cache, huge_pages_in_use, thp_settings
-from gpukit.rounds import Rounds, run_rounds
+from gpukit.memory import SlotCache, check_slot_cache
+from suite.rounds import Rounds, run_rounds
 from gpukit.timing import time_replays
 
 REGIMES = ("decode", "replay")
-#: Probe-only halves of the decode regime (bench.probes.probe_fresh): a new list of host rows before
-#: every replay into the same slots, or the same rows into new slots. They say on which side of the
-#: copy the fresh-list cost sits; no verdict is taken from them.
-SPLIT_REGIMES = ("decode_src", "decode_dst")
-#: Probe-only labels of the decode regime with the next list's host rows touched before the replay,
-#: outside the timed region: 16 bytes at every ``stride``-aligned address of each row
-#: (bench.probes.harness.page_toucher). Which stride brings the cold rows down to the replayed
-#: list's time says at what granularity the cost is paid; no verdict is taken from them.
-TOUCH_REGIMES = {"decode_touch4K": 4096, "decode_touch64K": 64 << 10, "decode_touch2M": 2 << 20}
 #: Slots of the slot cache (the proposal's decode run held 3164 experts in VRAM).
 SLOTS = 3164
 POISON = 0xA5
@@ -81,30 +72,28 @@ class Footprint:
 class ModelBanks:
     """Host banks of ``fp`` as FreeToken's host_banks allocates them (mmap, fill, register), plus a
     device reference ``ref[b]`` of shape ``[layers, experts, row]`` per bank and the per-layer
-    int64 descriptor ``src_ptrs[layer]`` of source bases. ``backing`` other than ``hostbank`` puts
-    every bank on 2 MiB pages instead (gpukit.memory.HugePageBank), same order: fill, then pin."""
+    int64 descriptor ``src_ptrs[layer]`` of source bases. ``make_bank(experts, row_bytes)`` puts
+    every bank elsewhere (an object with ``tensor``, ``pin()``, ``unpin()``; experiments' 2 MiB-page
+    banks), same order: fill, then pin; ``backing`` names it in the progress lines."""
 
-    def __init__(self, fp: Footprint, device, *, seed: int = 1, backing: str = "hostbank",
-                 progress: Callable[[str], None] = print):  # fmt: skip
+    def __init__(self, fp: Footprint, device, *, seed: int = 1, make_bank: Callable | None = None,
+                 backing: str = "hostbank", progress: Callable[[str], None] = print):  # fmt: skip
         import torch
         from freetoken.moe.host_banks import HostBank
 
-        if backing not in BACKINGS:
-            raise ValueError(f"backing={backing!r}: expected one of {', '.join(BACKINGS)}")
+        if make_bank is None:
+            def make_bank(experts: int, row: int):
+                return HostBank((experts, row), torch.uint8, backing="mmap")
         self.fp, self.device, self.backing = fp, torch.device(device), backing
         g = torch.Generator(device=self.device)
         g.manual_seed(seed)
         self.ref = [torch.empty((fp.layers, fp.experts, r), dtype=torch.uint8, device=self.device) for r in fp.row_bytes]
         self.host: list[list] = []
-        before = huge_pages_in_use()
         t0 = time.perf_counter()
         for layer in range(fp.layers):
             banks = []
             for b, r in enumerate(fp.row_bytes):
-                if backing == "hostbank":
-                    hb = HostBank((fp.experts, r), torch.uint8, backing="mmap")
-                else:
-                    hb = HugePageBank(fp.experts * r, backing)
+                hb = make_bank(fp.experts, r)
                 self.ref[b][layer].random_(0, 256, generator=g)
                 hb.tensor.view(fp.experts, r).copy_(self.ref[b][layer])  # fill, then pin (pin-after-fill)
                 hb.pin()
@@ -113,10 +102,6 @@ class ModelBanks:
             if (layer + 1) % 10 == 0 or layer + 1 == fp.layers:
                 progress(f"banks ({backing}): {layer + 1}/{fp.layers} layers, {fmt_bytes((layer + 1) * fp.nbytes / fp.layers)} "
                          f"filled and registered in {time.perf_counter() - t0:.0f}s")  # fmt: skip
-        after = huge_pages_in_use()
-        #: what the kernel reports: the huge-page bytes these banks added (0 on 4 KiB pages)
-        self.pages = {"backing": backing, "thp": thp_settings(),
-                      **{k: after.get(k, 0) - before.get(k, 0) for k in after}}  # fmt: skip
         self.src_ptrs = [
             torch.tensor([hb.tensor.data_ptr() for hb in banks], dtype=torch.int64, device=self.device)
             for banks in self.host
@@ -229,17 +214,24 @@ class RegimeGraphs:
         if err is not None:
             raise AssertionError(f"{name}: n={self.n}: written outside the miss lists: {err}")
 
+    #: the regimes :meth:`time_set` takes; a subclass that adds one says how it moves on (:meth:`advance`)
+    regimes: tuple[str, ...] = REGIMES
+
+    def advance(self, regime: str) -> None:
+        """Before each timed replay in ``regime``: the decode regime's new miss list (replay: none)."""
+        if regime == "decode":
+            self.next_list()
+
     def time_set(self, name: str, regime: str, reps: int, *, prepare: Callable[["RegimeGraphs"], None] | None = None) -> float:
         """Median device µs per LAYER over ``reps`` replays of ``name``'s graph, each timed alone and
         verified; ``regime='decode'`` writes a new miss list before each replay. ``prepare(self)`` runs
         after the list is written and before the clock starts (a probe's page touch)."""
-        if regime not in REGIMES + SPLIT_REGIMES:
-            raise ValueError(f"regime={regime!r}: expected one of {REGIMES + SPLIT_REGIMES}")
+        if regime not in self.regimes:
+            raise ValueError(f"regime={regime!r}: expected one of {self.regimes}")
         g = self.graphs[name]
         times = []
         for _ in range(reps):
-            if regime != "replay":
-                self.next_list(rows=regime != "decode_dst", slots=regime != "decode_src")
+            self.advance(regime)
             if prepare is not None:
                 prepare(self)
             times.append(time_replays(g.replay, 1) * 1e6 / self.layers)  # the list's writes land before the clock
@@ -249,7 +241,7 @@ class RegimeGraphs:
 
     def rounds(self, names: Sequence[str], regime: str, rounds: int, reps: int, *, base: str | None = None,
                aa: str | None = None, prepare: Callable[["RegimeGraphs"], None] | None = None) -> Rounds:  # fmt: skip
-        """``rounds`` paired alternating rounds of the named graphs (:func:`gpukit.rounds.run_rounds`);
+        """``rounds`` paired alternating rounds of the named graphs (:func:`suite.rounds.run_rounds`);
         ``.values`` are µs per layer per round."""
         sets = {k: (lambda _r, k=k: self.time_set(k, regime, reps, prepare=prepare)) for k in names}
         return run_rounds(sets, rounds, base=base, aa=aa)

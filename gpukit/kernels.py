@@ -181,8 +181,3 @@ def call_upstream(
         blocks_per_bank=blocks_per_bank,
     )
 
-
-def call_module(module, cache: SlotCache, src_ptrs, dst, src, num, *extra) -> None:
-    """Any JIT module with decode_gather's launch signature (a kernel variant a caller built) on ``cache``;
-    ``extra`` follows the shared arguments (a fast_index_copy_multi variant's wait flag)."""
-    module.launch(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, *extra)

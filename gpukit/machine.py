@@ -1,5 +1,5 @@
 """Machine facts for every result file: device, PCIe link (idle and under load), driver, torch/CUDA,
-nvcc, freetoken (the provenance of the patched tree is the document's own: ``gpukit.results``)."""
+nvcc, freetoken (the provenance of the patched tree is the document's own: ``suite.results``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from freetoken_overlay.toolchain import find_nvcc
-from gpukit.cudart import cuda_runtime_versions
-from gpukit.results import device_slug
+from gpukit.runtime import versions as cuda_versions
+from suite.results import device_slug
 
 
 def _run(cmd: Sequence[str], timeout: float = 20.0) -> str | None:
@@ -123,8 +123,7 @@ def machine_info() -> dict[str, Any]:
             info["capability"] = f"{p.major}.{p.minor}"
             info["sm_count"] = p.multi_processor_count
             info["total_memory_bytes"] = p.total_memory
-            rt = cuda_runtime_versions()
-            info.update(rt)
+            info.update(cuda_versions())
     info.update(nvidia_smi(gpu_smi_id() if torch is not None and torch.cuda.is_available() else None))
     info["nvcc"] = nvcc_version()
     info["freetoken"] = freetoken_version()

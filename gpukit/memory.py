@@ -12,26 +12,10 @@ import mmap
 import os
 from typing import Any, Callable, Sequence
 
-from gpukit.cudart import cudart
 from gpukit.geometry import BankGeom, align_up
+from gpukit.runtime import device_pointer, host_register, host_unregister
 
 PINNED_ENV = "GATHER_PINNED"  # register (default) | torch | freetoken
-
-
-def host_register(base: int, nbytes: int, what: str = "") -> None:
-    """``cudaHostRegister(PORTABLE | MAPPED)`` of ``nbytes`` at ``base`` (FreeToken's pin path), or raise."""
-    import torch
-
-    err = int(torch.cuda.cudart().cudaHostRegister(base, nbytes, 3))
-    if err != 0:
-        raise RuntimeError(f"cudaHostRegister({nbytes} B{', ' + what if what else ''}) returned {err}")
-
-
-def host_unregister(base: int) -> None:
-    """``cudaHostUnregister`` of a :func:`host_register`-ed ``base`` (the caller has synchronized)."""
-    import torch
-
-    torch.cuda.cudart().cudaHostUnregister(base)
 
 
 class PinnedBuffer:
@@ -97,12 +81,14 @@ class PinnedBuffer:
             return
         host_register(base, span)
         self._registered = base
-        lib = cudart()
-        if lib is not None:
-            dptr = ctypes.c_void_p(0)
-            if lib.cudaHostGetDevicePointer(ctypes.byref(dptr), ctypes.c_void_p(base), 0) == 0 and dptr.value != base:
-                self.close()
-                raise RuntimeError("registered host memory is not GPU-visible at its host address (no UVA identity)")
+        try:
+            dptr = device_pointer(base)
+        except Exception:
+            self.close()  # never leave the range registered behind a failed check
+            raise
+        if dptr != base:
+            self.close()
+            raise RuntimeError("registered host memory is not GPU-visible at its host address (no UVA identity)")
         self.tensor = full[span - self.nbytes : span]
         self.end_exact = True
 
@@ -125,79 +111,6 @@ class PinnedBuffer:
 
     def describe(self) -> dict[str, Any]:
         return {"method": self.method, "end_exact": self.end_exact, "fallback_reason": self.fallback_reason}
-
-
-HUGE_PAGE = 2 << 20
-#: Bank backings of the decode-regime banks (gpukit.decode_regime.ModelBanks): FreeToken's own
-#: ``HostBank`` (lazy shared anonymous mmap on 4 KiB pages), or 2 MiB pages through THP or hugetlbfs.
-BACKINGS = ("hostbank", "thp", "hugetlb")
-_MAP_HUGETLB = getattr(mmap, "MAP_HUGETLB", 0x40000)  # Linux value where Python lacks the name
-
-
-class HugePageBank:
-    """One host bank of ``nbytes`` on 2 MiB pages, filled through ``tensor`` and then ``pin()``-ed
-    (FreeToken's pin-after-fill order). A 4 KiB-page bank costs the GPU one address translation per
-    4 KiB of a fresh row (~435 for an NVFP4 expert); 2 MiB pages cost one or two, if the driver maps
-    them as such. ``thp``: a private anonymous mmap advised MADV_HUGEPAGE, its data 2 MiB-aligned
-    (needs ``/sys/kernel/mm/transparent_hugepage/enabled`` = madvise or always); ``hugetlb``: a
-    MAP_HUGETLB mapping (needs ``vm.nr_hugepages``; mmap fails with ENOMEM otherwise)."""
-
-    def __init__(self, nbytes: int, backing: str):
-        import torch
-
-        if backing not in ("thp", "hugetlb"):
-            raise ValueError(f"backing={backing!r}: expected thp or hugetlb")
-        self.nbytes, self.backing = int(nbytes), backing
-        self.span = align_up(max(self.nbytes, 1), HUGE_PAGE)
-        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-        if backing == "hugetlb":
-            self._mm = mmap.mmap(-1, self.span, flags=flags | _MAP_HUGETLB)
-        else:  # one spare huge page, so the data can start on a 2 MiB boundary
-            self._mm = mmap.mmap(-1, self.span + HUGE_PAGE, flags=flags)
-            self._mm.madvise(mmap.MADV_HUGEPAGE)
-        full = torch.frombuffer(self._mm, dtype=torch.uint8)
-        start = align_up(full.data_ptr(), HUGE_PAGE) - full.data_ptr()
-        self.tensor = full[start : start + self.nbytes]
-        self._registered: int | None = None
-
-    def pin(self) -> None:
-        base = self.tensor.data_ptr()
-        host_register(base, self.span, self.backing)
-        self._registered = base
-
-    def unpin(self) -> None:
-        if self._registered is not None:
-            host_unregister(self._registered)
-            self._registered = None
-
-
-def huge_pages_in_use() -> dict[str, int]:
-    """Bytes of transparent and hugetlbfs huge pages the kernel reports in use (``/proc/meminfo``)."""
-    info: dict[str, int] = {}
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                info[key] = int(rest.split()[0])
-    except OSError:
-        return {}
-    size = info.get("Hugepagesize", 0) * 1024
-    return {
-        "anon_huge_bytes": info.get("AnonHugePages", 0) * 1024,
-        "hugetlb_used_bytes": (info.get("HugePages_Total", 0) - info.get("HugePages_Free", 0)) * size,
-    }
-
-
-def thp_settings() -> dict[str, str]:
-    """The kernel's THP policy, e.g. ``{"enabled": "always [madvise] never", ...}`` (empty off Linux)."""
-    out = {}
-    for key in ("enabled", "defrag", "shmem_enabled"):
-        try:
-            with open(f"/sys/kernel/mm/transparent_hugepage/{key}") as f:
-                out[key] = f.read().strip()
-        except OSError:
-            pass
-    return out
 
 
 class HostBanks:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gpukit import results
+from suite import results
 from gpukit.geometry import NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, Ring, geometry_rows, nvfp4_banks, rows_for_bank_count
-from gpukit.memory import HUGE_PAGE, HostBanks, HugePageBank, SlotCache, check_slot_cache, random_misses
-from gpukit.results import REPO_ROOT, device_slug
+from gpukit.memory import HostBanks, SlotCache, check_slot_cache, random_misses
+from suite.results import REPO_ROOT, device_slug
 from gpukit.routing import calibrate_zipf, lru_miss_rate, zipf_routing_trace
-from gpukit.stats import summarize_rounds, verdict
+from suite.stats import summarize_rounds, verdict
 
 
 def test_nvfp4_geometry():
@@ -161,7 +161,7 @@ def test_lru_model_and_zipf_calibration():
 
 
 def test_scrub_removes_machine_paths():
-    from gpukit.results import scrub
+    from suite.results import scrub
 
     doc = {"a": ["/tmp/conformance-sass-x1/k.cu", "-I/home/u/.venv/lib/python3.12/site-packages/tvm_ffi/include"],
            "b": str(REPO_ROOT / "results"), "n": 3}
@@ -237,30 +237,10 @@ def test_decode_regime_lists_are_fresh_and_verified(monkeypatch):
     assert not torch.equal(seen[0][1], seen[2][1])
 
 
-@pytest.mark.parametrize("feat,stride", [(48, 16), (16_000, 4096), (3 * 4096, 4096), (1_600_000, 64 << 10), (1_048_576, 2 << 20)])
-def test_touch_offsets_hit_every_block_a_row_spans_and_nothing_else(feat, stride):
-    """bench.probes.harness.touch_offsets against a byte walk of each row: the blocks its addresses fall
-    in are exactly the ``stride``-aligned blocks the row spans, every address inside the row and 16-byte aligned."""
-    torch = pytest.importorskip("torch")
-    from bench.probes.harness import touch_offsets
-
-    base = torch.tensor([3 * 4096 + 80, 1 << 21, (5 << 21) - 4096], dtype=torch.int64)  # unaligned, aligned, just below
-    rows = torch.tensor([[0, 7, 2], [5, 1, 3], [0, 4, 6]])
-    got = touch_offsets(base, rows, feat, stride)
-    k = got.shape[1] // rows.shape[1]
-    for layer in range(3):
-        for i in range(3):
-            start = int(base[layer]) + int(rows[layer, i]) * feat
-            want = {a // stride for a in range(start, start + feat, 16)}
-            offs = [int(base[layer]) + int(o) for o in got[layer, i * k : (i + 1) * k]]
-            assert all(start <= a < start + feat and a % 16 == 0 for a in offs)
-            assert {a // stride for a in offs} == want
-
-
 def test_every_committed_result_document_has_its_schema_and_provenance():
     import json
 
-    from gpukit import results
+    from suite import results
 
     schemas = {k.schema for k in results.KINDS.values()}
     docs = [p for p in (REPO_ROOT / "results").rglob("*.json") if "history" not in p.parts]
@@ -287,111 +267,58 @@ def test_probe_headers_are_removed_after_the_block_and_never_replace_a_file(tmp_
     assert (tmp_path / "decode_gather.cuh").read_text() == "installed"
 
 
-def test_huge_page_bank_is_aligned_exact_and_refuses_unknown_backings():
-    pytest.importorskip("torch")
-    bank = HugePageBank(3 * 4096 + 16, "thp")  # no pin(): registration needs CUDA
-    assert bank.tensor.data_ptr() % HUGE_PAGE == 0
-    assert bank.tensor.numel() == 3 * 4096 + 16 and bank.span == HUGE_PAGE
-    bank.tensor.fill_(7)
-    assert int(bank.tensor.sum()) == 7 * bank.tensor.numel()
-    bank.unpin()  # not pinned: nothing to undo
-    with pytest.raises(ValueError, match="backing='4k': expected thp or hugetlb"):
-        HugePageBank(16, "4k")
-
-
-def test_upstream_load_variants_replace_the_row_load_once():
-    from bench.probes import variants
-
-    text = "before\n" + variants.FIC_LOAD + "after\n"
-    out = variants.upstream_load_variant(text, "nc_l2_256")
-    assert "ld.global.nc.L2::256B.v4.u32" in out and variants.FIC_LOAD not in out
-    assert out.startswith("before\n") and out.endswith("after\n")
-    with pytest.raises(SystemExit, match="not found once"):
-        variants.upstream_load_variant(text + variants.FIC_LOAD, "nc")
-    with pytest.raises(SystemExit, match="unknown upstream load 'l2'"):
-        variants.upstream_load_variant(text, "l2")
-    installed = REPO_ROOT / ".work/upstream/python/freetoken/kernel/csrc/jit/fast_index_copy.cuh"
-    if installed.exists():  # the pinned kernel (after `nox -s apply`) holds the block exactly once
-        assert installed.read_text().count(variants.FIC_LOAD) == 1
-
-
-def test_session7_kernel_variants_apply_to_the_patched_kernel(tmp_path):
-    """bench.probes.variants.make on the series' decode_gather.cuh (after `nox -s apply`): the hybrid and
-    prewalk variants' blocks are found exactly once (the prologue variants were written for earlier
-    kernels and are skipped, by name); a hybrid runs 256 threads and leaves small calls before the ring."""
-    from bench.probes import variants
-
-    jit = REPO_ROOT / ".work/upstream/python/freetoken/kernel/csrc/jit"
-    if not (jit / "decode_gather.cuh").exists():
-        pytest.skip("no applied series in .work/upstream (run `nox -s apply`)")
-    files, texts, skipped = variants.make(jit, ["current", *variants.VARIANTS])
-    assert {"current", "exit_read", "hybrid1", "hybrid2", "prewalk"} <= set(files) and set(skipped) == set(variants.VARIANTS) - set(files)
-    hybrid = texts["dg_hybrid2.cuh"]
-    assert "kThreads = 256" in hybrid and "if (n <= 2) {" in hybrid
-    assert hybrid.index("if (n <= 2) {") < hybrid.index("mbar_init(&smem.full[lane])")
-    (tmp_path / "decode_gather.cuh").write_text("no blocks here\n")
-    assert set(variants.make(tmp_path, ["hybrid1"])[2]) == {"hybrid1"}
-
-
-def test_page_toucher_reads_the_blocks_of_the_current_list_and_checks_them():
-    """bench.probes.harness.page_toucher on CPU tensors, with a stand-in for upstream's kernel that reads
-    the banks' bytes at the descriptor it is given: the hook passes through its own byte check, and a
-    kernel that read the wrong bytes fails it."""
-    torch = pytest.importorskip("torch")
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    """A stand-in ``cupy.cuda.runtime`` that records its calls (the CPU tests never need cupy)."""
+    import sys
     import types
 
-    from bench.probes.harness import page_toucher
-    from gpukit.decode_regime import Footprint, RegimeGraphs, poisoned_slots
-
-    fp = Footprint(layers=2, experts=6, row_bytes=(4096 + 32, 160))
-    g = torch.Generator().manual_seed(3)
-    ref = [torch.randint(0, 256, (2, 6, r), dtype=torch.uint8, generator=g) for r in fp.row_bytes]
-    ptrs = [torch.tensor([(1 << 30) * (layer + 1) + (8 << 20) * b + 4096 for b in range(2)]) for layer in range(2)]
-    banks = types.SimpleNamespace(fp=fp, device=torch.device("cpu"), src_ptrs=ptrs, ref=ref)
-    rg = RegimeGraphs(banks, poisoned_slots(fp.row_bytes, "cpu", slots=8), 2)
-    memory = {int(ptrs[layer][b]): ref[b][layer].view(-1) for layer in range(2) for b in range(2)}
-
-    class Kernel:  # fast_index_copy_multi_jit for one bank: row i of `feat` bytes at base + feat * src[i]
-        shift = 0
-
-        def fast_index_copy_multi_jit(self, dst_ptrs, src_ptrs, feat, dst, src, num, **_):
-            f, mem = int(feat[0]), memory[int(src_ptrs[0])]
-            rows = mem[((src.long() * f + self.shift) % mem.numel())[:, None] + torch.arange(f)]
-            touch.scratch.view(-1, f)[dst.long()] = rows
-
-    kernel = Kernel()
-    touch = page_toucher(kernel, rg, 4096)
-    touch(rg)
-    rg.next_list()
-    touch(rg)
-    kernel.shift = 16
-    with pytest.raises(AssertionError, match="bank 0"):
-        touch(rg)
-
-
-def test_interleaved_probe_times_every_kernel_in_every_regime_against_upstream_decode(monkeypatch):
-    """bench.probes.probe_fresh.interleaved with a stand-in for the graphs: one variant per kernel and
-    regime in the same rounds, touch regimes timed as decode with their touch hook, ratios against
-    ``up@decode`` and the A/A from ``upAA@decode``."""
-    pytest.importorskip("torch")
-    import types
-
-    from bench.probes import harness, probe_fresh
-
-    cost = {"decode": 40.0, "replay": 38.0, "decode_touch4K": 39.0}
     calls = []
 
-    def time_set(kernel, regime, reps, *, prepare=None):
-        calls.append((kernel, regime, prepare))
-        label = "decode_touch4K" if prepare is not None else regime
-        return cost[label] * (0.99 if kernel == "tma" else 1.0)
+    class Runtime:
+        def __getattr__(self, name):
+            def call(*args):
+                calls.append((name, *args))
+                if name == "pointerGetAttributes":
+                    return types.SimpleNamespace(devicePointer=args[0] + 1)
+                if name in ("runtimeGetVersion", "driverGetVersion"):
+                    return 13020
+                if name == "hostRegister" and args[1] == 13:
+                    raise OSError("cudaErrorHostMemoryAlreadyRegistered")
+                return 8192
+            return call
 
-    monkeypatch.setattr(harness, "page_toucher", lambda fic, rg, stride: ("touch", stride))
-    rg = types.SimpleNamespace(n=1, time_set=time_set)
-    out = probe_fresh.interleaved(rg, None, {"up": None, "upAA": None, "tma": None}, ["decode", "replay", "decode_touch4K"], 3)
-    assert len(calls) == 3 * 3 * 3 and {c[2] for c in calls if c[1] == "decode"} == {None, ("touch", 4096)}
-    s = out["summary"]
-    assert "upAA@decode" not in s and s["up@decode"]["speedup_paired"] == 1.0 and s["up@decode"]["aa_spread"] == 0.0
-    assert s["up@replay"]["speedup_paired"] == pytest.approx(40 / 38) and s["up@decode_touch4K"]["speedup_paired"] == pytest.approx(40 / 39)
-    assert s["tma@decode"]["speedup_paired"] == pytest.approx(1 / 0.99)
-    assert len(out["rounds_us"]["tma@replay"]) == 3
+    cuda = types.SimpleNamespace(runtime=Runtime())
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    return calls
+
+
+def test_runtime_calls_go_through_cupy_with_cudas_flags(fake_cupy):
+    from gpukit import runtime
+
+    runtime.host_register(4096, 8192, "bank 0")
+    runtime.host_unregister(4096)
+    runtime.memcpy_h2d_async(1, 2, 3, 4)
+    assert runtime.device_pointer(4096) == 4097
+    assert runtime.device_limit(runtime.CUDA_LIMIT_MALLOC_HEAP_SIZE) == 8192
+    assert runtime.versions() == {"cuda_runtime": "13.2", "cuda_driver_api": "13.2"}
+    assert fake_cupy[:5] == [("hostRegister", 4096, 8192, 3), ("hostUnregister", 4096), ("memcpyAsync", 1, 2, 3, 1, 4),
+                             ("pointerGetAttributes", 4096), ("deviceGetLimit", 2)]  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"cudaHostRegister\(13 B, bank 1\) failed: cudaErrorHostMemoryAlreadyRegistered"):
+        runtime.host_register(4096, 13, "bank 1")
+    with pytest.raises(ValueError, match="nbytes=0"):
+        runtime.host_register(4096, 0)
+    with pytest.raises(ValueError, match="limit=7"):
+        runtime.device_limit(7)
+
+
+def test_runtime_without_cupy_says_what_to_install(monkeypatch):
+    import sys
+
+    from gpukit import runtime
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
+    with pytest.raises(RuntimeError, match="pip install cupy-cuda13x"):
+        runtime.host_register(4096, 8192)
+    assert runtime.versions() == {}

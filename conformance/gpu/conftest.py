@@ -5,7 +5,7 @@ CUDA device (or no torch). On a CUDA machine the installed ``freetoken`` must pr
 ``freetoken.kernel.decode_gather``: a missing module is an error there, not a skip.
 
 With ``CONFORMANCE_SUMMARY=1`` (``nox -s gpu`` sets it) the session writes the ``conformance``
-document (``gpukit.results``: ``results/<device>/conformance/summary.json``): verified calls and
+document (``suite.results``: ``results/<device>/conformance/summary.json``): verified calls and
 bytes per group, pass/fail counts per group, the machine and the provenance.
 """
 
@@ -25,8 +25,8 @@ import pytest
 from freetoken_overlay.util import env_flag
 
 from conformance.prereq import skip_or_fail  # noqa: E402
-from gpukit import results
-from gpukit.commands import CONFORMANCE_SUMMARY_ENV as SUMMARY_ENV
+from suite import results
+from suite.commands import CONFORMANCE_SUMMARY_ENV as SUMMARY_ENV
 from gpukit.geometry import CONFORMANCE_EXTRA_RINGS, Ring
 from gpukit.kernels import default_ring, load_kernels, precompile
 from gpukit.machine import machine_info

@@ -14,6 +14,7 @@ tool reports an error, a run lacks its closing summary line, or the case fails; 
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import subprocess
 import sys
@@ -21,8 +22,10 @@ import tempfile
 import time
 
 from freetoken_overlay.toolchain import find_tool
-from gpukit import results
+from suite import results
 from gpukit.machine import machine_info
+
+logger = logging.getLogger(__name__)
 
 CASE = "conformance.gpu.sanitize_case"  # run as a module from the repository root
 TOOLS = ("memcheck", "racecheck", "synccheck")
@@ -79,23 +82,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=int, default=900, help="seconds per tool run")
     ap.add_argument("--dry-run", action="store_true", help="print the commands and self-test the parser; run nothing")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     tools = [t for t in args.tools.split(",") if t]
     case_cmd = [sys.executable, "-m", CASE, *args.case_args.split()]
     san = find_sanitizer(args.sanitizer)
     if args.dry_run:
         self_test()
-        print("parser self-test: ok")
-        print("plain:", " ".join(case_cmd))
+        logger.info("parser self-test: ok")
+        logger.info("plain: %s", " ".join(case_cmd))
         for tool in tools:
-            print(f"{tool}:", " ".join([san or "compute-sanitizer", "--tool", tool, "--print-limit", "100", *case_cmd]))
+            logger.info("%s: %s", tool, " ".join([san or "compute-sanitizer", "--tool", tool, "--print-limit", "100", *case_cmd]))
         sample = results.path("sanitizer", out_dir=tempfile.mkdtemp(prefix="sanitizer-dry-"))
         results.write_json(sample, {"dry_run": True, "tools": {t: {"errors": 0} for t in tools}, "passed": True})
-        print(f"sample summary (not a result): {sample}")
+        logger.info("sample summary (not a result): %s", sample)
         return 0
     if san is None:
-        print("run_sanitizer: compute-sanitizer not found ($COMPUTE_SANITIZER, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin)",
-              file=sys.stderr)
+        logger.error("run_sanitizer: compute-sanitizer not found ($COMPUTE_SANITIZER, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin)")
         return 2
     info = machine_info()
     target = results.path("sanitizer", info.get("device_slug"), args.out)
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "sanitizer-plain.log").write_text(plain.stdout + plain.stderr)
     summary["plain"] = {"exit_code": plain.returncode, "seconds": round(time.perf_counter() - t0, 1)}
     ok = plain.returncode == 0
-    print(f"plain run: exit {plain.returncode} ({summary['plain']['seconds']} s)")
+    logger.info("plain run: exit %s (%s s)", plain.returncode, summary["plain"]["seconds"])
     for tool in tools:
         cmd = [san, "--tool", tool, "--print-limit", "100", *case_cmd]
         t0 = time.perf_counter()
@@ -134,14 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         summary["tools"][tool] = rec
         good = parsed["errors"] == 0 and case_ok
         ok &= good
-        print(
-            f"{tool}: errors={parsed['errors']} warnings={parsed['warnings']} case_exact={case_ok} "
-            f"exit={rc} ({rec['seconds']} s){'' if good else '  <-- FAIL'}"
-        )
+        logger.info("%s: errors=%s warnings=%s case_exact=%s exit=%s (%s s)%s", tool, parsed["errors"], parsed["warnings"],
+                    case_ok, rc, rec["seconds"], "" if good else "  <-- FAIL")  # fmt: skip
     summary["total_errors"] = sum((r["errors"] or 0) for r in summary["tools"].values())
     summary["passed"] = bool(ok)
     path = results.write_json(target, results.scrub(summary))
-    print(f"wrote {path}")
+    logger.info("wrote %s", path)
     return 0 if ok else 1
 
 

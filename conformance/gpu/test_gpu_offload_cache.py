@@ -20,7 +20,7 @@ import pytest
 from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
 from gpukit.kernels import LaunchCounter
 from gpukit.memory import HostBanks, cache_reference_diff, cache_rows
-from gpukit.rounds import run_rounds
+from suite.rounds import run_rounds
 from gpukit.routing import zipf_routing_trace
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from gpukit.results import REPO_ROOT
+from suite.results import REPO_ROOT
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -27,7 +27,7 @@ MEMORY_TOLERANCE = 32 << 20  # lazy module load of one small kernel is well belo
 CHILD = r"""
 import json
 import torch
-from gpukit.cudart import CUDA_LIMIT_MALLOC_HEAP_SIZE, CUDA_LIMIT_STACK_SIZE, device_limit
+from gpukit.runtime import CUDA_LIMIT_MALLOC_HEAP_SIZE, CUDA_LIMIT_STACK_SIZE, device_limit
 from gpukit.geometry import Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
 from gpukit.kernels import call_ours, call_upstream, default_ring, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
@@ -46,17 +46,17 @@ out = {{"launches": []}}
 def measure(name, launch):
     cache.poison(0xA5)
     torch.cuda.synchronize()
-    s0, src0 = device_limit(CUDA_LIMIT_STACK_SIZE)
-    h0, _ = device_limit(CUDA_LIMIT_MALLOC_HEAP_SIZE)
+    s0 = device_limit(CUDA_LIMIT_STACK_SIZE)
+    h0 = device_limit(CUDA_LIMIT_MALLOC_HEAP_SIZE)
     f0 = torch.cuda.mem_get_info()[0]
     launch()
     torch.cuda.synchronize()
-    s1, _ = device_limit(CUDA_LIMIT_STACK_SIZE)
-    h1, _ = device_limit(CUDA_LIMIT_MALLOC_HEAP_SIZE)
+    s1 = device_limit(CUDA_LIMIT_STACK_SIZE)
+    h1 = device_limit(CUDA_LIMIT_MALLOC_HEAP_SIZE)
     f1 = torch.cuda.mem_get_info()[0]
     err = check_slot_cache(cache, 0xA5, [([3, 0, 1, 2], [3, 0, 2, 1], banks.dev[0])])
     out["launches"].append({{"name": name, "stack_before": s0, "stack_after": s1, "heap_before": h0, "heap_after": h1,
-                            "free_before": f0, "free_after": f1, "limit_source": src0, "copy_error": err}})
+                            "free_before": f0, "free_after": f1, "copy_error": err}})
 
 for r in rings:  # load every module first: the test is about the first LAUNCH
     dgm.decode_gather_module(**r.kwargs())

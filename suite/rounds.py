@@ -1,6 +1,6 @@
 """Paired alternating rounds with an A/A control: the one round loop of every A/B measurement here.
 
-    from gpukit.rounds import run_rounds
+    from suite.rounds import run_rounds
     r = run_rounds(
         {"upstream": time_upstream, "upstream_aa": time_upstream_again, "ours": time_ours},
         rounds=7, base="upstream", aa="upstream_aa",
@@ -8,7 +8,7 @@
         after_round=lambda i: check_caches(i),           # e.g. every variant left the same state
     )
     r.values["ours"]      # one timing per round
-    r.summary("ours")     # gpukit.stats.summarize_rounds: medians, speedup base/ours, A/A spread, verdict
+    r.summary("ours")     # suite.stats.summarize_rounds: medians, speedup base/ours, A/A spread, verdict
 
 A variant is a callable ``fn(round_index)`` returning the round's timing: a number, a list of numbers
 (several samples of one round; :attr:`Rounds.values` reduces them, by default to their median), or
@@ -16,7 +16,7 @@ None (the round ran for its side effects; nothing to time). Every round runs eve
 even rounds in the order given, odd rounds reversed (``order="fixed"`` keeps the order, or pass
 ``order=fn(round_index, names) -> names``). The A/A control ``aa`` is a second instance of ``base``
 (another capture, another cache) measured in the same rounds: its spread against ``base`` is the
-noise that decides between faster, tie and slower (:mod:`gpukit.stats`).
+noise that decides between faster, tie and slower (:mod:`suite.stats`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import dataclasses
 import statistics
 from typing import Any, Callable, Mapping, Sequence
 
-from gpukit.stats import summarize_rounds
+from suite.stats import summarize_rounds
 
 Timing = float | Sequence[float] | None
 Order = str | Callable[[int, Sequence[str]], Sequence[str]]
@@ -52,7 +52,7 @@ class Rounds:
         return out
 
     def summary(self, ours: str) -> dict[str, Any]:
-        """``ours`` against ``base`` (and ``aa``): :func:`gpukit.stats.summarize_rounds`."""
+        """``ours`` against ``base`` (and ``aa``): :func:`suite.stats.summarize_rounds`."""
         if self.base is None:
             raise ValueError("run_rounds(..., base=...) names no baseline to compare against")
         return summarize_rounds(self.values, ours=ours, base=self.base, aa=self.aa or "")

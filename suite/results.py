@@ -1,7 +1,7 @@
 """Where results go: the result kinds, their files ``results/<device>/<file>``, the device slug, the
 provenance, and the one writer and reader of result documents.
 
-    from gpukit import results
+    from suite import results
     path = results.save("step_pdl", machine=machine_info(), args=..., decode_step=...)
     doc = results.load("step_pdl", "h200")          # None when missing
 
@@ -15,8 +15,8 @@ Kinds (:data:`KINDS`) and their writers:
 - ``contention``: ``<device>x2/contention.json``, ``python -m bench.contention`` (two GPUs)
 - ``upstream_bench``: ``<device>/upstream_bench.json``, ``python -m bench.upstream_bench``
 - ``e2e``: ``<device>/e2e.json``, ``python -m bench.e2e run`` (the end-to-end A/B)
-- ``probe``: ``<device>/probes/<name>.json``, ``bench/probes`` (development experiments; written to ``$OUT``
-  and committed by hand under a name of their own)
+- ``probe``: ``experiments/`` (written to ``$OUT``, committed by hand under
+  ``experiments/results/<device>/tree-<tree id>/``, outside ``results/``)
 - ``sass``: ``sass.json`` (no device), ``python -m conformance.sass --save``
 
 Every document starts with its schema id, the time it was made (not for ``sass``, which must
@@ -67,7 +67,7 @@ KINDS: dict[str, Kind] = {
     "contention": Kind("freetoken-decode-gather-contention/1", "contention.json", gpus=2),
     "upstream_bench": Kind("freetoken-decode-gather-upstream-bench/1", "upstream_bench.json"),
     "e2e": Kind("freetoken-decode-gather-e2e/1", "e2e.json"),
-    "probe": Kind("freetoken-decode-gather-probe/1", "probes/probe.json"),  # bench/probes: named per run
+    "probe": Kind("freetoken-decode-gather-probe/1", "probes/probe.json"),  # experiments/: named per run
     "sass": Kind("freetoken-decode-gather-sass/2", "sass.json", per_device=False, timestamped=False),
 }
 

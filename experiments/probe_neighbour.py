@@ -2,7 +2,7 @@
 
 Development experiment (see README.md here); GPU and the patched freetoken installed:
 
-    PROBE_RINGS=16x4x8K,32x4x4K .nox/build/bin/python -m bench.probes.probe_neighbour
+    PROBE_RINGS=16x4x8K,32x4x4K .nox/build/bin/python -m experiments.probe_neighbour
 
 A: 40-layer captured graphs at n = 0, 1, 2 of upstream (twice) and each ring, alone and with a
 one-CTA cupy kernel before every layer (default shared-memory carveout, and carveout 100% shared),
@@ -13,15 +13,18 @@ misses) for unset, unset A/A, ensure_experts alone, and tma with each ring
 Writes ``$OUT/probe_step.json`` (default: the current directory).
 """
 
+import logging
 import os
 import time
 
 import cupy
 import torch
 
-from bench.probes import harness as H
+from experiments import harness as H
 from gpukit.geometry import Ring
 from gpukit.kernels import load_kernels, precompile
+
+logger = logging.getLogger(__name__)
 
 RINGS = [Ring.parse(r) for r in os.environ.get("PROBE_RINGS", "16x4x8K,32x4x4K").split(",")]
 
@@ -43,9 +46,10 @@ def neighbour(name: str, carveout: int | None):
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     dev = torch.device("cuda")
     dgm, fic = load_kernels()
-    errors = precompile(dgm, fic, RINGS, progress=print)
+    errors = precompile(dgm, fic, RINGS, progress=logger.info)
     assert not errors, errors
     log: dict = {"rings": [r.tag for r in RINGS]}
     G = H.Gather(dev)
@@ -60,12 +64,12 @@ def main() -> None:
         times = G.time_rounds(graphs, copies=lambda key: key[0] != "none")
         res = {f"{k[0]}|{k[1]}": H.median(v) for k, v in times.items()}
         log["A"][n] = res
-        print(f"--- A n={n}", flush=True)
+        logger.info(f"--- A n={n}")
         for nb in neighbours:
-            print(f"  {nb:6s} " + " ".join(f"{kn}={res[f'{kn}|{nb}']:.2f}" for kn in kernels), flush=True)
+            logger.info(f"  {nb:6s} " + " ".join(f"{kn}={res[f'{kn}|{nb}']:.2f}" for kn in kernels))
         for nb in ("nbdef", "nbshm"):
-            print(f"  neighbour {nb} alone {res[f'none|{nb}']:.2f}", flush=True)
-    print(f"A done {time.time() - t0:.0f}s", flush=True)
+            logger.info(f"  neighbour {nb} alone {res[f'none|{nb}']:.2f}")
+    logger.info(f"A done {time.time() - t0:.0f}s")
     specs = [H.StepSpec("unset", {}), H.StepSpec("ensure", {}, copy=False)]
     specs += [
         H.StepSpec(f"tma{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})

@@ -11,30 +11,34 @@ L2 prefetch per chunk). Optionally the captured decode step of the real OffloadM
 The toucher warp is not in the series (it did not pay: ``results/<device>/probes/``); ``--touch`` needs its
 kernel, ``ktouch-experiment.patch`` in that folder, committed on top of the series in
 ``.work/upstream`` before the wheel is built. ``--backing thp|hugetlb`` puts the banks on 2 MiB pages
-(gpukit.memory.HugePageBank) to test the cold rows' address translations. Run 1 of session 4 was:
+(experiments.regimes.HugePageBank) to test the cold rows' address translations. Run 1 of session 4 was:
 
-    python -m bench.probes.probe_fresh --ns 1,0,2,4,8,32 --touch 1,2,3 --step 2
+    python -m experiments.probe_fresh --ns 1,0,2,4,8,32 --touch 1,2,3 --step 2
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import functools
 import time
 
 import torch
 
-from bench.probes import harness as H
-from bench.probes import variants
-from gpukit.decode_regime import REGIMES, SPLIT_REGIMES, TOUCH_REGIMES, Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
+from experiments import harness as H
+from experiments import variants
+from experiments.regimes import BACKINGS, REGIME_ORDER, TOUCH_REGIMES, ProbeGraphs, model_banks
+from gpukit.decode_regime import Footprint, RegimeGraphs, poisoned_slots, replays_per_set
 from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
-from gpukit.kernels import call_module, call_upstream, default_ring, load_kernels, precompile, probe_headers
-from gpukit.memory import BACKINGS
-from gpukit.rounds import run_rounds
-from gpukit.stats import summarize_rounds
+from gpukit.kernels import call_upstream, default_ring, load_kernels, precompile, probe_headers
+from suite.rounds import run_rounds
+from suite.stats import summarize_rounds
+
+logger = logging.getLogger(__name__)
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="0,1,2,4,8,32")
     ap.add_argument("--touch", default="", help="kTouch values of the installed kernel to add")
@@ -51,16 +55,16 @@ def main() -> None:
     ap.add_argument("--name", default="probe_fresh.json", help="file written under $OUT")
     ap.add_argument("--interleave", action="store_true", help="time every kernel in every regime in each round "
                     "(ratios against upstream in the decode regime), so the regimes share the host's noise")  # fmt: skip
-    ap.add_argument("--tma-variants", default="", help="decode_gather variants of bench.probes.variants to add, "
+    ap.add_argument("--tma-variants", default="", help="decode_gather variants of experiments.variants to add, "
                     "e.g. hybrid1,hybrid2 (built with the default ring)")  # fmt: skip
-    ap.add_argument("--upstream-loads", default="", help="upstream kernel variants of bench.probes.variants."
+    ap.add_argument("--upstream-loads", default="", help="upstream kernel variants of experiments.variants."
                     "UPSTREAM_LOADS to add, e.g. nc,nc_l2_256")  # fmt: skip
     args = ap.parse_args()
     ns = [int(x) for x in args.ns.split(",") if x]
     touches = [int(x) for x in args.touch.split(",") if x]
     regimes = [r for r in args.regimes.split(",") if r]
     rings = [Ring.parse(r) for r in args.rings.split(",") if r]
-    assert all(r in REGIMES + SPLIT_REGIMES + tuple(TOUCH_REGIMES) for r in regimes), regimes
+    assert all(r in REGIME_ORDER for r in regimes), regimes
     assert not args.interleave or "decode" in regimes, "--interleave compares every regime with decode"
 
     from freetoken.kernel.utils import load_jit, make_cpp_args
@@ -100,32 +104,32 @@ def main() -> None:
             return var_mods.setdefault(v, variants.load(var_files, v, ring))
 
     extra.update({f"dg_{v}": (lambda v=v: var_module(v)) for v in var_files})
-    errors = precompile(dgm, fic, rings, upstream_blocks=(8, 32), extra=extra, progress=lambda s: print(s, flush=True))
+    errors = precompile(dgm, fic, rings, upstream_blocks=(8, 32), extra=extra, progress=logger.info)
     assert not errors, errors
 
     dev = torch.device("cuda")
     fp = Footprint.scaled(args.gib)
     t0 = time.perf_counter()
-    banks = ModelBanks(fp, dev, backing=args.backing, progress=lambda s: print(s, flush=True))
-    print(f"bank pages: {banks.pages}", flush=True)
+    banks, pages = model_banks(fp, dev, args.backing, progress=logger.info)
+    logger.info(f"bank pages: {pages}")
     slots = poisoned_slots(fp.row_bytes, dev)
-    log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "rings": [r.tag for r in rings], "bank_setup_s": time.perf_counter() - t0, "bank_pages": banks.pages,
+    log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "rings": [r.tag for r in rings], "bank_setup_s": time.perf_counter() - t0, "bank_pages": pages,
                  "per_n": {}}  # fmt: skip
 
     def up(bpb: int):
         return functools.partial(call_upstream, fic, blocks_per_bank=bpb)
 
     def mod(m):
-        return functools.partial(call_module, m)
+        return functools.partial(H.call_module, m)
 
     kernels = {"up": up(8), "upAA": up(8), "up32": up(32), "tma": mod(dgm.decode_gather_module(*ring))}
     kernels.update({f"tma+t{t}": mod(mods[t]) for t in touches})
     kernels.update({f"tma_{r.tag}": mod(dgm.decode_gather_module(*r)) for r in rings})
     kernels.update({f"tma_{v}": mod(var_mods[v]) for v in var_files})
     # a fast_index_copy_multi variant's launch also takes the wait flag (0: none)
-    kernels.update({f"up_{x}": lambda *a, m=fic_mods[x]: call_module(m, *a, 0) for x in loads})
+    kernels.update({f"up_{x}": lambda *a, m=fic_mods[x]: H.call_module(m, *a, 0) for x in loads})
     for n in ns:
-        rg = RegimeGraphs(banks, slots, n, layers=fp.layers if n <= 32 else 4)
+        rg = ProbeGraphs(banks, slots, n, layers=fp.layers if n <= 32 else 4)
         for name, fn in kernels.items():
             rg.capture(name, fn)
         entry: dict = {"layers": rg.layers}
@@ -137,8 +141,8 @@ def main() -> None:
             entry[regime] = {"rounds_us": rounds, "summary": summ}
             us = {k: H.median(v) for k, v in rounds.items()}
             aa = summ["tma"]["aa_spread"]
-            print(f"n={n:3d} {regime:6s} up {us['up']:8.2f} us  A/A +-{aa:.4f}  "
-                  + "  ".join(f"{k} {s['speedup_paired']:.4f}" for k, s in summ.items()), flush=True)  # fmt: skip
+            logger.info(f"n={n:3d} {regime:6s} up {us['up']:8.2f} us  A/A +-{aa:.4f}  "
+                  + "  ".join(f"{k} {s['speedup_paired']:.4f}" for k, s in summ.items()))  # fmt: skip
         entry["verified_replays"] = rg.verified
         log["per_n"][n] = entry
         H.save(log, args.name)  # after every n: a run cut short still leaves its figures
@@ -177,9 +181,9 @@ def interleaved(rg: RegimeGraphs, fic, kernels: dict, regimes: list[str], rounds
     times = run_rounds(sets, rounds, base="up@decode", aa="upAA@decode").values
     summ = {lab: summarize_rounds(times, ours=lab, base="up@decode", aa="upAA@decode") for lab in sets if lab != "upAA@decode"}
     for reg in regimes:
-        print(f"n={rg.n:3d} {reg:16s} " + "  ".join(f"{k} {H.median(times[f'{k}@{reg}']):8.2f} us x{summ[f'{k}@{reg}']['speedup_paired']:.4f}"
-                                                    for k in kernels if f"{k}@{reg}" in summ), flush=True)  # fmt: skip
-    print(f"n={rg.n:3d} A/A +-{summ['up@decode']['aa_spread']:.4f} (ratios: up@decode / kernel@regime, paired)", flush=True)
+        logger.info(f"n={rg.n:3d} {reg:16s} " + "  ".join(f"{k} {H.median(times[f'{k}@{reg}']):8.2f} us x{summ[f'{k}@{reg}']['speedup_paired']:.4f}"
+                                                    for k in kernels if f"{k}@{reg}" in summ))  # fmt: skip
+    logger.info(f"n={rg.n:3d} A/A +-{summ['up@decode']['aa_spread']:.4f} (ratios: up@decode / kernel@regime, paired)")
     return {"regimes": regimes, "kernels": list(kernels), "rounds_us": times, "summary": summ}
 
 

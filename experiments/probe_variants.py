@@ -4,7 +4,7 @@ Development experiment behind the kernel's prologue (see README.md here); needs 
 patched freetoken installed (``nox -s apply build``, then this file with that session's Python):
 
     PROBE_VARS=current,old PROBE_RINGS=16x4x8K PROBE_NS=0,1,2,600 \
-        .nox/build/bin/python -m bench.probes.probe_variants
+        .nox/build/bin/python -m experiments.probe_variants
 
 It writes the variants of :mod:`variants` next to the installed decode_gather.cuh, JIT-builds each
 (variant, ring) as its own module, and times per-layer 40-layer captured graphs (4 layers for
@@ -14,16 +14,19 @@ alternating order, every timed set verified byte-exact against a device copy of 
 (unset, unset A/A, and those modules). Writes ``$OUT/probe_var.json`` (default: the current directory).
 """
 
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from bench.probes import harness as H
-from bench.probes import variants
+from experiments import harness as H
+from experiments import variants
 from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import load_kernels, probe_headers
+
+logger = logging.getLogger(__name__)
 
 RINGS = [Ring.parse(r) for r in os.environ.get("PROBE_RINGS", "16x4x8K,32x4x4K").split(",")]
 VARS = os.environ.get("PROBE_VARS", "current,old,serial_loop,serial_init").split(",")
@@ -32,13 +35,14 @@ STEP = [tuple(x.split(":")) for x in os.environ.get("PROBE_STEP", "").split(",")
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     from freetoken.kernel import utils as U
 
     dev = torch.device("cuda")
     dgm, fic = load_kernels()
     files, texts, skipped = variants.make(U.KERNEL_PATH / "jit", VARS)
     for name, why in skipped.items():
-        print(f"variant {name} skipped: {why}", flush=True)
+        logger.info(f"variant {name} skipped: {why}")
     names = [v for v in VARS if v in files]
 
     t0 = time.time()
@@ -46,7 +50,7 @@ def main() -> None:
         futs = {(v, r): ex.submit(variants.load, files, v, r) for v in names for r in RINGS}
         fic._jit_fast_index_copy_multi_module(num_threads=UPSTREAM_THREADS, blocks_per_bank=UPSTREAM_BLOCKS_PER_BANK)
         mods = {k: f.result() for k, f in futs.items()}
-    print(f"{len(mods)} modules in {time.time() - t0:.0f}s", flush=True)
+    logger.info(f"{len(mods)} modules in {time.time() - t0:.0f}s")
 
     G = H.Gather(dev)
     kernels = {"up": G.upstream(fic), "upAA": G.upstream(fic)}
@@ -59,13 +63,11 @@ def main() -> None:
         res = {k: H.median(v) for k, v in times.items()}
         rat = H.paired(times, "up")
         log["A"][n] = {"us": res, "paired_ratio": rat, "rounds": times}
-        print(f"--- n={n} up={res['up']:.2f} AA={rat['upAA']:.4f}", flush=True)
+        logger.info(f"--- n={n} up={res['up']:.2f} AA={rat['upAA']:.4f}")
         for r in RINGS:
-            print(
+            logger.info(
                 f"  {r.tag:9s} "
-                + " ".join(f"{v}={res[f'{v}:{r.tag}']:.2f}({rat[f'{v}:{r.tag}']:.4f})" for v in names),
-                flush=True,
-            )
+                + " ".join(f"{v}={res[f'{v}:{r.tag}']:.2f}({rat[f'{v}:{r.tag}']:.4f})" for v in names))
     if STEP:
         specs = [H.StepSpec("unset", {}), H.StepSpec("unsetAA", {})]
         specs += [

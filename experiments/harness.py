@@ -6,6 +6,7 @@ order; upstream is always timed twice, the second time as the A/A control.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import statistics
@@ -19,9 +20,11 @@ from gpukit.geometry import NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring
 from gpukit.kernels import call_ours, call_upstream
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
-from gpukit.results import document, write_json
-from gpukit.rounds import run_rounds
+from suite.results import document, write_json
+from suite.rounds import run_rounds
 from gpukit.timing import time_replays
+
+logger = logging.getLogger(__name__)
 
 LAYERS, SOURCES, EXPERTS, SLOTS = 40, 4, 256, 640
 BIG_LAYERS = 4  # n > 32: 40 layers of 600 experts would move 43 GB per replay
@@ -193,11 +196,17 @@ def decode_step(specs: list[StepVariant], *, rounds: int = 7, per_block: int = 1
 
 def print_step(results: dict[str, dict[str, Any]]) -> None:
     for name, v in results.items():
-        print(f"step {name:14s} {v['median_us']:8.1f} us  paired {next(iter(results))}/this {v['paired']:.4f}", flush=True)
+        logger.info(f"step {name:14s} {v['median_us']:8.1f} us  paired {next(iter(results))}/this {v['paired']:.4f}")
 
 
 def save(log: dict[str, Any], filename: str) -> Path:
     """Write ``log`` plus the machine and provenance to $OUT/filename (default: the current directory)."""
     path = write_json(Path(os.environ.get("OUT", ".")) / filename, document("probe", machine=machine_info(), **log))
-    print(f"wrote {path}", flush=True)
+    logger.info(f"wrote {path}")
     return path
+
+
+def call_module(module, cache: SlotCache, src_ptrs, dst, src, num, *extra) -> None:
+    """Any JIT module with decode_gather's launch signature (a kernel variant a caller built) on ``cache``;
+    ``extra`` follows the shared arguments (a fast_index_copy_multi variant's wait flag)."""
+    module.launch(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, *extra)

@@ -1,7 +1,7 @@
 """Every command the documentation, the report templates and the noxfile name, in one place.
 
 Each command is an argument list (what nox runs) and prints as one shell line (what the docs and
-the report show), so the two cannot drift apart. Where the files go is ``gpukit.results``' concern.
+the report show), so the two cannot drift apart. Where the files go is ``suite.results``' concern.
 Stdlib only: the noxfile imports this module from nox's own Python.
 """
 
@@ -26,7 +26,7 @@ class Command(NamedTuple):
         return f"nox -s {self.session}" if self.session else None
 
 
-#: ``nox -s gpu`` sets it to 1: the GPU tier then writes its ``conformance`` document (gpukit.results).
+#: ``nox -s gpu`` sets it to 1: the GPU tier then writes its ``conformance`` document (suite.results).
 CONFORMANCE_SUMMARY_ENV = "CONFORMANCE_SUMMARY"
 
 GPU = Command("gpu", ("pytest", "-rs", "conformance/gpu"), note=f"{CONFORMANCE_SUMMARY_ENV}=1")

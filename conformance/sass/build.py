@@ -1,0 +1,230 @@
+"""Where the SASS gate's tools and sources come from, and the one nvcc call: the disassembler
+(cuobjdump, else nvdisasm, found by ``freetoken_overlay.toolchain``), the installed freetoken's
+decode_gather header, include directories and default ring, upstream's CUDA flags, and
+:func:`compile_cubin` (``.cu`` -> cubin plus the ``ptxas -v`` log)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import pathlib
+import subprocess
+from typing import Iterable, Sequence
+
+from freetoken_overlay.toolchain import (  # the one home of the tool finders
+    DISASSEMBLER_INSTALL_HINT,
+    ToolNotFound,
+    find_tool,
+    package_dirs,
+    require_nvcc,
+    tool_version,
+)
+
+DEFAULT_ARCHS = (80, 90, 100, 120)
+# freetoken.kernel.utils.DEFAULT_CUDA_CFLAGS of 0.2.1; the installed package's own value wins
+# (read from its source by upstream_cuda_cflags(), without importing torch and triton).
+FALLBACK_CUDA_CFLAGS = ("-std=c++20", "-O3", "--expt-relaxed-constexpr")
+# The kernel's JIT wrapper, as freetoken.kernel.utils._make_wrapper writes it.
+DECODE_GATHER_EXPORT = "launch"
+
+
+class CompileError(RuntimeError):
+    """nvcc failed; the message holds its command line and output."""
+
+
+_package_dirs = package_dirs  # the freetoken lookups below go through this name (tests replace it)
+
+
+@dataclasses.dataclass(frozen=True)
+class Disassembler:
+    """cuobjdump (sass, elf, res-usage) or nvdisasm (sass with sections; no res-usage)."""
+
+    kind: str  # "cuobjdump" | "nvdisasm"
+    path: str
+
+    def _run(self, *args: str) -> str:
+        proc = subprocess.run([self.path, *args], capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{self.kind} failed ({proc.returncode}): {' '.join([self.path, *args])}\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc.stdout
+
+    def sass(self, cubin: str | os.PathLike) -> str:
+        if self.kind == "cuobjdump":
+            return self._run("-sass", str(cubin))
+        return self._run(str(cubin))
+
+    def elf(self, cubin: str | os.PathLike) -> str:
+        """Text holding the ELF's symbols and relocations (where syscall externs show)."""
+        if self.kind == "cuobjdump":
+            return self._run("-elf", str(cubin))
+        return self._run(str(cubin))
+
+    def res_usage(self, cubin: str | os.PathLike) -> str | None:
+        if self.kind == "cuobjdump":
+            return self._run("-res-usage", str(cubin))
+        return None
+
+    def version(self) -> str:
+        return tool_version(self.path)
+
+
+def find_disassembler() -> Disassembler | None:
+    """cuobjdump if any is found, else nvdisasm, else None."""
+    cuobjdump = find_tool("cuobjdump")
+    if cuobjdump:
+        return Disassembler("cuobjdump", cuobjdump)
+    nvdisasm = find_tool("nvdisasm")
+    if nvdisasm:
+        return Disassembler("nvdisasm", nvdisasm)
+    return None
+
+
+def require_disassembler() -> Disassembler:
+    found = find_disassembler()
+    if found is None:
+        raise ToolNotFound(DISASSEMBLER_INSTALL_HINT)
+    return found
+
+
+def freetoken_dir() -> pathlib.Path | None:
+    """The installed ``freetoken`` package's directory, found without importing it."""
+    dirs = _package_dirs("freetoken")
+    return dirs[0] if dirs else None
+
+
+def decode_gather_header() -> pathlib.Path:
+    """``<freetoken>/kernel/csrc/jit/decode_gather.cuh``; ``LookupError`` names what is missing."""
+    root = freetoken_dir()
+    if root is None:
+        raise LookupError("the freetoken package is not installed (no importlib spec for 'freetoken')")
+    cuh = root / "kernel" / "csrc" / "jit" / "decode_gather.cuh"
+    if not cuh.is_file():
+        raise LookupError(
+            f"freetoken at {root} has no kernel/csrc/jit/decode_gather.cuh: the patched freetoken "
+            "(with the decode_gather kernel) is not the one installed"
+        )
+    return cuh
+
+
+def freetoken_include_dir() -> pathlib.Path:
+    root = freetoken_dir()
+    if root is None:
+        raise LookupError("the freetoken package is not installed (no importlib spec for 'freetoken')")
+    inc = root / "kernel" / "csrc" / "include"
+    if not (inc / "freetoken").is_dir():
+        raise LookupError(f"freetoken at {root} has no kernel/csrc/include/freetoken")
+    return inc
+
+
+def tvm_ffi_include_dirs() -> list[str]:
+    """tvm-ffi's include paths (tvm_ffi.libinfo.include_paths()) plus its dlpack include."""
+    try:
+        from tvm_ffi import libinfo
+    except ImportError as exc:
+        raise LookupError(f"apache-tvm-ffi is not importable ({exc}): pip install apache-tvm-ffi") from exc
+    dirs = list(libinfo.include_paths())
+    try:
+        dlpack = libinfo.find_dlpack_include_path()
+    except (AttributeError, RuntimeError):
+        dlpack = None
+    if dlpack and dlpack not in dirs:
+        dirs.append(dlpack)
+    if not any((pathlib.Path(d) / "tvm" / "ffi").is_dir() for d in dirs):
+        raise LookupError(f"tvm_ffi.libinfo.include_paths()={dirs} holds no tvm/ffi headers")
+    if not any((pathlib.Path(d) / "dlpack" / "dlpack.h").is_file() for d in dirs):
+        raise LookupError(f"no dlpack/dlpack.h under tvm-ffi's include paths {dirs}")
+    return dirs
+
+
+def decode_gather_include_dirs() -> list[str]:
+    return [str(freetoken_include_dir()), *tvm_ffi_include_dirs()]
+
+
+def decode_gather_default_ring() -> tuple[int, int, int]:
+    """``freetoken.kernel.decode_gather.default_ring()`` (imports freetoken, hence torch)."""
+    try:
+        from freetoken.kernel.decode_gather import default_ring
+    except ImportError as exc:
+        raise LookupError(f"freetoken.kernel.decode_gather is not importable ({exc})") from exc
+    ring = tuple(int(v) for v in default_ring())
+    if len(ring) != 3:
+        raise LookupError(f"default_ring() returned {ring!r}, expected (ctas, stages, chunk_bytes)")
+    return ring  # type: ignore[return-value]
+
+
+def decode_gather_source(ring: Sequence[int], header: pathlib.Path | None = None) -> str:
+    """The translation unit upstream's JIT builds for one ring (load_jit's cuda_sources)."""
+    header = header or decode_gather_header()
+    args = ", ".join(str(int(v)) for v in ring)
+    return (
+        f'#include "{header.resolve()}"\n'
+        f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({DECODE_GATHER_EXPORT}, (&DecodeGatherKernel<{args}>::run));\n"
+    )
+
+
+def upstream_cuda_cflags() -> tuple[tuple[str, ...], str]:
+    """(flags, where from): the installed freetoken's DEFAULT_CUDA_CFLAGS, else the 0.2.1 value."""
+    root = freetoken_dir()
+    utils = root / "kernel" / "utils.py" if root else None
+    if utils and utils.is_file():
+        try:
+            tree = ast.parse(utils.read_text())
+            for node in tree.body:
+                if (
+                    isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "DEFAULT_CUDA_CFLAGS" for t in node.targets)
+                ):
+                    value = ast.literal_eval(node.value)
+                    return tuple(str(v) for v in value), str(utils)
+        except (SyntaxError, ValueError):
+            pass
+    return FALLBACK_CUDA_CFLAGS, "conformance.sass.FALLBACK_CUDA_CFLAGS"
+
+
+@dataclasses.dataclass
+class CompileResult:
+    cubin: pathlib.Path
+    ptxas_log: str
+    command: list[str]
+
+
+def compile_cubin(
+    source: str | os.PathLike,
+    arch: int,
+    out_dir: str | os.PathLike,
+    *,
+    include_dirs: Iterable[str] = (),
+    flags: Sequence[str] | None = None,
+    extra_flags: Sequence[str] = (),
+    nvcc: str | None = None,
+) -> CompileResult:
+    """``nvcc <flags> -I... -cubin -arch=sm_<arch> -Xptxas -v <source>``; the log is ptxas's."""
+    nvcc = nvcc or require_nvcc()
+    source = pathlib.Path(source)
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cubin = out_dir / f"{source.stem}.sm_{arch}.cubin"
+    if flags is None:
+        flags = upstream_cuda_cflags()[0]
+    cmd = [
+        nvcc,
+        *flags,
+        *extra_flags,
+        *(f"-I{d}" for d in include_dirs),
+        "-cubin",
+        f"-arch=sm_{arch}",
+        "-Xptxas",
+        "-v",
+        str(source),
+        "-o",
+        str(cubin),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0 or not cubin.is_file():
+        raise CompileError(f"nvcc failed ({proc.returncode}) for sm_{arch}:\n{' '.join(cmd)}\n{log}")
+    return CompileResult(cubin=cubin, ptxas_log=log, command=cmd)
+
