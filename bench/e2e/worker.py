@@ -26,7 +26,6 @@ left out: tokens/s is ``tokens / (t[skip + tokens] - t[skip])`` and the cache's 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import os
@@ -121,10 +120,10 @@ def expected_kernel(env_value: str | None) -> str | None:
 
 def auto_choice(cache) -> dict[str, Any] | None:
     """What ``auto``'s start-up probe chose and its figures (``cache.decode_gather_auto``), or None."""
+    from bench.auto_stability import choice_fields
+
     choice = getattr(cache, "decode_gather_auto", None)
-    if choice is None:
-        return None
-    return {f.name: getattr(choice, f.name) for f in dataclasses.fields(choice) if f.name != "launch"}
+    return None if choice is None else choice_fields(choice)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
