@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -120,21 +119,14 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_one(index: int, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
+    from bench.e2e.harness import run_worker
+
     result, log_path = log_dir / f"run{index}.json", log_dir / f"run{index}.log"
     cmd = [sys.executable, "-m", "bench.auto_stability", "--worker", "--result", str(result), "--slots",
            str(args.slots), "--seed", str(args.seed + index)] + (["--gib", str(args.gib)] if args.gib else []) + (
            ["--machine"] if index == 0 else [])  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != GATHER_ENV} | {"PYTHONUNBUFFERED": "1"}
-    with open(log_path, "wb") as f:
-        try:
-            rc = subprocess.run(cmd, cwd=results.REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                timeout=args.timeout_s, check=False).returncode  # fmt: skip
-        except subprocess.TimeoutExpired:
-            rc = None
-    if rc != 0 or not result.is_file():
-        tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-30:])
-        raise RuntimeError(f"run {index}: worker {'timed out' if rc is None else f'exit {rc}'}; last lines:\n{tail}")
-    return json.loads(result.read_text())
+    return run_worker(f"run {index}", cmd, env, result, log_path, args.timeout_s)
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -203,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"run {i + 1}/{args.runs} (fresh process; logs in {log_dir}) ...")
         try:
             runs.append(run_one(i, args, log_dir))
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # bench.e2e.harness.RunFailed
             errors.append(str(exc))
             log(str(exc))
             break

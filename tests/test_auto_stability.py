@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sys
 import types
 
 import pytest
@@ -100,3 +102,14 @@ def test_bad_settings_are_refused(capsys):
         with pytest.raises(SystemExit):
             stab.main(argv)
         assert msg in capsys.readouterr().err
+
+
+def test_run_worker_reads_the_result_or_says_why_not(tmp_path):
+    from bench.e2e.harness import RunFailed, run_worker
+
+    result, log = tmp_path / "r.json", tmp_path / "r.log"
+    write = f"import json; json.dump({{'ok': 1}}, open({str(result)!r}, 'w')); print('done')"
+    assert run_worker("t", [sys.executable, "-c", write], dict(os.environ), result, log, 60) == {"ok": 1}
+    result.unlink()
+    with pytest.raises(RunFailed, match=r"t: worker exit 3; log .*last lines:\nboom"):
+        run_worker("t", [sys.executable, "-c", "print('boom'); raise SystemExit(3)"], dict(os.environ), result, log, 60)

@@ -181,19 +181,25 @@ def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
         cmd = [sys.executable, "-m", "bench.e2e", "worker", "--model", str(args.model), "--slots", str(p["slots"]),
                "--tokens", str(args.tokens), "--skip", str(args.skip), "--kv-tokens", str(args.kv_tokens),
                "--result", str(result)] + (["--machine"] if len(calls) == 1 else [])  # fmt: skip
-        with open(log_path, "wb") as f:
-            try:
-                rc = subprocess.run(cmd, cwd=results.REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                    timeout=args.run_timeout_s, check=False).returncode  # fmt: skip
-            except subprocess.TimeoutExpired:
-                rc = None
-        if rc != 0 or not result.is_file():
-            tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-40:])
-            why = f"timed out after {args.run_timeout_s} s" if rc is None else f"exit {rc}"
-            raise RunFailed(f"{tag}: worker {why}; log {log_path}, last lines:\n{tail}")
-        return json.loads(result.read_text())
+        return run_worker(tag, cmd, env, result, log_path, args.run_timeout_s)
 
     return run
+
+
+def run_worker(tag: str, cmd: list[str], env: dict[str, str], result: Path, log_path: Path, timeout_s: float) -> dict:
+    """Run one worker process (output to ``log_path``) and read the JSON it wrote to ``result``;
+    :class:`RunFailed` with the log's last lines when it fails, times out or writes nothing."""
+    with open(log_path, "wb") as f:
+        try:
+            rc = subprocess.run(cmd, cwd=results.REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                timeout=timeout_s, check=False).returncode  # fmt: skip
+        except subprocess.TimeoutExpired:
+            rc = None
+    if rc != 0 or not result.is_file():
+        tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-40:])
+        why = f"timed out after {timeout_s} s" if rc is None else f"exit {rc}"
+        raise RunFailed(f"{tag}: worker {why}; log {log_path}, last lines:\n{tail}")
+    return json.loads(result.read_text())
 
 
 def execute(
