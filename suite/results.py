@@ -15,6 +15,8 @@ Kinds (:data:`KINDS`) and their writers:
 - ``contention``: ``<device>x2/contention.json``, ``python -m bench.contention`` (two GPUs)
 - ``upstream_bench``: ``<device>/upstream_bench.json``, ``python -m bench.upstream_bench``
 - ``e2e``: ``<device>/e2e.json``, ``python -m bench.e2e run`` (the end-to-end A/B)
+- ``auto_stability``: ``<device>/auto_stability.json``, ``python -m bench.auto_stability`` (what
+  ``FREETOKEN_DECODE_GATHER=auto`` chose in N fresh processes, and the probe's cost)
 - ``probe``: ``experiments/`` (written to ``$OUT``, committed by hand under
   ``experiments/results/<device>/tree-<tree id>/``, outside ``results/``)
 - ``sass``: ``sass.json`` (no device), ``python -m conformance.sass --save``
@@ -67,6 +69,7 @@ KINDS: dict[str, Kind] = {
     "contention": Kind("freetoken-decode-gather-contention/1", "contention.json", gpus=2),
     "upstream_bench": Kind("freetoken-decode-gather-upstream-bench/1", "upstream_bench.json"),
     "e2e": Kind("freetoken-decode-gather-e2e/1", "e2e.json"),
+    "auto_stability": Kind("freetoken-decode-gather-auto-stability/1", "auto_stability.json"),
     "probe": Kind("freetoken-decode-gather-probe/1", "probes/probe.json"),  # experiments/: named per run
     "sass": Kind("freetoken-decode-gather-sass/2", "sass.json", per_device=False, timestamped=False),
 }

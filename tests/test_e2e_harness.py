@@ -256,3 +256,78 @@ def test_resume_refuses_another_measurement():
     assert harness.resume_mismatch({**doc, "complete": True}, model, args, points, "t") == "it is complete"
     differ = [{"repeat": 0, "point": 0, "variant": v, "ids_sha256": v} for v in ("unset", "tma")]
     assert "different ids" in harness.resume_mismatch({**doc, "runs": differ}, model, args, points, "t")
+
+
+# --------------------------------------------------------------------------- the auto arm (--auto)
+
+
+def test_schedule_with_auto_runs_every_variant_and_reverses_on_odd_points():
+    names = ("unset", "tma", "auto")
+    plan = harness.schedule(points=2, repeats=2, names=names)
+    assert len(plan) == 12
+    assert [v for _, _, v in plan[:3]] == ["unset", "tma", "auto"]
+    assert [v for _, _, v in plan[3:6]] == ["auto", "tma", "unset"]  # repeat 0, point 1
+    for r in range(2):
+        for p in range(2):
+            assert sorted(v for rr, pp, v in plan if (rr, pp) == (r, p)) == ["auto", "tma", "unset"]
+
+
+def test_auto_arm_is_compared_with_unset_beside_tma():
+    runs = []
+    for r, (u, t, a) in enumerate(((100.0, 101.0, 100.2), (102.0, 103.5, 101.9), (99.0, 100.0, 99.1))):
+        arms = (("unset", u), ("tma", t), ("auto", a))
+        runs += [{"repeat": r, "point": 0, "variant": v, **fake_result(x)} for v, x in arms]
+    s = harness.summarize_point({"slots": 948}, 0, runs, ("unset", "tma", "auto"))
+    assert s["speedup"] == pytest.approx(1.01)  # tma's keys stay where they were
+    assert s["versus_unset"]["tma"]["speedup"] == s["speedup"]
+    auto = s["versus_unset"]["auto"]
+    assert auto["speedup"] == pytest.approx(100.2 / 100.0)
+    assert auto["speedup_paired"] == pytest.approx([1.002, 101.9 / 102.0, 99.1 / 99.0])
+    assert auto["verdict"] == "tie" and s["ids_identical"] is True
+    runs[-1]["ids_sha256"] = "c" * 64  # auto generated other ids in repeat 2
+    assert harness.summarize_point({"slots": 948}, 0, runs, ("unset", "tma", "auto"))["ids_identical"] is False
+
+
+def test_ids_mismatch_counts_any_two_variants_so_far():
+    runs = [
+        {"repeat": 0, "point": 0, "variant": "unset", "ids_sha256": "x"},
+        {"repeat": 0, "point": 0, "variant": "auto", "ids_sha256": "z"},  # tma has not run yet
+    ]
+    assert harness.ids_mismatches(runs) == [{"repeat": 0, "point": 0, "unset": "x", "auto": "z"}]
+
+
+def test_main_with_auto_runs_three_variants(tmp_path, monkeypatch):
+    runner = FakeRunner()
+    code, doc = run_main(tmp_path, monkeypatch, runner, ["--auto", "--repeats", "2"])
+    assert code == 0 and len(doc["runs"]) == 2 * 2 * 3
+    assert doc["settings"]["variants"]["auto"] == {"FREETOKEN_DECODE_GATHER": "auto"}
+    assert all(set(p["versus_unset"]) == {"tma", "auto"} for p in doc["points"])
+    (tmp_path / "again").mkdir()
+    code, doc = run_main(tmp_path / "again", monkeypatch, FakeRunner(bad=(1, 0, "auto")), ["--auto", "--repeats", "2"])
+    assert code == 1 and doc["points"][0]["ids_identical"] is False
+
+
+def test_resume_refuses_a_document_of_other_variants():
+    doc = {"schema": harness.E2E_SCHEMA, "complete": False, "model": {"config_sha256": "c"},
+           "points": [{"slots": 900}], "provenance": {"tree": "t"},
+           "settings": {"tokens": 256, "skip": 128, "kv_tokens": 8192,
+                        "variants": {"unset": {}, "tma": {}}}}  # fmt: skip
+    model, points = {"config_sha256": "c"}, [{"slots": 900}]
+    args = argparse.Namespace(tokens=256, skip=128, kv_tokens=8192, auto=False)
+    assert harness.resume_mismatch(doc, model, args, points, "t") is None
+    args.auto = True
+    assert harness.resume_mismatch(doc, model, args, points, "t") == "it ran other variants (--auto)"
+
+
+def test_worker_reports_what_auto_chose():
+    assert expected_kernel("auto") is None and expected_kernel(" AUTO ") is None
+    kept = types.SimpleNamespace(label="bpb8", launch=None, reason="tie")
+    cache = types.SimpleNamespace(_decode_gather=None, _copy_fused_ok=True, _copy_blocks_per_bank=8,
+                                  decode_gather_auto=kept)  # fmt: skip
+    assert copy_kernel(cache) == "fast_index_copy_multi" and copy_grid(cache, "x") == {"blocks_per_bank": 8}
+    cache.decode_gather_auto = types.SimpleNamespace(label="bpb32", launch=print)
+    cache._decode_gather = print  # auto took a wider upstream grid: still fast_index_copy_multi
+    assert copy_kernel(cache) == "fast_index_copy_multi" and copy_grid(cache, "x") == {"blocks_per_bank": 32}
+    cache.decode_gather_auto = types.SimpleNamespace(label="tma 16x4x8192", launch=print)
+    assert copy_kernel(cache) == "decode_gather"
+    assert copy_grid(cache, "decode_gather") == {"ctas": 16, "stages": 4, "chunk_bytes": 8192}

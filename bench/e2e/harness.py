@@ -1,10 +1,11 @@
-"""The end-to-end A/B: FREETOKEN_DECODE_GATHER unset against ``tma``, fresh process per run.
+"""The end-to-end A/B: FREETOKEN_DECODE_GATHER unset against ``tma`` (and ``auto`` with ``--auto``), fresh
+process per run.
 
 ``python -m bench.e2e run --model PATH [--tokens D --skip S --repeats R --slots K [K ...] |
 --miss-rate M [M ...] --out DIR]``
 
-Plan: for every repeat, for every slot-cache point, both variants, the order alternating
-(unset first on even repeat+point, ``tma`` first on odd), each run a new ``python -m bench.e2e
+Plan: for every repeat, for every slot-cache point, every variant, the order alternating
+(as listed on even repeat+point, reversed on odd), each run a new ``python -m bench.e2e
 worker`` process (:mod:`bench.e2e.worker`): same checkpoint, prompt, settings and greedy sampling.
 
 Slot points. ``--slots`` takes slot counts of the unified expert pool (all MoE layers share one LRU
@@ -14,8 +15,9 @@ checkpoint) reads the predicted steady-state miss rate per slot count from the c
 checkpoint has no such table, so it needs ``--slots`` (the proposal ran Qwen3.6-35B-A3B with 3164
 slots at 0.08-0.12). Either way the measured misses per lookup are reported.
 
-Verdict per point: the ids of the two variants must be identical in every repeat (else exit 1, at
-once). The speedup is median(tma tokens/s) / median(unset tokens/s); the paired ratios (one per
+Verdict per point: the ids of all variants must be identical in every repeat (else exit 1, at
+once). The speedup is median(tma tokens/s) / median(unset tokens/s) (``auto``'s likewise, in
+``versus_unset``; its workers record what the probe chose); the paired ratios (one per
 repeat) give its spread. The point is a tie when they straddle 1 or when the speedup does not stand
 out of either variant's spread over its repeats (gpukit.stats.stands_out: fresh processes have no A/A).
 
@@ -38,14 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.e2e import synth
+from bench.e2e.summary import AUTO, VARIANT_ENV, VARIANTS, ids_mismatches, spread, summarize_point  # noqa: F401
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
 from gpukit import results
 from gpukit.rounds import round_order
-from gpukit.stats import median, stands_out
 
 E2E_SCHEMA = results.KINDS["e2e"].schema
-VARIANTS = ("unset", "tma")
-VARIANT_ENV: dict[str, str | None] = {"unset": None, "tma": "tma"}
 GATHER_ENV = "FREETOKEN_DECODE_GATHER"
 DEFAULT_MISS_RATES = (0.1, 0.3)
 EXIT_OK, EXIT_IDS_DIFFER, EXIT_FAILED = 0, 1, 2
@@ -64,14 +64,19 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------------------------- plan
 
 
-def schedule(points: int, repeats: int) -> list[tuple[int, int, str]]:
+def variant_names(args: argparse.Namespace) -> tuple[str, ...]:
+    """The variants of this session: unset and tma, and auto with ``--auto``."""
+    return VARIANTS + ((AUTO,) if getattr(args, "auto", False) else ())
+
+
+def schedule(points: int, repeats: int, names: Sequence[str] = VARIANTS) -> list[tuple[int, int, str]]:
     """``(repeat, point, variant)`` in run order: repeats outermost so an early stop still leaves
     every point with whole repeats; within a (repeat, point) both variants, unset first when
     ``repeat + point`` is even and ``tma`` first when it is odd (drift cancels across repeats)."""
     out = []
     for r in range(repeats):
         for p in range(points):
-            out += [(r, p, v) for v in round_order("alternate", r + p, VARIANTS)]  # gpukit.rounds' alternation
+            out += [(r, p, v) for v in round_order("alternate", r + p, tuple(names))]  # gpukit.rounds' alternation
     return out
 
 
@@ -108,96 +113,6 @@ def check_points(points: list[dict[str, Any]], num_experts: int) -> None:
     seen = [p["slots"] for p in points]
     if len(set(seen)) != len(seen):
         raise ValueError(f"slot points {seen} repeat a slot count; give distinct points")
-
-
-# ---------------------------------------------------------------------------------- statistics
-
-
-def spread(xs: Sequence[float]) -> float | None:
-    """(max - min) / median; None for fewer than two values."""
-    xs = [x for x in xs if x is not None]
-    m = median(xs)
-    return (max(xs) - min(xs)) / m if len(xs) >= 2 and m else None
-
-
-def summarize_variant(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One variant at one point: lists over repeats (repeat order) and their medians/spreads."""
-    runs = sorted(runs, key=lambda r: r["repeat"])
-
-    def col(key: str) -> list[Any]:
-        return [r.get(key) for r in runs]
-
-    tps = col("tokens_per_s")
-    return {
-        "repeats": len(runs),
-        "tokens_per_s": tps,
-        "tokens_per_s_median": median(tps),
-        "tokens_per_s_min": min(tps) if tps else None,
-        "tokens_per_s_max": max(tps) if tps else None,
-        "tokens_per_s_spread": spread(tps),
-        "step_ms_p50": [(r.get("step_ms") or {}).get("p50") for r in runs],
-        "step_ms_p90": [(r.get("step_ms") or {}).get("p90") for r in runs],
-        "ttft_s": col("ttft_s"),
-        "ttft_s_median": median(col("ttft_s")),
-        "misses_per_token": col("misses_per_token"),
-        "misses_per_token_median": median(col("misses_per_token")),
-        "miss_rate": col("miss_rate"),
-        "miss_rate_median": median(col("miss_rate")),
-        "misses_total": col("misses_total"),
-        "vram_peak_reserved_bytes": max((x for x in col("vram_peak_reserved_bytes") if x is not None), default=None),
-        "vram_device_used_bytes": max((x for x in col("vram_device_used_bytes") if x is not None), default=None),
-        "ids_sha256": col("ids_sha256"),
-        "copy_kernel": sorted({k for k in col("copy_kernel") if k}),
-        "load_s": col("load_s"),
-    }
-
-
-def ids_mismatches(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every (repeat, point) whose two variants generated different ids."""
-    by_key: dict[tuple[int, int], dict[str, str]] = {}
-    for r in runs:
-        by_key.setdefault((r["repeat"], r["point"]), {})[r["variant"]] = r["ids_sha256"]
-    return [
-        {"repeat": k[0], "point": k[1], **v}
-        for k, v in sorted(by_key.items())
-        if len(v) == len(VARIANTS) and len(set(v.values())) > 1
-    ]
-
-
-def summarize_point(point: dict[str, Any], index: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    mine = [r for r in runs if r["point"] == index]
-    variants = {v: summarize_variant([r for r in mine if r["variant"] == v]) for v in VARIANTS}
-    base, ours = variants["unset"]["tokens_per_s_median"], variants["tma"]["tokens_per_s_median"]
-    paired = []
-    for r in sorted({x["repeat"] for x in mine}):
-        pair = {x["variant"]: x["tokens_per_s"] for x in mine if x["repeat"] == r}
-        if len(pair) == len(VARIANTS) and pair["unset"]:
-            paired.append(pair["tma"] / pair["unset"])
-    complete_pairs = [
-        r for r in {x["repeat"] for x in mine} if len({x["variant"] for x in mine if x["repeat"] == r}) == 2
-    ]
-    mism = ids_mismatches(mine)
-    counts = [{x["variant"]: x.get("misses_total") for x in mine if x["repeat"] == r} for r in sorted(complete_pairs)]
-    speedup = ours / base if base and ours else None
-    # a difference needs both: every paired repeat on one side of 1, and the ratio out of the repeats' spread
-    spreads = [v.get("tokens_per_s_spread") for v in variants.values()]
-    if not paired:
-        verdict = "n/a"
-    elif min(paired) <= 1.0 <= max(paired) or not stands_out(speedup, spreads):
-        verdict = "tie"
-    else:
-        verdict = "faster" if min(paired) > 1.0 else "slower"
-    return {
-        **point,
-        "variants": variants,
-        "speedup": speedup,  # tma / unset, medians of tokens/s (> 1: tma faster)
-        "speedup_paired": paired,
-        "speedup_paired_min": min(paired) if paired else None,
-        "speedup_paired_max": max(paired) if paired else None,
-        "verdict": verdict,
-        "ids_identical": (not mism) if complete_pairs else None,
-        "miss_counts_identical": all(len(set(c.values())) == 1 for c in counts) if counts else None,
-    }
 
 
 # ---------------------------------------------------------------------------------- results
@@ -266,19 +181,25 @@ def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
         cmd = [sys.executable, "-m", "bench.e2e", "worker", "--model", str(args.model), "--slots", str(p["slots"]),
                "--tokens", str(args.tokens), "--skip", str(args.skip), "--kv-tokens", str(args.kv_tokens),
                "--result", str(result)] + (["--machine"] if len(calls) == 1 else [])  # fmt: skip
-        with open(log_path, "wb") as f:
-            try:
-                rc = subprocess.run(cmd, cwd=results.REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                    timeout=args.run_timeout_s, check=False).returncode  # fmt: skip
-            except subprocess.TimeoutExpired:
-                rc = None
-        if rc != 0 or not result.is_file():
-            tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-40:])
-            why = f"timed out after {args.run_timeout_s} s" if rc is None else f"exit {rc}"
-            raise RunFailed(f"{tag}: worker {why}; log {log_path}, last lines:\n{tail}")
-        return json.loads(result.read_text())
+        return run_worker(tag, cmd, env, result, log_path, args.run_timeout_s)
 
     return run
+
+
+def run_worker(tag: str, cmd: list[str], env: dict[str, str], result: Path, log_path: Path, timeout_s: float) -> dict:
+    """Run one worker process (output to ``log_path``) and read the JSON it wrote to ``result``;
+    :class:`RunFailed` with the log's last lines when it fails, times out or writes nothing."""
+    with open(log_path, "wb") as f:
+        try:
+            rc = subprocess.run(cmd, cwd=results.REPO_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                timeout=timeout_s, check=False).returncode  # fmt: skip
+        except subprocess.TimeoutExpired:
+            rc = None
+    if rc != 0 or not result.is_file():
+        tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-40:])
+        why = f"timed out after {timeout_s} s" if rc is None else f"exit {rc}"
+        raise RunFailed(f"{tag}: worker {why}; log {log_path}, last lines:\n{tail}")
+    return json.loads(result.read_text())
 
 
 def execute(
@@ -290,6 +211,7 @@ def execute(
     budget_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     prior: list[dict[str, Any]] | None = None,
+    names: Sequence[str] = VARIANTS,
 ) -> int:
     """Run the plan; ``on_update(runs, complete, errors)`` after every run. ``prior``: runs of an
     interrupted session (``--resume``), not run again. Returns the exit code: stops at the first
@@ -298,7 +220,7 @@ def execute(
     runs: list[dict[str, Any]] = list(prior or [])
     errors: list[str] = []
     done = {(x["repeat"], x["point"], x["variant"]) for x in runs}
-    full = schedule(len(points), repeats)
+    full = schedule(len(points), repeats, names)
     plan = [step for step in full if step not in done]
     if done:
         log(f"resuming: {len(full) - len(plan)} of {len(full)} runs already done")
@@ -334,7 +256,7 @@ def execute(
         mism = ids_mismatches([x for x in runs if x["repeat"] == r and x["point"] == p])
         if mism:
             errors.append(
-                f"generated ids differ between unset and tma (repeat {r + 1}, slots {points[p]['slots']}): {mism}"
+                f"generated ids differ between {'/'.join(names)} (repeat {r + 1}, slots {points[p]['slots']}): {mism}"
             )
             log(errors[-1])
             on_update(runs, False, errors)
@@ -360,6 +282,7 @@ def resume_mismatch(doc: dict[str, Any], model: dict[str, Any], args: argparse.N
         ),
         ((doc.get("provenance") or {}).get("tree") == tree, "it measured another patched tree"),
         (not ids_mismatches(doc.get("runs") or []), "its variants generated different ids (exit 1 is its result)"),
+        (list(settings.get("variants") or VARIANTS) == list(variant_names(args)), "it ran other variants (--auto)"),
     )
     return next((why for ok, why in checks if not ok), None)
 
@@ -395,7 +318,8 @@ def document_fields(args: argparse.Namespace, model: dict[str, Any], points: lis
     ``--model``, read once per session; ``machine``: when no run carries it)."""
     machine = next((r.get("machine") for r in runs if r.get("machine")), None) or machine or {}
     slug = machine.get("device_slug") or "unknown"
-    summaries = [summarize_point(pt, i, runs) for i, pt in enumerate(points)]
+    names = variant_names(args)
+    summaries = [summarize_point(pt, i, runs, names) for i, pt in enumerate(points)]
     identical = [s["ids_identical"] for s in summaries if s["ids_identical"] is not None]
     raw = [{k: v for k, v in r.items() if k != "machine"} for r in runs]
     return slug, {
@@ -412,8 +336,8 @@ def document_fields(args: argparse.Namespace, model: dict[str, Any], points: lis
             "sampling": "greedy (temperature 0), ignore_eos",
             "prompt_sha256": hashlib.sha256(PROMPT.encode()).hexdigest(),
             "warmup_tokens": WARMUP_TOKENS,
-            "variants": {v: {GATHER_ENV: VARIANT_ENV[v]} for v in VARIANTS},
-            "order": "per repeat and point both variants, unset first when repeat + point is even",
+            "variants": {v: {GATHER_ENV: VARIANT_ENV[v]} for v in names},
+            "order": "per repeat and point every variant, in listed order when repeat + point is even, reversed when odd",
             "serve_equivalent": [serve_equivalent("MODEL", p["slots"]) for p in points],
             "tokens_per_s": "tokens / (t[skip + tokens] - t[skip]), host arrival stamps of the generated tokens",
             "misses_per_token": "the offload cache's own decode counters over the same window x MoE layers",
@@ -447,7 +371,7 @@ def main(args: argparse.Namespace) -> int:
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="ft-e2e-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     log(f"model {model}: {len(points)} point(s) {[p['slots'] for p in points]} slots "
-        f"(target miss rate {[p['target_miss_rate'] for p in points]}), {args.repeats} repeat(s) x 2 variants, "
+        f"(target miss rate {[p['target_miss_rate'] for p in points]}), {args.repeats} repeat(s) x {len(variant_names(args))} variants, "
         f"{args.tokens} tokens after {args.skip}; worker logs in {log_dir}")  # fmt: skip
     info = model_info(str(model))
     prior, machine = prior_runs(args, points, info) if args.resume else ([], None)
@@ -459,22 +383,26 @@ def main(args: argparse.Namespace) -> int:
         return write_result(args.out, slug, fields)
 
     code = execute(points, args.repeats, worker_runner(args, log_dir), on_update=on_update, budget_s=args.budget_s,
-                   prior=prior)  # fmt: skip
+                   prior=prior, names=variant_names(args))  # fmt: skip
     path = on_update(state["runs"], state["complete"] and code == EXIT_OK, state["errors"], code)
-    print_summary(points, state["runs"])
+    print_summary(points, state["runs"], variant_names(args))
     log(f"wrote {path} (exit {code})")
     return code
 
 
-def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]]) -> None:
+def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]], names: Sequence[str] = VARIANTS) -> None:
     for i, pt in enumerate(points):
-        s = summarize_point(pt, i, runs)
+        s = summarize_point(pt, i, runs, names)
         parts = []
-        for v in VARIANTS:
+        for v in names:
             d = s["variants"][v]
             if d["repeats"]:
                 parts.append(f"{v} {d['tokens_per_s_median']:.2f} tok/s [{d['tokens_per_s_min']:.2f}-"
                              f"{d['tokens_per_s_max']:.2f}] x{d['repeats']}, {d['misses_per_token_median']:.1f} misses/token")  # fmt: skip
-        ratio = (f"tma/unset {s['speedup']:.4f} (paired {s['speedup_paired_min']:.4f}-{s['speedup_paired_max']:.4f}, "
-                 f"{s['verdict']})" if s["speedup"] and s["speedup_paired"] else "tma/unset n/a")  # fmt: skip
-        log(f"slots {pt['slots']}: {'; '.join(parts) or 'no runs'}; {ratio}; ids identical: {s['ids_identical']}")
+        ratios = []
+        for arm, x in s["versus_unset"].items():
+            ratios.append(f"{arm}/unset {x['speedup']:.4f} (paired {x['speedup_paired_min']:.4f}-"
+                          f"{x['speedup_paired_max']:.4f}, {x['verdict']})" if x["speedup"] and x["speedup_paired"]
+                          else f"{arm}/unset n/a")  # fmt: skip
+        log(f"slots {pt['slots']}: {'; '.join(parts) or 'no runs'}; {'; '.join(ratios)}; "
+            f"ids identical: {s['ids_identical']}")

@@ -86,7 +86,9 @@ def engine_kwargs(args: argparse.Namespace, num_experts: int) -> dict[str, Any]:
 
 def copy_kernel(cache) -> str:
     """Which kernel ``copy_missing`` runs for decode misses in this cache."""
-    if getattr(cache, "_decode_gather", None) is not None:
+    choice = getattr(cache, "decode_gather_auto", None)  # FREETOKEN_DECODE_GATHER=auto: its label says
+    ring = choice.label.startswith("tma ") if choice is not None else getattr(cache, "_decode_gather", None) is not None
+    if ring:
         return "decode_gather"
     if getattr(cache, "_copy_fused_ok", False):
         return "fast_index_copy_multi"
@@ -95,6 +97,12 @@ def copy_kernel(cache) -> str:
 
 def copy_grid(cache, kernel: str) -> dict[str, Any]:
     """The launch shape of the decode miss copy: decode_gather's ring, or upstream's CTAs per bank."""
+    choice = getattr(cache, "decode_gather_auto", None)
+    if choice is not None:  # the probe's labels: "bpb<N>", "tma <ctas>x<stages>x<chunk_bytes>"
+        if choice.label.startswith("tma "):
+            ctas, stages, chunk = (int(x) for x in choice.label[4:].split("x"))
+            return {"ctas": ctas, "stages": stages, "chunk_bytes": chunk}
+        return {"blocks_per_bank": int(choice.label.removeprefix("bpb"))}
     if kernel == "decode_gather":
         from freetoken.kernel import decode_gather
 
@@ -103,8 +111,19 @@ def copy_grid(cache, kernel: str) -> dict[str, Any]:
     return {"blocks_per_bank": getattr(cache, "_copy_blocks_per_bank", None)}
 
 
-def expected_kernel(env_value: str | None) -> str:
+def expected_kernel(env_value: str | None) -> str | None:
+    """The kernel a variant must run; None for ``auto``, whose probe may keep either."""
+    if env_value and env_value.strip().lower() == "auto":
+        return None
     return "decode_gather" if env_value else "fast_index_copy_multi"
+
+
+def auto_choice(cache) -> dict[str, Any] | None:
+    """What ``auto``'s start-up probe chose and its figures (``cache.decode_gather_auto``), or None."""
+    from bench.auto_stability import choice_fields
+
+    choice = getattr(cache, "decode_gather_auto", None)
+    return None if choice is None else choice_fields(choice)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -144,7 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if cache is None:
         raise RuntimeError("the engine built no MoE offload cache: --moe-strategy offload did not take")
     kernel = copy_kernel(cache)
-    if kernel != expected_kernel(env_gather):
+    if expected_kernel(env_gather) not in (None, kernel):
         raise RuntimeError(
             f"FREETOKEN_DECODE_GATHER={env_gather!r} should copy decode misses with {expected_kernel(env_gather)}, "
             f"but the cache chose {kernel} (see FreeToken's warning above); this run would not measure the variant"
@@ -176,6 +195,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "copy_kernel": kernel,
         "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
         "copy_grid": copy_grid(cache, kernel),
+        "auto": auto_choice(cache),
         "slots": args.slots,
         "moe_layers": layers,
         "num_experts": cache.num_experts,
