@@ -64,7 +64,7 @@ from freetoken_overlay.util import (  # noqa: E402
     wheelhouse_dir,
 )
 from freetoken_overlay.wheel import local_version  # noqa: E402
-from gpukit import commands  # noqa: E402
+from suite import commands  # noqa: E402
 
 nox.options.sessions = ["test"]  # GPU sessions are tagged: nox -t gpu
 nox.options.reuse_venv = "yes"
@@ -336,7 +336,7 @@ def test(session: nox.Session) -> None:
 
 
 def _run_patched(session: nox.Session, cmd: commands.Command, *extra_requirements: str) -> None:
-    """``cmd`` in the shared environment with the patched wheel (files go where gpukit.results says)."""
+    """``cmd`` in the shared environment with the patched wheel (files go where suite.results says)."""
     _install_patched(session, *_group("test"), *extra_requirements)
     session.run(_python(session), *(["-m"] if cmd.module else []), *cmd.args, *_posargs(session))
 

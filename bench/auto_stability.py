@@ -6,7 +6,7 @@ host banks as FreeToken's host_banks does (NVFP4, 40 layers x 256 experts, 18 GB
 inside ``set_bank_sources``) and records what it chose, the figures it chose by and the probe's
 cost. It then probes the same cache once more directly (``choose_decode_gather``) and checks that
 the probe allocates nothing that outlives it and leaves the slot bytes, slot map and LRU state as
-they were. One ``auto_stability`` document (gpukit.results) holds every run and the summary.
+they were. One ``auto_stability`` document (suite.results) holds every run and the summary.
 
 ``python -m bench.auto_stability [--runs 5] [--slots 3164] [--gib G] [--out DIR]``
 
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpukit import results
+from suite import results
 
 GATHER_ENV = "FREETOKEN_DECODE_GATHER"
 EXIT_OK, EXIT_CHANGED, EXIT_FAILED = 0, 1, 2

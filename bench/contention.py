@@ -61,7 +61,7 @@ def worker(rank: int, args, barrier, queue) -> None:
 
     from gpukit.decode_step import copy_all_layers, expected_slots, gather_env, stage_misses
     from gpukit.geometry import NVFP4_ROW_BYTES
-    from gpukit.rounds import run_rounds
+    from suite.rounds import run_rounds
     from gpukit.timing import time_replays
 
     torch.cuda.set_device(rank)
@@ -151,7 +151,7 @@ def main() -> int:
     import torch.multiprocessing as mp
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", help="write contention.json into DIR (default: results/<device>x2/, gpukit.results)")
+    p.add_argument("--out", help="write contention.json into DIR (default: results/<device>x2/, suite.results)")
     p.add_argument("--ns", type=int, nargs="*", default=[1, 4, 32])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--layers", type=int, default=40)
@@ -183,7 +183,7 @@ def main() -> int:
         log(f"n={s['n']:>2} {s['kernel']:>8} GPU{s['rank']}: solo {s['solo_gbps']:.1f} GB/s, "
             f"both {s['both_gbps']:.1f} GB/s, kept {s['kept']:.3f}")
     wrong = [x for x in rows if not x["verified"]]
-    from gpukit import results
+    from suite import results
     from gpukit.machine import machine_info
 
     path = results.save("contention", machine=machine_info(), out_dir=args.out, gpus=infos, args=vars(args),

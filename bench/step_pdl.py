@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from gpukit import results
+from suite import results
 from gpukit.decode_step import (
     DecodeStep,
     StepConfig,
@@ -47,7 +47,7 @@ from gpukit.geometry import MODEL, nvfp4_banks
 from gpukit.kernels import probe_headers
 from gpukit.machine import machine_info
 from gpukit.memory import cache_rows
-from gpukit.rounds import Rounds, run_rounds
+from suite.rounds import Rounds, run_rounds
 from gpukit.timing import time_replays
 
 POISON = 0x5A
@@ -96,7 +96,7 @@ def pdl_probes():
 
 def summarize(r: Rounds) -> dict:
     """Medians, the A/A spread of unset against unset_aa and, per other variant, the ratio unset/variant
-    (>1: variant faster) and its verdict (``gpukit.stats``: a tie is within the A/A spread)."""
+    (>1: variant faster) and its verdict (``suite.stats``: a tie is within the A/A spread)."""
     s = r.summaries()
     first = next(iter(s.values()))
     return {"median_us": {k: statistics.median(v) for k, v in r.values.items()}, "rounds_us": r.values,
@@ -229,7 +229,7 @@ def per_layer(args, probes) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", help="write step_pdl.json into DIR (default: results/<device>/, gpukit.results)")
+    p.add_argument("--out", help="write step_pdl.json into DIR (default: results/<device>/, suite.results)")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--per-block", type=int, default=10, help="decode steps per timed block")
     p.add_argument("--profile-steps", type=int, default=10)

@@ -18,7 +18,7 @@ Three ways to move the bytes, every copy verified word-exact against a device co
 Bytes in flight: ring = ctas x stages x chunk_bytes; LDG = blocks x 1024 threads x 16 B per bank.
 Rings above the module's shared-memory cap (decode_gather.MAX_RING_BYTES) are skipped. All JIT
 modules are built up front in ``--workers`` threads. Writes ceiling.json and ceiling.png
-(``gpukit.results``: results/<device>/; GB/s heatmaps over CTAs x ring, and GB/s against bytes in flight).
+(``suite.results``: results/<device>/; GB/s heatmaps over CTAs x ring, and GB/s against bytes in flight).
 
 Just over 500 lines: the measurement loops, the synthetic ``--dry-run`` data and the plot of one
 sweep stay together.
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpukit import results
+from suite import results
 from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
 from gpukit.kernels import call_ours, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, machine_line, pcie_under_load
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--out",
         default=None,
-        help="write ceiling.json and .png into DIR (default: results/<device>/, gpukit.results; a temp dir with --dry-run)",
+        help="write ceiling.json and .png into DIR (default: results/<device>/, suite.results; a temp dir with --dry-run)",
     )
     ap.add_argument("--ctas", default=None, help=f"CTA counts (default {DEFAULTS['ctas']})")
     ap.add_argument("--rings", default=None, help=f"STAGESxCHUNK per CTA (default {DEFAULTS['rings']})")

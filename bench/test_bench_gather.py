@@ -29,8 +29,8 @@ Rounds are paired and alternate: even rounds run upstream, upstream_aa, ours, co
 rounds the reverse. A round of one variant replays its graph ``reps`` times between two CUDA events
 from an idle GPU (reps chosen so a timed set lasts ~BENCH_TARGET_MS), and the round's value is the
 device time per layer. The slot cache is poisoned before and byte-verified after EVERY timed set.
-A case is measured once, all variants together (:func:`gpukit.rounds.run_rounds`). Each case is one
-row of ``bench.json`` (:mod:`gpukit.results`, the one store of these figures), keyed by ``regime``,
+A case is measured once, all variants together (:func:`suite.rounds.run_rounds`). Each case is one
+row of ``bench.json`` (:mod:`suite.results`, the one store of these figures), keyed by ``regime``,
 ``layers`` and ``n``: per-round and median times, the speedup upstream/ours, the A/A ratios and
 spread, the verdict, GB/s and the share of the copy-engine ceiling. n = 600 runs in a
 ``BENCH_BIG_LAYERS``-layer graph (4 by default): 40 layers x 600 experts would move 43 GB per replay.
@@ -44,7 +44,7 @@ alternating blocks of steps, the caches' slot maps and slot-cache bytes compared
 Knobs (environment): BENCH_N_DECODE (0,1,2,4,8,32), BENCH_BANKS_GIB (unset: the full footprint), BENCH_N40 (0,1,2,4,8,16,32), BENCH_N_BIG (600), BENCH_BIG_LAYERS (4),
 BENCH_N16 (0,1,2,4,8), BENCH_ROUNDS (7), BENCH_SOURCES (8), BENCH_TARGET_MS (20),
 BENCH_DECODE (1; 0 skips the decode-step benchmark), BENCH_DECODE_SLOTS_PER_LAYER (48); the file goes
-where :mod:`gpukit.results` says (``$FT_RESULTS_DIR`` moves the results tree).
+where :mod:`suite.results` says (``$FT_RESULTS_DIR`` moves the results tree).
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ from gpukit.memory import (
     poison_value,
     random_misses,
 )
-from gpukit import results
-from gpukit.rounds import run_rounds
-from gpukit.stats import summarize_rounds
+from suite import results
+from suite.rounds import run_rounds
+from suite.stats import summarize_rounds
 from gpukit.timing import copy_engine_ceiling, reps_for, time_replays
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]

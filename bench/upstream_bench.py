@@ -5,7 +5,7 @@ from ``.work/upstream`` (after ``nox -s apply build``) and stores what it wrote 
 ``upstream_bench`` result document (schema id, provenance, machine) in ``results/<device>/``.
 Extra arguments go to the benchmark (``--ring 8x4x16384``, ``--misses 0 1 2``, ...).
 
-``python -m bench.upstream_bench [--out DIR] [BENCHMARK ARGS...]`` (default: where :mod:`gpukit.results` keeps it)
+``python -m bench.upstream_bench [--out DIR] [BENCHMARK ARGS...]`` (default: where :mod:`suite.results` keeps it)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from freetoken_overlay.series import work_repo
 from freetoken_overlay.util import Workdir
 from gpukit.machine import machine_info
-from gpukit import results
+from suite import results
 
 SCRIPT = Path("benchmarks") / "bench_decode_gather.py"
 

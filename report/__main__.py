@@ -6,13 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpukit import results
+from suite import results
 from report.render import render
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m report", description=__doc__.splitlines()[0])
-    ap.add_argument("--results", type=Path, default=None, help="results directory (default: gpukit.results.root())")
+    ap.add_argument("--results", type=Path, default=None, help="results directory (default: suite.results.root())")
     ap.add_argument("--out", type=Path, default=None, help="where the pages go (default: the results directory)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page differs from its rendering")
     args = ap.parse_args(argv)

@@ -5,7 +5,7 @@
     python -m report.compare --csv            # the same rows as CSV, on stdout
 
 Ratio = upstream / decode_gather (> 1: decode_gather faster); the verdict is the report's (a tie
-within the A/A spread of the same run, ``gpukit.stats``). Stdlib only: nox runs it in its own Python.
+within the A/A spread of the same run, ``suite.stats``). Stdlib only: nox runs it in its own Python.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import csv
 import sys
 from pathlib import Path
 
-from gpukit import results
+from suite import results
 from report.model import decode_step_view, gather_row, regime_key
 
 COLUMNS = ("regime", "layers", "n", "upstream µs", "decode_gather µs", "ratio up/ours", "A/A spread", "verdict")
@@ -70,7 +70,7 @@ def table(rows: list[list[str]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m report.compare", description=__doc__.splitlines()[0])
     ap.add_argument("--device", action="append", help="a results/ directory name (repeatable; default: all)")
-    ap.add_argument("--results", type=Path, default=None, help="results directory (default: gpukit.results.root())")
+    ap.add_argument("--results", type=Path, default=None, help="results directory (default: suite.results.root())")
     ap.add_argument("--csv", action="store_true", help="CSV on stdout (device first) instead of the tables")
     args = ap.parse_args(argv)
     base = args.results or results.root()

@@ -1,4 +1,4 @@
-"""The report's model: the result documents (:mod:`gpukit.results`) turned into what the templates lay out.
+"""The report's model: the result documents (:mod:`suite.results`) turned into what the templates lay out.
 
 Nothing here writes Markdown. Each ``*_view`` takes one document (or a device's documents) and
 returns plain dicts of figures; every word that states a conclusion comes from :mod:`report.words`.
@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from freetoken_overlay.series import series_hash
-from gpukit import results
+from suite import results
 from gpukit.decode_regime import REGIMES, SPLIT_REGIMES, TOUCH_REGIMES  # table order; a row without a regime is "replay"
 from gpukit.geometry import Ring
 from gpukit.machine import machine_line
-from gpukit.stats import median, verdict
+from suite.stats import median, verdict
 from report import words
 from report.series import commit_adding, series_commits, series_footprint
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import jinja2
 
-from gpukit import commands
+from suite import commands
 from gpukit.geometry import fmt_bytes
 from report.model import context
 

@@ -1,6 +1,6 @@
 """The report's vocabulary: every word that states a conclusion is chosen here, from the figures.
 
-One rule decides *faster*, *tie* and *slower* (:func:`gpukit.stats.verdict`): a ratio upstream/ours
+One rule decides *faster*, *tie* and *slower* (:func:`suite.stats.verdict`): a ratio upstream/ours
 (> 1: decode_gather faster) within the A/A spread of its own run is a tie, above it faster, below it
 slower. The other words follow from that rule (what PDL did, whether a modelled effect is within the
 noise) or from a plain comparison of two figures as the pages print them (targets, gaps, status).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from gpukit.stats import stands_out, verdict
+from suite.stats import stands_out, verdict
 
 VERDICTS = ("faster", "tie", "slower", "n/a")
 
@@ -67,6 +67,6 @@ PAGE_WORDS = {"hostbank": "FreeToken's HostBank pages (4 KiB)", "thp": "transpar
 
 def e2e_settled(ratio: float | None, spreads: Iterable[float | None]) -> str:
     """Whether an end-to-end tokens/s ratio (tma / unset) stands out of the repeats' own noise
-    (gpukit.stats.stands_out: the end-to-end stand-in for an A/A spread)."""
+    (suite.stats.stands_out: the end-to-end stand-in for an A/A spread)."""
     out = stands_out(ratio, spreads)
     return "n/a" if out is None else ("stands out of" if out else "does not stand out of")

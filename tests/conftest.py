@@ -9,8 +9,8 @@ import pytest
 
 from bench import sweep
 from gpukit.geometry import NVFP4_EXPERT_BYTES
-from gpukit.results import write_json as write
-from gpukit.stats import summarize_rounds
+from suite.results import write_json as write
+from suite.stats import summarize_rounds
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """CPU checks of ``python -m bench.auto_stability`` with fake workers (no GPU): the summary of the
-runs, the exit codes, and the document it writes (gpukit.results' conventions)."""
+runs, the exit codes, and the document it writes (suite.results' conventions)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from bench import auto_stability as stab
 from bench.e2e.worker import auto_choice
-from gpukit import results
+from suite import results
 
 
 def choice(label="bpb8", default="bpb8", probe_s=0.07, spread=0.004):

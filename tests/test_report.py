@@ -11,8 +11,8 @@ from typing import Callable
 
 import pytest
 
-from gpukit import commands
-from gpukit.results import REPO_ROOT
+from suite import commands
+from suite.results import REPO_ROOT
 from report import compare
 from report.__main__ import main as report_main
 from report.render import render
@@ -237,7 +237,7 @@ def test_sweep_dry_run(tmp_path):
 
 
 def test_where_it_loses_follows_the_decode_regime_figures():
-    from gpukit.stats import verdict
+    from suite.stats import verdict
     from report.model import current_ratios
     from report.model import decode_losses as losses
 
@@ -268,7 +268,7 @@ def test_end_to_end_ratio_is_settled_only_outside_the_repeats_spread():
 
 
 def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthetic_results):
-    from gpukit import results
+    from suite import results
     from report.model import current_ratios, decode_losses, repeats_view, upstream_bench_view
 
     slug = "synthetic-gpu"
@@ -307,13 +307,13 @@ def test_interleaved_touch_probe_rows_and_the_share_a_touch_takes_back(tmp_path)
     """An interleaved probe file becomes one row per regime and n (ratios against up@decode, the A/A of
     upAA@decode), and each kernel's fresh-row cost and the share each touch takes back are worked out
     from the rounds' medians: hand-computed here for a 40/38/39 µs decode/replay/touched kernel."""
-    from gpukit.results import write_json
+    from suite.results import write_json
     from report.model import regime_probe_view
 
     rounds = {"up@decode": [40.0, 40.2, 39.8], "upAA@decode": [40.1, 40.0, 39.9], "up@replay": [38.0] * 3,
               "up@decode_touch2M": [39.0] * 3, "tma@decode": [41.0] * 3, "tma@replay": [40.0] * 3,
               "tma@decode_touch2M": [40.5] * 3}  # fmt: skip
-    from gpukit.stats import summarize_rounds
+    from suite.stats import summarize_rounds
 
     summ = {k: summarize_rounds(rounds, ours=k, base="up@decode", aa="upAA@decode") for k in rounds if k != "upAA@decode"}
     iv = {"regimes": ["decode", "replay", "decode_touch2M"], "kernels": ["up", "upAA", "tma"], "rounds_us": rounds, "summary": summ}

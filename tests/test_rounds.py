@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpukit.rounds import round_order, run_rounds
+from suite.rounds import round_order, run_rounds
 
 
 class FakeTimer:

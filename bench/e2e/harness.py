@@ -19,7 +19,7 @@ Verdict per point: the ids of all variants must be identical in every repeat (el
 once). The speedup is median(tma tokens/s) / median(unset tokens/s) (``auto``'s likewise, in
 ``versus_unset``; its workers record what the probe chose); the paired ratios (one per
 repeat) give its spread. The point is a tie when they straddle 1 or when the speedup does not stand
-out of either variant's spread over its repeats (gpukit.stats.stands_out: fresh processes have no A/A).
+out of either variant's spread over its repeats (suite.stats.stands_out: fresh processes have no A/A).
 
 Exit codes: 0 done, ids identical; 1 ids differ; 2 a run failed, a setting is invalid, or the time
 budget stopped the plan early (the JSON then says ``complete: false``).
@@ -42,8 +42,8 @@ from typing import Any
 from bench.e2e import synth
 from bench.e2e.summary import AUTO, VARIANT_ENV, VARIANTS, ids_mismatches, spread, summarize_point  # noqa: F401
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
-from gpukit import results
-from gpukit.rounds import round_order
+from suite import results
+from suite.rounds import round_order
 
 E2E_SCHEMA = results.KINDS["e2e"].schema
 GATHER_ENV = "FREETOKEN_DECODE_GATHER"
@@ -76,7 +76,7 @@ def schedule(points: int, repeats: int, names: Sequence[str] = VARIANTS) -> list
     out = []
     for r in range(repeats):
         for p in range(points):
-            out += [(r, p, v) for v in round_order("alternate", r + p, tuple(names))]  # gpukit.rounds' alternation
+            out += [(r, p, v) for v in round_order("alternate", r + p, tuple(names))]  # suite.rounds' alternation
     return out
 
 
@@ -119,12 +119,12 @@ def check_points(points: list[dict[str, Any]], num_experts: int) -> None:
 
 
 def result_path(out: str | None, slug: str | None) -> Path:
-    """``e2e.json`` under ``--out``, or where gpukit.results keeps it for device ``slug``."""
+    """``e2e.json`` under ``--out``, or where suite.results keeps it for device ``slug``."""
     return results.path("e2e", slug, out)
 
 
 def write_result(out: str | None, slug: str | None, fields: dict[str, Any]) -> Path:
-    """Write the e2e document (schema id, time, provenance, machine: gpukit.results) for device ``slug``
+    """Write the e2e document (schema id, time, provenance, machine: suite.results) for device ``slug``
     (the workers' GPU: this process may never touch CUDA)."""
     return results.save("e2e", device=slug, out_dir=out, **fields)
 

@@ -1,12 +1,12 @@
 """The end-to-end A/B's statistics: one variant over its repeats, and every arm against unset
-(tokens/s of fresh processes; gpukit.stats.stands_out decides what is a difference)."""
+(tokens/s of fresh processes; suite.stats.stands_out decides what is a difference)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from gpukit.stats import median, stands_out
+from suite.stats import median, stands_out
 
 #: The A/B's variants by default: ``unset`` (the baseline, first) and ``tma``; ``run --auto`` adds
 #: :data:`AUTO` (FREETOKEN_DECODE_GATHER=auto: what each process's start-up probe chose).
