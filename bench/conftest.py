@@ -1,11 +1,67 @@
 """pytest configuration of the benchmarks (bench/README.md): a skip with the reason for every GPU benchmark
-where there is no CUDA device. Markers are registered in pyproject.toml."""
+where there is no CUDA device, the device clock's precision for pytest-benchmark, the run-wide facts in
+the saved JSON, and ``--bench-store`` (the JSON into ``results/<device>/``). Markers are registered in
+pyproject.toml."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from gpukit import results
 from gpukit.skips import cuda_skip_reason
+from gpukit.timing import RESOLUTION_S, device_clock
+
+#: pytest's stash key of the run-wide facts the benchmark module leaves for the saved JSON.
+RUN_INFO = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--bench-store", action="store_true",
+        help=f"write pytest-benchmark's JSON to results/<device>/{results.KINDS['bench'].file} (gpukit.results), "
+        "atomically, once the run has finished (nox -s bench passes it)",
+    )  # fmt: skip
+
+
+class StoreFile:
+    """What ``--benchmark-json`` holds under ``--bench-store``: pytest-benchmark writes its JSON into a
+    temporary file that replaces the store only when the write completed (a failed run leaves it as it was)."""
+
+    def __init__(self, target: Path):
+        self.target = target
+        self._tmp = target.with_suffix(target.suffix + ".tmp")
+
+    def __enter__(self):
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self._tmp.open("wb")
+        return self._fh
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._fh.close()
+        if exc_type is None:
+            self._tmp.replace(self.target)
+        else:
+            self._tmp.unlink(missing_ok=True)
+
+    def __str__(self) -> str:
+        return str(self.target)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # before pytest-benchmark's own pytest_configure (trylast), which reads --benchmark-json
+    if config.getoption("bench_store", False):
+        if config.getoption("benchmark_json", None) is not None:
+            raise pytest.UsageError("--bench-store and --benchmark-json both name where the JSON goes: give one")
+        config.option.benchmark_json = StoreFile(results.path("bench"))
+    from pytest_benchmark.fixture import BenchmarkFixture
+
+    # pytest-benchmark measures a timer's precision by reading it for a second (a device sync per read
+    # here); the clock's precision is the events' resolution, so it never spins on it
+    BenchmarkFixture._precisions[device_clock] = RESOLUTION_S
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reason = None
@@ -16,3 +72,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = cuda_skip_reason() or ""
         if reason:
             item.add_marker(pytest.mark.skip(reason=f"GPU benchmark: {reason}"))
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    info = config.stash.get(RUN_INFO, {})
+    if info.get("machine"):
+        machine_info["gpu"] = info["machine"]
+
+
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict[str, Any]) -> None:
+    """The run-wide facts (provenance, kernels, geometry, copy-engine ceiling, method, verification) under
+    ``decode_gather``; machine paths scrubbed (gpukit.results)."""
+    info = config.stash.get(RUN_INFO, None)
+    if info is not None:
+        output_json["decode_gather"] = {k: v for k, v in info.items() if k != "machine"}
+    output_json.update(results.scrub({k: v for k, v in output_json.items() if k != "benchmarks"}))
