@@ -238,8 +238,8 @@ def test_sweep_dry_run(tmp_path):
 
 def test_where_it_loses_follows_the_decode_regime_figures():
     from gpukit.stats import verdict
-    from report.model import current_ratios
-    from report.model import decode_losses as losses
+    from report.repeats import current_ratios
+    from report.repeats import decode_losses as losses
 
     def gather(ratio, regime="decode"):
         return {"all_rows": [{"regime": regime, "layers": 40, "n": 1, "ratio": ratio, "spread": 0.002,
@@ -269,7 +269,8 @@ def test_end_to_end_ratio_is_settled_only_outside_the_repeats_spread():
 
 def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthetic_results):
     from gpukit import results
-    from report.model import current_ratios, decode_losses, repeats_view, upstream_bench_view
+    from report.repeats import current_ratios, decode_losses, repeats_view
+    from report.views import upstream_bench_view
 
     slug = "synthetic-gpu"
     current = json.loads((synthetic_results / slug / "upstream_bench.json").read_text())
