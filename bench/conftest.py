@@ -21,7 +21,7 @@ RUN_INFO = pytest.StashKey[dict]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--bench-store", action="store_true",
-        help=f"write pytest-benchmark's JSON to results/<device>/{results.KINDS['bench'].file} (gpukit.results), "
+        help=f"write pytest-benchmark's JSON to results/<device>/{results.KINDS['benchmark'].file} (gpukit.results), "
         "atomically, once the run has finished (nox -s bench passes it)",
     )  # fmt: skip
 
@@ -55,7 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("bench_store", False):
         if config.getoption("benchmark_json", None) is not None:
             raise pytest.UsageError("--bench-store and --benchmark-json both name where the JSON goes: give one")
-        config.option.benchmark_json = StoreFile(results.path("bench"))
+        config.option.benchmark_json = StoreFile(results.path("benchmark"))
     from pytest_benchmark.fixture import BenchmarkFixture
 
     # pytest-benchmark measures a timer's precision by reading it for a second (a device sync per read
@@ -81,9 +81,12 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict[str, Any]) -> None:
-    """The run-wide facts (provenance, kernels, geometry, copy-engine ceiling, method, verification) under
-    ``decode_gather``; machine paths scrubbed (gpukit.results)."""
+    """The schema id and provenance at the top (as every result document has, gpukit.results), and the
+    run-wide facts (kernels, geometry, copy-engine ceiling, method, verification) under ``decode_gather``;
+    machine paths scrubbed."""
     info = config.stash.get(RUN_INFO, None)
+    output_json["schema"] = results.KINDS["benchmark"].schema
+    output_json["provenance"] = (info or {}).get("provenance") or results.provenance()
     if info is not None:
-        output_json["decode_gather"] = {k: v for k, v in info.items() if k != "machine"}
+        output_json["decode_gather"] = {k: v for k, v in info.items() if k not in ("machine", "provenance")}
     output_json.update(results.scrub({k: v for k, v in output_json.items() if k != "benchmarks"}))

@@ -1,7 +1,7 @@
 """The benchmark's store as the report reads it: pytest-benchmark's saved JSON, one document per device.
 
 ``bench/test_bench_gather.py`` saves pytest-benchmark's own JSON to ``results/<device>/pytest-benchmark.json``
-(:mod:`gpukit.results`, kind ``bench``): one record per (regime, layers, n, kernel), params of those names,
+(:mod:`gpukit.results`, kind ``benchmark``): one record per (regime, layers, n, kernel), params of those names,
 each record's ``extra_info`` carrying its case's paired alternating-rounds result (``paired``: medians per
 kernel, every round, ratio upstream/candidate, A/A spread, verdict) and the run-wide facts under the
 top-level ``decode_gather``. :func:`bench_doc` turns that into the rows the views read: per case the
@@ -22,7 +22,7 @@ from gpukit import results
 
 BASE, AA, CANDIDATE = "upstream", "upstream_aa", "tma"
 #: the file of the store before pytest-benchmark (results/<device>/history/ once a run replaces it)
-LEGACY_FILE = "bench.json"
+LEGACY_FILE = results.KINDS["bench"].file
 #: the legacy file's kernel names -> the switch's words
 LEGACY_NAMES = {"ours": CANDIDATE, "unset": BASE, "unset_aa": AA}
 
@@ -91,7 +91,7 @@ def _step(kernels: Mapping[str, Doc], layers: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def bench_doc(pb: Doc, file: str = results.KINDS["bench"].file) -> dict[str, Any]:
+def bench_doc(pb: Doc, file: str = results.KINDS["benchmark"].file) -> dict[str, Any]:
     """The rows the views read, from a pytest-benchmark JSON of ``bench/test_bench_gather.py``."""
     info = pb.get("decode_gather") or {}
     ceiling = ((info.get("ceiling") or {}).get("start") or {}).get("gbps")
@@ -105,7 +105,7 @@ def bench_doc(pb: Doc, file: str = results.KINDS["bench"].file) -> dict[str, Any
     kernel = info.get("kernel") or {}
     return {
         "store": file, "synthetic": bool(pb.get("synthetic")), "generated_at": pb.get("datetime"),
-        "machine": machine, "provenance": info.get("provenance") or {},
+        "machine": machine, "provenance": pb.get("provenance") or {},
         "kernel": {"tma_default_ring": kernel.get("tma_default_ring"), "upstream": kernel.get("upstream") or {}},
         "geometry": info.get("geometry") or {}, "ceiling": info.get("ceiling") or {},
         "method": info.get("method") or {}, "verified": info.get("verified") or {},
@@ -129,24 +129,21 @@ def legacy_doc(doc: Doc, file: str = LEGACY_FILE) -> dict[str, Any]:
             "kernel": {"tma_default_ring": kernel.get("decode_gather_default_ring"), "upstream": kernel.get("upstream") or {}}}  # fmt: skip
 
 
-LEGACY_SCHEMA = "freetoken-decode-gather-bench/1"
-
-
 def normalize(doc: Doc | None, file: str) -> dict[str, Any] | None:
     """The rows of a pytest-benchmark run of the benchmark or of a legacy ``bench.json``; None for any other document."""
     if not isinstance(doc, Mapping):
         return None
-    if "benchmarks" in doc and "decode_gather" in doc:
+    if doc.get("schema") == results.KINDS["benchmark"].schema:
         return bench_doc(doc, file)
-    if doc.get("schema") == LEGACY_SCHEMA:
+    if doc.get("schema") == results.KINDS["bench"].schema:
         return legacy_doc(doc, file)
     return None
 
 
 def load(slug: str, base: Path | None = None) -> dict[str, Any] | None:
     """The device's benchmark rows: its pytest-benchmark run, else (until one exists) its legacy ``bench.json``."""
-    base = base or results.root()
-    pb = results.load("bench", slug, base)
-    if pb is not None:
-        return bench_doc(pb, f"{slug}/{results.KINDS['bench'].file}")
-    return normalize(results.read_json(base / slug / LEGACY_FILE), f"{slug}/{LEGACY_FILE}")
+    for kind in ("benchmark", "bench"):
+        doc = normalize(results.load(kind, slug, base), f"{slug}/{results.KINDS[kind].file}")
+        if doc is not None:
+            return doc
+    return None

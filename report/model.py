@@ -37,7 +37,8 @@ def machine_of(docs: Mapping[str, Doc]) -> tuple[dict[str, Any], dict[str, Any]]
 
 def device_view(slug: str, base: Path) -> dict[str, Any]:
     docs = dict(results.load_device(slug, base))
-    docs.pop("bench", None)  # the raw pytest-benchmark JSON: benchmarks.load reads it into rows
+    for kind in ("benchmark", "bench"):  # the raw store: benchmarks.load reads it into rows
+        docs.pop(kind, None)
     bench = benchmarks.load(slug, base)
     if bench:
         docs = {"bench": bench, **docs}

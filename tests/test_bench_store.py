@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gpukit import results
 from gpukit.timing import RESOLUTION_S, DeviceClock
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,6 +157,7 @@ def synthetic_run(tmp_path_factory) -> Path:
 def test_the_synthetic_run_is_pytest_benchmarks_own_with_the_paired_result(synthetic_run):
     pb = json.loads(synthetic_run.read_text())
     assert pb["decode_gather"]["synthetic"] is True and pb["machine_info"]["gpu"]["device_name"].startswith("Synthetic")
+    assert pb["schema"] == results.KINDS["benchmark"].schema and pb["provenance"]["series_hash"] == "000000000000"
     assert "device_clock" in pb["benchmarks"][0]["options"]["timer"]
     for b in pb["benchmarks"]:
         ex, p = b["extra_info"], b["params"]
