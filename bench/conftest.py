@@ -5,6 +5,7 @@ pyproject.toml."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ import pytest
 from gpukit import results
 from gpukit.skips import cuda_skip_reason
 from gpukit.timing import RESOLUTION_S, device_clock
+
+log = logging.getLogger("bench")
 
 #: pytest's stash key of the run-wide facts the benchmark module leaves for the saved JSON.
 RUN_INFO = pytest.StashKey[dict]()
@@ -28,11 +31,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 class StoreFile:
     """What ``--benchmark-json`` holds under ``--bench-store``: pytest-benchmark writes its JSON into a
-    temporary file that replaces the store only when the write completed (a failed run leaves it as it was)."""
+    temporary file that replaces the store only when the write completed and no test failed (a failed
+    run leaves the store as it was and says so)."""
 
     def __init__(self, target: Path):
         self.target = target
         self._tmp = target.with_suffix(target.suffix + ".tmp")
+        self.failed: list[str] = []  # node ids of failed tests (pytest_runtest_logreport)
+        self.note = ""  # what the terminal summary says when the store was kept
 
     def __enter__(self):
         self.target.parent.mkdir(parents=True, exist_ok=True)
@@ -41,10 +47,14 @@ class StoreFile:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._fh.close()
-        if exc_type is None:
+        if exc_type is None and not self.failed:
             self._tmp.replace(self.target)
-        else:
-            self._tmp.unlink(missing_ok=True)
+            return
+        self._tmp.unlink(missing_ok=True)
+        if self.failed:
+            self.note = (f"--bench-store: {len(self.failed)} test(s) failed ({self.failed[0]}, ...): {self.target} "
+                         "left as it was (the JSON pytest-benchmark says it wrote was discarded)")  # fmt: skip
+            log.error(self.note)
 
     def __str__(self) -> str:
         return str(self.target)
@@ -55,12 +65,31 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("bench_store", False):
         if config.getoption("benchmark_json", None) is not None:
             raise pytest.UsageError("--bench-store and --benchmark-json both name where the JSON goes: give one")
-        config.option.benchmark_json = StoreFile(results.path("benchmark"))
-    from pytest_benchmark.fixture import BenchmarkFixture
+        config.option.benchmark_json = store = StoreFile(results.path("benchmark"))
+        _STORES.append(store)
+    try:
+        from pytest_benchmark.fixture import BenchmarkFixture
+    except ImportError as exc:
+        raise pytest.UsageError(f"bench/ needs pytest-benchmark (pyproject.toml's test group): {exc}") from exc
 
     # pytest-benchmark measures a timer's precision by reading it for a second (a device sync per read
     # here); the clock's precision is the events' resolution, so it never spins on it
     BenchmarkFixture._precisions[device_clock] = RESOLUTION_S
+
+
+_STORES: list[StoreFile] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        for store in _STORES:
+            store.failed.append(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for store in _STORES:
+        if store.note:
+            terminalreporter.write_line(store.note, red=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -128,6 +128,7 @@ class Case:
         self.regime, self.layers, self.n, self.bytes, self.paired, self.reps = regime, layers, n, bytes_, pair, reps
         self.plans: dict[str, dict[str, Any]] = {}  # kernel -> benchmark.pedantic's keyword arguments
         self.verified = {"sets": 0}
+        self.paired_sets = 0  # verified sets of the paired rounds (and the warm replays)
         self.close: Callable[[], None] = lambda: None
 
 
@@ -237,6 +238,7 @@ class Bench:
             g.replay()
             verify(name)
         reps = reps_for(TARGET_S, time_replays(graphs[BASE].replay, 1), 3, 400)
+        poison()  # the estimate's replay wrote rows: every timed set starts from a poisoned cache
 
         def timed(name: str) -> Callable[[int], float]:
             def set_us(_round: int) -> float:
@@ -249,7 +251,7 @@ class Bench:
         names = [k for k in (*GATHER_KERNELS, "copy_engine") if k in graphs]
         rounds_us = run_rounds({k: timed(k) for k in names}, ROUNDS, base=BASE, aa=AA).values
         case = Case("replay", layers, n, layers * n * NVFP4_EXPERT_BYTES, paired(rounds_us, names[2:], reps=reps), reps)
-        case.verified = verified
+        case.verified, case.paired_sets = verified, verified["sets"]
         for name in names:
             case.plans[name] = {"target": graphs[name].replay, "iterations": reps, "rounds": ROUNDS,
                                 "warmup_rounds": 1, "teardown": functools.partial(verify, name)}  # fmt: skip
@@ -277,6 +279,7 @@ class Bench:
         case = Case("decode", rg.layers, n, rg.layers * n * NVFP4_EXPERT_BYTES,
                     paired(rounds_us, ["tma"], reps=reps, footprint=footprint), 1)  # fmt: skip
         case.verified = rg_sets = {"sets": rg.verified}
+        case.paired_sets = rg.verified
 
         def teardown(name: str) -> None:
             rg.verify(name)
@@ -316,6 +319,9 @@ class Bench:
 
         timed = {k: (lambda r, k=k: step.time_block(k, r * STEP_BLOCK, STEP_BLOCK)) for k in names}
         rounds_us = run_rounds(timed, ROUNDS, base=BASE, aa=AA, after_round=states_agree).values
+        same_misses(step)
+        err = step.reference_diff("tma")
+        assert err is None, f"decode step: {err}"
         stats = step.miss_stats()["tma"]
         misses = stats["missing_per_layer"] * config.layers
         extra = {"steps_per_round": STEP_BLOCK, "miss_rate": stats["miss_rate"], "misses_per_step": misses,
@@ -333,8 +339,9 @@ class Bench:
             case.plans[name] = {"target": functools.partial(step.replay, name), "rounds": STEP_ROUNDS, "warmup_rounds": 1,
                                 "setup": functools.partial(next_step, name)}  # fmt: skip
 
-        def close() -> None:  # every cache replayed the same steps: same state, every slot its source row
+        def close() -> None:  # every cache replayed the same steps: same state and misses, every slot its source row
             states_agree(-1)
+            same_misses(step)
             for k in names:
                 assert step.reference_diff(k) is None, f"decode step {k}: {step.reference_diff(k)}"
             step.close()
@@ -343,18 +350,25 @@ class Bench:
         return case
 
 
+def same_misses(step: DecodeStep) -> None:
+    stats = step.miss_stats()
+    assert all(v == stats["tma"] for v in stats.values()), stats
+
+
 @pytest.fixture(scope="module")
 def bench(request):
     b = Bench()
     yield b
-    if b.case is not None:
-        b.case.close()
-    b.ceiling["end"] = copy_engine_ceiling(256 << 20, device=b.device)
-    log.info("copy-engine ceiling at the end: %.2f GB/s", b.ceiling["end"]["gbps"])
-    request.config.stash[RUN_INFO] = b.run_info()
-    b.banks.close()
-    if b.model_banks is not None:
-        b.model_banks[0].close()
+    try:
+        if b.case is not None:
+            b.case.close()  # the last case's checks
+    finally:
+        b.ceiling["end"] = copy_engine_ceiling(256 << 20, device=b.device)
+        log.info("copy-engine ceiling at the end: %.2f GB/s", b.ceiling["end"]["gbps"])
+        request.config.stash[RUN_INFO] = b.run_info()
+        b.banks.close()
+        if b.model_banks is not None:
+            b.model_banks[0].close()
 
 
 def record(bench: Bench, benchmark, case: Case, kernel: str) -> None:
@@ -386,7 +400,10 @@ def test_gather(bench, benchmark, regime, layers, n, kernel):
     make = bench.decode_case if regime == "decode" else bench.replay_case
     case = bench.enter((regime, layers, n), functools.partial(make, layers, n))
     record(bench, benchmark, case, kernel)
-    if n and benchmark.enabled:  # every pedantic round's rows were checked (n = 0: nothing was to be written)
+    checks = n or regime == "replay"  # decode regime, n = 0: no rows to check (each set still checked clean)
+    if checks:  # every paired set and every pedantic round of this kernel was byte-verified
+        assert case.paired_sets >= ROUNDS * len(case.paired["rounds_us"]), case.paired_sets
+    if checks and benchmark.enabled:
         assert benchmark.extra_info["verified_sets"] >= case.plans[kernel]["rounds"], benchmark.extra_info
 
 

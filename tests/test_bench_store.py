@@ -128,19 +128,17 @@ _cases = {}
 def test_gather(totals, benchmark, regime, layers, n, kernel):
     case = _cases.setdefault((regime, layers, n), make(regime, layers, n))
     record(totals, benchmark, case, kernel)
+    assert os.environ.get("SYN_FAIL") != f"{regime}-{n}-{kernel}", "a failure the test asked for"
 '''
 
-SYNTHETIC_CONFTEST = "from bench.conftest import pytest_benchmark_update_json, pytest_benchmark_update_machine_info  # noqa: F401\n"
-
-
-def run_synthetic(where: Path, *args: str, slow: str = "") -> subprocess.CompletedProcess:
-    """pytest-benchmark over the SYNTHETIC test file in ``where`` (timer: gpukit.timing.device_clock)."""
+def run_synthetic(where: Path, *args: str, slow: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
+    """pytest-benchmark over the SYNTHETIC test file in ``where``, with the benchmark's own conftest as a
+    plugin (its hooks, ``--bench-store``) and its timer, gpukit.timing.device_clock."""
     where.mkdir(parents=True, exist_ok=True)
     (where / "test_synthetic_bench.py").write_text(SYNTHETIC_TEST)
-    (where / "conftest.py").write_text(SYNTHETIC_CONFTEST)
-    env = {**os.environ, "SYN_SLOW": slow, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(where), str(where),
-           "--benchmark-timer=gpukit.timing.device_clock", *args]  # fmt: skip
+    env = {**os.environ, "SYN_SLOW": slow, "PYTHONPATH": str(REPO), **(env or {})}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "bench.conftest", "--rootdir",
+           str(where), str(where), "--benchmark-timer=gpukit.timing.device_clock", *args]  # fmt: skip
     return subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -206,6 +204,22 @@ def test_the_gate_fails_a_slower_run_and_passes_an_unchanged_one(synthetic_run, 
     slow = run_synthetic(tmp_path / "slow", *gate, slow="decode-1-tma=1.10")
     assert slow.returncode != 0 and "Performance has regressed" in slow.stdout + slow.stderr
     assert "decode-L40-n1-tma" in slow.stdout + slow.stderr
+
+
+def test_bench_store_replaces_the_store_only_after_a_run_without_failures(tmp_path):
+    """``--bench-store`` writes results/<device>/pytest-benchmark.json (gpukit.results) when every test
+    passed; a run with a failed test leaves the store as it was."""
+    env = {"FT_RESULTS_DIR": str(tmp_path / "results"), "FT_RESULTS_DEVICE": "synthetic-gpu"}
+    store = tmp_path / "results" / "synthetic-gpu" / "pytest-benchmark.json"
+    done = run_synthetic(tmp_path / "ok", "--bench-store", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = store.read_bytes()
+    assert json.loads(first)["schema"] == results.KINDS["benchmark"].schema
+    failed = run_synthetic(tmp_path / "bad", "--bench-store", env={**env, "SYN_FAIL": "replay-1-tma"}, slow="decode-1-tma=2")
+    assert failed.returncode == 1 and "left as it was" in failed.stdout + failed.stderr
+    assert store.read_bytes() == first and not list(store.parent.glob("*.tmp"))
+    both = run_synthetic(tmp_path / "both", "--bench-store", f"--benchmark-json={tmp_path / 'x.json'}", env=env)
+    assert both.returncode != 0 and "give one" in both.stdout + both.stderr
 
 
 @pytest.mark.parametrize("source", _committed_and_synthetic(), ids=str)
