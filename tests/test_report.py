@@ -66,8 +66,8 @@ FLIPS = {
     ),
     "ideal target met -> not met": (
         "bench.json", lambda d: [r.update(ceiling_gbps=r["ceiling_gbps"] * 2) for r in d["gather"]],  # ideal halves
-        ("REPORT.md", "(ours / ideal): met;"),
-        ("REPORT.md", "(ours / ideal): not met;"),
+        ("REPORT.md", "(tma / ideal): met;"),
+        ("REPORT.md", "(tma / ideal): not met;"),
     ),
     "decode step tie -> faster": (
         "bench.json", lambda d: d["decode_step"].update(speedup=1.05),
