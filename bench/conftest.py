@@ -30,31 +30,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class StoreFile:
-    """What ``--benchmark-json`` holds under ``--bench-store``: pytest-benchmark writes its JSON into a
-    temporary file that replaces the store only when the write completed and no test failed (a failed
-    run leaves the store as it was and says so)."""
+    """What ``--benchmark-json`` holds under ``--bench-store``: pytest-benchmark writes its JSON to a
+    temporary file beside the store (opened by path in pytest-benchmark 5.3, used as an open file before),
+    and :meth:`finish`, after pytest-benchmark has saved, puts it in place only when no test failed (a
+    failed run leaves the store as it was and says so)."""
 
     def __init__(self, target: Path):
         self.target = target
-        self._tmp = target.with_suffix(target.suffix + ".tmp")
+        self.tmp = target.with_suffix(target.suffix + ".tmp")
         self.failed: list[str] = []  # node ids of failed tests (pytest_runtest_logreport)
         self.note = ""  # what the terminal summary says when the store was kept
 
-    def __enter__(self):
+    def __fspath__(self) -> str:
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self._tmp.open("wb")
+        return str(self.tmp)
+
+    def __enter__(self):
+        self._fh = open(self, "wb")
         return self._fh
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._fh.close()
-        if exc_type is None and not self.failed:
-            self._tmp.replace(self.target)
+
+    def finish(self) -> None:
+        if not self.tmp.is_file():
             return
-        self._tmp.unlink(missing_ok=True)
-        if self.failed:
-            self.note = (f"--bench-store: {len(self.failed)} test(s) failed ({self.failed[0]}, ...): {self.target} "
-                         "left as it was (the JSON pytest-benchmark says it wrote was discarded)")  # fmt: skip
-            log.error(self.note)
+        if not self.failed:
+            self.tmp.replace(self.target)
+            return
+        self.tmp.unlink()
+        self.note = (f"--bench-store: {len(self.failed)} test(s) failed ({self.failed[0]}, ...): {self.target} "
+                     "left as it was (the JSON pytest-benchmark says it wrote was discarded)")  # fmt: skip
+        log.error(self.note)
 
     def __str__(self) -> str:
         return str(self.target)
@@ -84,6 +91,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed:
         for store in _STORES:
             store.failed.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # after pytest-benchmark's hook wrapper has saved the JSON (it saves before it yields)
+    for store in _STORES:
+        store.finish()
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
