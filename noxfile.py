@@ -358,7 +358,7 @@ def sanitize(session: nox.Session) -> None:
 
 @nox.session(tags=["gpu"], default=False)
 def bench(session: nox.Session) -> None:
-    """GPU: paired benchmarks (upstream, decode_gather, copy engine, A/A) -> results/<device>/bench.json."""
+    """GPU: pytest-benchmark over upstream, A/A, tma (+ copy engine), device clock, paired verdicts -> results/<device>/pytest-benchmark.json."""
     _run_patched(session, commands.BENCH)
 
 
@@ -376,7 +376,7 @@ def upstream_bench(session: nox.Session) -> None:
 
 @nox.session(tags=["gpu"], default=False)
 def step(session: nox.Session) -> None:
-    """GPU: decode-step breakdown and PDL A/B (unset, tma, tma+PDL, upstream+PDL) -> results/<device>/step_pdl.json."""
+    """GPU: decode-step breakdown and per-layer PDL A/B (upstream, tma, tma+PDL, upstream+PDL) -> results/<device>/step_pdl.json."""
     _run_patched(session, commands.STEP)
 
 
@@ -409,7 +409,7 @@ def sass(session: nox.Session) -> None:
 
 @nox.session(python=False)  # stdlib only
 def compare(session: nox.Session) -> None:
-    """Upstream vs decode_gather per (regime, layers, n) from the committed bench.json: ratio, A/A spread (no GPU)."""
+    """Upstream, A/A and tma per (regime, layers, n) from the saved pytest-benchmark JSON, with the paired verdict (no GPU)."""
     session.run(sys.executable, "-m", *commands.COMPARE.args, *session.posargs, external=True)
 
 

@@ -1,9 +1,9 @@
-"""Where a captured decode step's time goes, and what programmatic dependent launch (PDL) buys.
+"""Where a captured decode step's time goes, and the PDL builds the decode-step A/B can add.
 
 On the real ``OffloadMoeCache`` (``gpukit.decode_step``: Qwen3.6-35B-A3B NVFP4, 40 layers, top-8
-Zipf routing at a ~10% LRU miss rate), five variants over the same pinned banks and trace:
+Zipf routing at a ~10% LRU miss rate), over the same pinned banks and trace:
 
-* ``unset`` and ``unset_aa`` (fast_index_copy_multi; the second is the A/A control), ``tma``
+* ``upstream`` and ``upstream_aa`` (fast_index_copy_multi; the second is the A/A control), ``tma``
   (decode_gather as the series ships it);
 * ``tma_pdl``: decode_gather with ``griddepcontrol.wait`` after its descriptor loads (the miss
   count and indices are read after it) and ``launch_dependents`` right after, launched with
@@ -13,11 +13,11 @@ Zipf routing at a ~10% LRU miss rate), five variants over the same pinned banks 
 The two PDL builds are derived from the installed headers by textual edits (the headers are
 upstream's and the series', not copied here); they are measurement probes, not proposals.
 
-Three measurements: the decode step in paired alternating rounds (every cache must end each round
-with the same slot map and bytes, and every resident slot with its source rows); a torch.profiler
-breakdown of a block of replayed steps per variant (per layer: the ensure kernel, the gap to the
-copy kernel, the copy kernel); and the per-layer copy alone (``copy_missing`` with a staged miss
-list of n experts, 40 layers per graph, every timed set byte-verified).
+The decode step's A/B is the benchmark's (``bench/test_bench_gather.py::test_decode_step``, one harness:
+``BENCH_STEP_PDL=1`` adds :func:`pdl_variants` to it as pytest-benchmark records with the paired verdict).
+Here: a torch.profiler breakdown of a block of replayed steps per variant (per layer: the ensure kernel,
+the gap to the copy kernel, the copy kernel), and the per-layer copy alone (``copy_missing`` with a staged
+miss list of n experts, 40 layers per graph, in paired alternating rounds, every timed set byte-verified).
 
 ``python -m bench.step_pdl`` on a CUDA machine with the patched freetoken installed.
 """
@@ -34,6 +34,7 @@ import torch
 
 from suite import results
 from gpukit.decode_step import (
+    DEFAULT_VARIANTS,
     DecodeStep,
     StepConfig,
     StepVariant,
@@ -81,21 +82,32 @@ def pdl_probes():
         [("    const auto* dst_indices = static_cast<const IdType*>(p.dst_indices);\n",
           "    device::PDL::wait<true>();\n    device::PDL::launch<true>();\n"
           "    const auto* dst_indices = static_cast<const IdType*>(p.dst_indices);\n"),
-         ("args.device, kRingBytes)(kernel<", "args.device, kRingBytes).with_attr(true)(kernel<")],
+         ("dev, kRingBytes)(kernel<", "dev, kRingBytes).with_attr(true)(kernel<")],
         "DecodeGatherKernel", make_cpp_args(*dgm.default_ring()),
     )  # fmt: skip
     upstream = _probe_module(
         "fast_index_copy.cuh", "fast_index_copy_multi_pdl_probe",
         [("const __grid_constant__ MultiIndexCopyParams p\n) {\n",
           "const __grid_constant__ MultiIndexCopyParams p\n) {\n    device::PDL::wait<true>();\n"),
-         ("args.device)(kernel, args.params);", "args.device).with_attr(true)(kernel, args.params);")],
+         ("device.unwrap())(kernel, params);", "device.unwrap()).with_attr(true)(kernel, params);")],
         "MultiIndexCopyKernel", make_cpp_args(1024, fic.default_blocks_per_bank(torch.device("cuda"))),
     )  # fmt: skip
     return ours, upstream
 
 
+def pdl_variants(probes=None) -> list[StepVariant]:
+    """``tma_pdl`` and ``upstream_pdl`` as decode-step variants (``probes``: :func:`pdl_probes`' modules)."""
+    ours_pdl, upstream_pdl = probes or pdl_probes()
+    return [StepVariant("tma_pdl", {"FREETOKEN_DECODE_GATHER": "tma"}, module=ours_pdl),
+            StepVariant("upstream_pdl", upstream_module=upstream_pdl)]  # fmt: skip
+
+
+def variants(probes) -> list[StepVariant]:
+    return [*DEFAULT_VARIANTS, *pdl_variants(probes)]
+
+
 def summarize(r: Rounds) -> dict:
-    """Medians, the A/A spread of unset against unset_aa and, per other variant, the ratio unset/variant
+    """Medians, the A/A spread of upstream against upstream_aa and, per other variant, the ratio upstream/variant
     (>1: variant faster) and its verdict (``suite.stats``: a tie is within the A/A spread)."""
     s = r.summaries()
     first = next(iter(s.values()))
@@ -136,35 +148,21 @@ def profile_block(step: DecodeStep, name: str, start: int, count: int) -> dict:
             "kernel_names": sorted({k for _, _, k in kernels})}  # fmt: skip
 
 
-def decode_step(args, probes) -> dict:
-    ours_pdl, upstream_pdl = probes
-    tma = {"FREETOKEN_DECODE_GATHER": "tma"}
-    variants = [StepVariant("unset"), StepVariant("unset_aa"), StepVariant("tma", tma),
-                StepVariant("tma_pdl", tma, module=ours_pdl), StepVariant("upstream_pdl", upstream_module=upstream_pdl)]
-    cfg = StepConfig(steps=args.rounds * args.per_block + args.profile_steps)
-    step = DecodeStep(variants, cfg, log=log)
-    names = [v.name for v in variants]
-
-    def same_state(r: int) -> None:
-        for name in names[1:]:
-            diff = step.state_diff("unset", name)
-            assert diff is None, f"round {r}: {diff}"
-
-    def block(name: str, r: int) -> float:  # µs per step of round r's block of trace steps
-        return step.time_block(name, r * args.per_block, args.per_block)
-
-    timed = {name: functools.partial(block, name) for name in names}
-    rounds = run_rounds(timed, args.rounds, base="unset", aa="unset_aa", after_round=same_state)
+def breakdown(args, probes) -> dict:
+    """The torch.profiler breakdown of ``--profile-steps`` replayed steps per variant (no A/B here: the
+    benchmark's test_decode_step times them); every cache must end with the same state."""
+    vs = variants(probes)
+    cfg = StepConfig(steps=args.profile_steps)
+    step = DecodeStep(vs, cfg, log=log)
+    names = [v.name for v in vs]
+    out = {"breakdown": {n: profile_block(step, n, 0, args.profile_steps) for n in names}}
     for name in names:
-        diff = step.reference_diff(name)
+        diff = step.state_diff(names[0], name) or step.reference_diff(name)
         assert diff is None, f"{name}: {diff}"
     stats = step.miss_stats()
-    out = summarize(rounds)
-    start = args.rounds * args.per_block
-    out["breakdown"] = {n: profile_block(step, n, start, args.profile_steps) for n in names}
     out |= {"zipf_exponent": step.zipf_exponent, "modelled_miss_rate": step.modelled_miss_rate,
-            "cache_slots": cfg.cache_slots, "per_block": args.per_block, "rounds": args.rounds,
-            "misses_per_step": stats["tma"]["missing_per_layer"] * cfg.layers, "miss_stats": stats["tma"]}  # fmt: skip
+            "cache_slots": cfg.cache_slots, "misses_per_step": stats["tma"]["missing_per_layer"] * cfg.layers,
+            "miss_stats": stats["tma"]}  # fmt: skip
     step.close()
     return out
 
@@ -175,17 +173,14 @@ def per_layer(args, probes) -> dict:
 
     from gpukit.memory import HostBanks
 
-    ours_pdl, upstream_pdl = probes
     layers, experts = MODEL["moe_layers"], MODEL["experts"]
     geoms = nvfp4_banks()
     banks = HostBanks(args.sources, experts, [g.row_bytes for g in geoms], torch.device("cuda"), seed=1)
     typed = [banks.typed(layer % args.sources, geoms) for layer in range(layers)]
     sources = {g.name: [typed[layer][g.name] for layer in range(layers)] for g in geoms}
-    tma = {"FREETOKEN_DECODE_GATHER": "tma"}
-    variants = [StepVariant("unset"), StepVariant("unset_aa"), StepVariant("tma", tma),
-                StepVariant("tma_pdl", tma, module=ours_pdl), StepVariant("upstream_pdl", upstream_module=upstream_pdl)]
+    vs = variants(probes)
     caches = {}
-    for v in variants:
+    for v in vs:
         with gather_env(v.env):
             caches[v.name] = OffloadMoeCache(num_layers=layers, num_experts=experts, cache_size=experts,
                                              device=torch.device("cuda"), quant_format="nvfp4")  # fmt: skip
@@ -198,7 +193,7 @@ def per_layer(args, probes) -> dict:
         src = torch.randperm(experts, device="cuda", generator=gen)[:n].to(torch.int32)
         expected = expected_slots(banks.dev[last], experts, dst, src, POISON)
         graphs = {}
-        for v in variants:
+        for v in vs:
             c = caches[v.name]
             stage_misses(c, dst, src)
             with variant_modules(v):
@@ -218,9 +213,9 @@ def per_layer(args, probes) -> dict:
                 assert torch.equal(cache_rows(c, g.name), e), f"n={n} {name} round {r}: bank {g.name} wrong"
             return us
 
-        timed = {v.name: functools.partial(timed_set, v.name) for v in variants}
-        rounds = run_rounds(timed, args.rounds, base="unset", aa="unset_aa")
-        out[str(n)] = summarize(rounds) | {"verified_sets": args.rounds * len(variants)}
+        timed = {v.name: functools.partial(timed_set, v.name) for v in vs}
+        rounds = run_rounds(timed, args.rounds, base="upstream", aa="upstream_aa")
+        out[str(n)] = summarize(rounds) | {"verified_sets": args.rounds * len(vs)}
         log(f"per layer n={n}: " + ", ".join(f"{k} {v:.2f} us" for k, v in out[str(n)]["median_us"].items()))
         graphs.clear()
     banks.close()
@@ -231,7 +226,6 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="write step_pdl.json into DIR (default: results/<device>/, suite.results)")
     p.add_argument("--rounds", type=int, default=9)
-    p.add_argument("--per-block", type=int, default=10, help="decode steps per timed block")
     p.add_argument("--profile-steps", type=int, default=10)
     p.add_argument("--sources", type=int, default=8)
     p.add_argument("--ns", type=int, nargs="*", default=[0, 1, 2, 4])
@@ -241,9 +235,7 @@ def main() -> int:
     probes = pdl_probes()
     log(f"PDL probes built in {time.perf_counter() - t0:.0f}s")
     fields = {"args": vars(args)}
-    fields["decode_step"] = s = decode_step(args, probes)
-    log("decode step: " + ", ".join(f"{k} {v:.1f} us" for k, v in s["median_us"].items())
-        + f"; A/A ±{s['aa_spread']:.4f}; ratios " + ", ".join(f"{k} {v:.4f}" for k, v in s["ratio"].items()))
+    fields["decode_step"] = s = breakdown(args, probes)
     for name, b in s["breakdown"].items():
         if b.get("calls"):
             log(f"  {name}: per layer call ensure {b['mean_us']['ensure_us']:.2f} us, gap {b['mean_us']['gap_us']:.2f} us, "

@@ -18,10 +18,7 @@ Three ways to move the bytes, every copy verified word-exact against a device co
 Bytes in flight: ring = ctas x stages x chunk_bytes; LDG = blocks x 1024 threads x 16 B per bank.
 Rings above the module's shared-memory cap (decode_gather.MAX_RING_BYTES) are skipped. All JIT
 modules are built up front in ``--workers`` threads. Writes ceiling.json and ceiling.png
-(``suite.results``: results/<device>/; GB/s heatmaps over CTAs x ring, and GB/s against bytes in flight).
-
-Just over 500 lines: the measurement loops, the synthetic ``--dry-run`` data and the plot of one
-sweep stay together.
+(``suite.results``: results/<device>/; the figure is :mod:`bench.ceiling_figure`'s).
 """
 
 from __future__ import annotations
@@ -33,13 +30,13 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from bench.ceiling_figure import render_png
 from suite import results
 from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
 from gpukit.kernels import call_ours, call_upstream, load_kernels, precompile
-from gpukit.machine import machine_info, machine_line, pcie_under_load
+from gpukit.machine import machine_info, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
 from gpukit.timing import reps_for, time_replays
 
@@ -257,78 +254,6 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
                     "pct_of_copy_engine": (100 * b[key] / ce) if ce else None,
                 }
     return out
-
-
-# ---------------------------------------------------------------------------
-# The figure
-# ---------------------------------------------------------------------------
-
-
-def render_png(doc: dict[str, Any], path: Path) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception as e:
-        return f"matplotlib unavailable ({e}): no PNG"
-    rings = [r for r in doc["ring"] if r.get("flat_gbps") is not None or r.get("gather_gbps") is not None]
-    ctas = sorted({r["ctas"] for r in rings})
-    shapes = sorted({(r["stages"], r["chunk_bytes"]) for r in rings}, key=lambda s: (s[0] * s[1], s))
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5.2))
-    vmax = max([r.get(k) or 0 for r in rings for k in ("flat_gbps", "gather_gbps")] + [1])
-    for ax, key, title in (
-        (axes[0], "flat_gbps", "TMA ring, flat (1 MiB rows)"),
-        (axes[1], "gather_gbps", "TMA ring, NVFP4 gather"),
-    ):
-        grid = [[math.nan for _ in ctas] for _ in shapes]
-        for r in rings:
-            v = r.get(key)
-            if v is not None:
-                grid[shapes.index((r["stages"], r["chunk_bytes"]))][ctas.index(r["ctas"])] = v
-        im = ax.imshow(grid, aspect="auto", origin="lower", cmap="viridis", vmin=0, vmax=vmax)
-        ax.set_xticks(range(len(ctas)), [str(c) for c in ctas])
-        ax.set_yticks(range(len(shapes)), [f"{s}x{fmt_bytes(c)}" for s, c in shapes])
-        ax.set_xlabel("CTAs")
-        ax.set_ylabel("stages x chunk (ring per CTA)")
-        ax.set_title(title)
-        for i, row in enumerate(grid):
-            for j, v in enumerate(row):
-                if not math.isnan(v):
-                    ax.text(
-                        j, i, f"{v:.0f}", ha="center", va="center", color="w" if v < 0.6 * vmax else "k", fontsize=8
-                    )
-        fig.colorbar(im, ax=ax, label="GB/s")
-    ax = axes[2]
-    series = [
-        ("ring flat", [(r["bytes_in_flight"], r.get("flat_gbps")) for r in rings], "o"),
-        ("ring gather", [(r["bytes_in_flight"], r.get("gather_gbps")) for r in rings], "s"),
-        ("LDG flat", [(r["bytes_in_flight"], r.get("flat_gbps")) for r in doc["ldg"]], "^"),
-        ("LDG gather", [(r["bytes_in_flight"], r.get("gather_gbps")) for r in doc["ldg"]], "v"),
-    ]
-    for label, pts, marker in series:
-        pts = sorted((x, y) for x, y in pts if y is not None)
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, label=label, alpha=0.8)
-    ce = max((r["gbps"] for r in doc["copy_engine"]), default=None)
-    if ce:
-        ax.axhline(ce, color="k", ls="--", lw=1, label=f"copy engine {ce:.1f} GB/s")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("bytes in flight")
-    ax.set_ylabel("GB/s")
-    ax.set_title("GB/s vs bytes in flight")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    m = doc.get("machine") or {}
-    title = machine_line(m) if m else ""
-    if doc.get("synthetic"):
-        title = "SYNTHETIC (--dry-run): not a measurement. " + title
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return None
 
 
 # ---------------------------------------------------------------------------

@@ -1,90 +1,69 @@
-"""Decode-gather benchmarks: device-event timings in paired alternating rounds, into results/<device>/bench.json.
+"""Decode-gather benchmarks: pytest-benchmark records timed by the device clock, each carrying the paired
+alternating-rounds verdict of its case.
 
-    nox -s bench                         # or: python -m pytest -rs bench/test_bench_gather.py
-    nox -s compare                       # upstream vs decode_gather per (regime, layers, n) from bench.json
+    nox -s bench      # python -m pytest -rs bench/test_bench_gather.py --benchmark-timer=gpukit.timing.device_clock --bench-store
+    nox -s compare    # upstream, A/A and tma per (regime, layers, n) from the saved JSON, with the paired verdict
 
-What is measured
-----------------
-``test_gather_decode[decode-L40-n<n>]`` (the regime that decides): :mod:`gpukit.decode_regime`. The
-model's full bank footprint (40 layers x 256 experts of NVFP4 rows, 18.2 GB, allocated as FreeToken's
-host_banks does: mmap, fill, cudaHostRegister; ``BENCH_BANKS_GIB`` caps it for hosts with less RAM),
-every layer its own banks and its own miss list of ``n`` experts, and a NEW miss list written into the
-captured index tensors before every replay, as a decode step has; each replay timed alone and
-verified. Variants upstream, upstream_aa, ours (the copy engine's per-row nodes are fixed at capture,
-so it cannot follow a device-side list and is measured in the replay regime only).
+Every timed kernel of every case is one pytest-benchmark benchmark (``benchmark.pedantic``: explicit rounds
+and warm-up, timed by pytest-benchmark through ``--benchmark-timer=gpukit.timing.device_clock``, CUDA events
+on the timing stream). Params ``regime``, ``layers``, ``n``, ``kernel``; the group ``<regime> L<layers>
+n=<n>`` (the default ``--benchmark-group-by=group``, or ``--group-by=param:regime,param:layers,param:n``)
+puts one case's kernels together. Kernels are the switch's words: ``upstream`` (FREETOKEN_DECODE_GATHER
+unset: fast_index_copy_multi), ``upstream_aa`` (the A/A control: the same kernel captured again and
+measured alike), ``tma`` (decode_gather), and in the replay regime ``copy_engine``.
 
-The replay regime (labelled ``regime = replay``; it warms what a decode step finds cold and flatters a
-kernel that pays for cold rows):
-``test_gather_graph[L<layers>-n<n>]``: one captured CUDA graph of ``layers`` gather launches, each
-layer reading its own pinned source (``BENCH_SOURCES`` distinct layers of the NVFP4 banks, used
-cyclically), all layers sharing one device miss list of ``n`` experts (1,781,760 B each) -- the
-decode step's copy with the routing kernel taken out. Four variants, each its own graph:
+Per-kernel statistics compare one kernel across versions and machines; what decides upstream against tma
+is the paired result, measured first for each case in the same session on the same buffers and graphs:
+paired alternating rounds (:func:`suite.rounds.run_rounds`, even rounds upstream, upstream_aa, tma, ...,
+odd rounds reversed), ratio upstream/candidate, the A/A spread, the verdict (:mod:`suite.stats`). It is
+in every record's ``extra_info["paired"]``, with regime, layers, n, bytes, GB/s, verified sets and the
+series/tree.
 
-  upstream      fast_index_copy_multi, 1024 threads x 8 blocks per bank (the cache's default)
-  upstream_aa   the same kernel captured again: the A/A control, the noise floor of the comparison
-  ours          decode_gather with the module's default ring
-  copy_engine   the same rows as per-row cudaMemcpyAsync nodes (host-driven, rows fixed at capture)
+Cases
+-----
+``decode`` (decides; :mod:`gpukit.decode_regime`): the model's banks at full size, a 40-layer graph, a
+NEW miss list before every replay; a pedantic round is one replay (setup: the next list; teardown: the
+replay's rows verified and poisoned again). ``replay`` (labelled: it warms what a decode step finds
+cold): one captured graph of ``layers`` launches over ``BENCH_SOURCES`` pinned layers sharing one miss
+list; a pedantic round is ``reps`` replays (~BENCH_TARGET_MS), the slot cache verified and poisoned
+after every round. ``step``: one decode step through the real OffloadMoeCache
+(:mod:`gpukit.decode_step`), a pedantic round is one trace step; the caches must end with the same slot
+map and bytes. Records are per replay (all layers) or per step: divide by ``layers`` for per layer.
 
-Rounds are paired and alternate: even rounds run upstream, upstream_aa, ours, copy_engine; odd
-rounds the reverse. A round of one variant replays its graph ``reps`` times between two CUDA events
-from an idle GPU (reps chosen so a timed set lasts ~BENCH_TARGET_MS), and the round's value is the
-device time per layer. The slot cache is poisoned before and byte-verified after EVERY timed set.
-A case is measured once, all variants together (:func:`suite.rounds.run_rounds`). Each case is one
-row of ``bench.json`` (:mod:`suite.results`, the one store of these figures), keyed by ``regime``,
-``layers`` and ``n``: per-round and median times, the speedup upstream/ours, the A/A ratios and
-spread, the verdict, GB/s and the share of the copy-engine ceiling. n = 600 runs in a
-``BENCH_BIG_LAYERS``-layer graph (4 by default): 40 layers x 600 experts would move 43 GB per replay.
-
-``test_decode_step_offload_cache``: the real OffloadMoeCache, 40 layers, 256 experts, top-8,
-batch 1, routing from a Zipf trace whose exponent is calibrated (LRU model) for a ~10 % miss rate;
-one captured decode-step graph (ensure_experts + copy_missing per layer) per cache
-(:mod:`gpukit.decode_step`), ``FREETOKEN_DECODE_GATHER`` unset, unset again (A/A) and ``tma``, paired
-alternating blocks of steps, the caches' slot maps and slot-cache bytes compared after every block.
-
-Knobs (environment): BENCH_N_DECODE (0,1,2,4,8,32), BENCH_BANKS_GIB (unset: the full footprint), BENCH_N40 (0,1,2,4,8,16,32), BENCH_N_BIG (600), BENCH_BIG_LAYERS (4),
-BENCH_N16 (0,1,2,4,8), BENCH_ROUNDS (7), BENCH_SOURCES (8), BENCH_TARGET_MS (20),
-BENCH_DECODE (1; 0 skips the decode-step benchmark), BENCH_DECODE_SLOTS_PER_LAYER (48); the file goes
-where :mod:`suite.results` says (``$FT_RESULTS_DIR`` moves the results tree).
+Knobs (environment): BENCH_N_DECODE (0,1,2,4,8,32), BENCH_BANKS_GIB (unset: the full footprint),
+BENCH_N40 (0,1,2,4,8,16,32), BENCH_N_BIG (600), BENCH_BIG_LAYERS (4), BENCH_N16 (0,1,2,4,8), BENCH_ROUNDS
+(7, paired rounds), BENCH_PEDANTIC_SETS (3: decode-regime pedantic rounds per kernel, in sets of the
+paired rounds' replays), BENCH_SOURCES (8), BENCH_TARGET_MS (20), BENCH_DECODE (1; 0 skips the step),
+BENCH_DECODE_SLOTS_PER_LAYER (48), BENCH_STEP_ROUNDS (30, pedantic steps per kernel), BENCH_STEP_PDL (0;
+1 adds the PDL builds of bench.step_pdl to the step: ``tma_pdl``, ``upstream_pdl``).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import random
-import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
-from gpukit.cudart import memcpy_h2d_async
+from bench.auto_stability import choice_fields
+from bench.conftest import RUN_INFO
 from gpukit.decode_regime import Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
-from gpukit.decode_step import DEFAULT_VARIANTS, DecodeStep, StepConfig
-from gpukit.geometry import (
-    MODEL,
-    NVFP4_EXPERT_BYTES,
-    NVFP4_ROW_BYTES,
-    UPSTREAM_BLOCKS_PER_BANK,
-    UPSTREAM_THREADS,
-    nvfp4_banks,
-)
+from gpukit.decode_step import DEFAULT_VARIANTS, DecodeStep, StepConfig, StepVariant
+from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
 from gpukit.kernels import call_ours, call_upstream, default_ring, load_kernels, precompile
 from gpukit.machine import machine_info
-from gpukit.memory import (
-    HostBanks,
-    MissList,
-    SlotCache,
-    check_slot_cache,
-    poison_value,
-    random_misses,
-)
+from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
+from gpukit.timing import copy_engine_ceiling, device_clock, reps_for, time_replays
 from suite import results
 from suite.rounds import run_rounds
 from suite.stats import summarize_rounds
-from gpukit.timing import copy_engine_ceiling, reps_for, time_replays
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+log = logging.getLogger("bench")
 
 
 def _ints(name: str, default: str) -> list[int]:
@@ -96,30 +75,69 @@ N_BIG = _ints("BENCH_N_BIG", "600")
 BIG_LAYERS = int(os.environ.get("BENCH_BIG_LAYERS", "4"))
 N16 = _ints("BENCH_N16", "0,1,2,4,8")
 ROUNDS = max(5, int(os.environ.get("BENCH_ROUNDS", "7")))
+PEDANTIC_SETS = max(1, int(os.environ.get("BENCH_PEDANTIC_SETS", "3")))
 SOURCES = int(os.environ.get("BENCH_SOURCES", "8"))
 TARGET_S = float(os.environ.get("BENCH_TARGET_MS", "20")) / 1e3
 DECODE = os.environ.get("BENCH_DECODE", "1") != "0"
 DECODE_SLOTS_PER_LAYER = int(os.environ.get("BENCH_DECODE_SLOTS_PER_LAYER", "48"))
+STEP_ROUNDS = max(5, int(os.environ.get("BENCH_STEP_ROUNDS", "30")))
+STEP_PDL = os.environ.get("BENCH_STEP_PDL", "0") == "1"
 N_DECODE = _ints("BENCH_N_DECODE", "0,1,2,4,8,32")
 BANKS_GIB = float(os.environ["BENCH_BANKS_GIB"]) if os.environ.get("BENCH_BANKS_GIB") else None
 
 SLOTS = 640
 EXPERTS = MODEL["experts"]
-VARIANTS = ("upstream", "upstream_aa", "ours", "copy_engine")  # bench.json's keys, in round order
-CASES = [(40, n) for n in N40] + [(BIG_LAYERS, n) for n in N_BIG] + [(16, n) for n in N16]
-DECODE_CASES = [(40, n) for n in N_DECODE]
+BASE, AA = "upstream", "upstream_aa"
+GATHER_KERNELS = (BASE, AA, "tma")  # round order; the replay regime adds copy_engine where n > 0
+#: the step's caches: upstream, its A/A control, tma, and auto (FREETOKEN_DECODE_GATHER=auto: the cache's
+#: start-up probe picks the kernel; the choice goes to the step's extra_info)
+STEP_VARIANTS = (*DEFAULT_VARIANTS, StepVariant("auto", {"FREETOKEN_DECODE_GATHER": "auto"}))
+STEP_KERNELS = tuple(v.name for v in STEP_VARIANTS) + (("tma_pdl", "upstream_pdl") if STEP_PDL else ())
+STEP_BLOCK = 10  # trace steps per paired round of the decode step
 
 
-def _f(x, digits: int = 2) -> str:
-    return "n/a" if x is None else f"{x:.{digits}f}"
+def _params(regime: str, cases: list[tuple[int, int]]) -> list[Any]:
+    out = []
+    for layers, n in cases:
+        kernels = GATHER_KERNELS + (("copy_engine",) if regime == "replay" and n > 0 else ())
+        out += [pytest.param(regime, layers, n, k, id=f"{regime}-L{layers}-n{n}-{k}") for k in kernels]
+    return out
 
 
-def log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+GATHER_PARAMS = _params("decode", [(40, n) for n in N_DECODE]) + _params(
+    "replay", [(40, n) for n in N40] + [(BIG_LAYERS, n) for n in N_BIG] + [(16, n) for n in N16]
+)
+STEP_PARAMS = [pytest.param("step", MODEL["moe_layers"], "zipf", k, id=f"step-L40-zipf-{k}") for k in STEP_KERNELS]
 
 
-class Ctx:
-    """Everything the benchmarks share: kernels, banks, slot cache, ceiling, collected rows."""
+def paired(rounds_us: dict[str, list[float]], candidates: list[str], **extra: Any) -> dict[str, Any]:
+    """The paired alternating-rounds result of one case: ratio upstream/candidate per candidate (> 1: the
+    candidate faster), the A/A ratio and spread, the verdicts, medians and every round (``rounds_us``)."""
+    s = {c: summarize_rounds(rounds_us, ours=c, base=BASE, aa=AA) for c in candidates}
+    first = s[candidates[0]]
+    return {
+        "base": BASE, "aa": AA, "rounds": len(rounds_us[BASE]), "order": "alternating",
+        "ratio": {c: s[c]["speedup"] for c in candidates},
+        "ratio_paired": {c: s[c]["speedup_paired"] for c in candidates},
+        "verdict": {c: s[c]["verdict"] for c in candidates},
+        "aa_ratio": first["aa_ratio"], "aa_spread": first["aa_spread"],
+        "median_us": first["median_us"], "rounds_us": rounds_us, **extra,
+    }  # fmt: skip
+
+
+class Case:
+    """One (regime, layers, n): its graphs, its paired result, and a pedantic plan per kernel."""
+
+    def __init__(self, regime: str, layers: int, n: int, bytes_: int, pair: dict[str, Any], reps: int = 1):
+        self.regime, self.layers, self.n, self.bytes, self.paired, self.reps = regime, layers, n, bytes_, pair, reps
+        self.plans: dict[str, dict[str, Any]] = {}  # kernel -> benchmark.pedantic's keyword arguments
+        self.verified = {"sets": 0}
+        self.paired_sets = 0  # verified sets of the paired rounds (and the warm replays)
+        self.close: Callable[[], None] = lambda: None
+
+
+class Bench:
+    """What the benchmarks share: kernels, pinned banks, slot caches, the ceiling, the current case."""
 
     def __init__(self):
         import torch
@@ -128,285 +146,275 @@ class Ctx:
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.dgm, self.fic = load_kernels()
         self.ring = default_ring(self.dgm)
-        errors = precompile(self.dgm, self.fic, [self.ring], progress=log)
+        errors = precompile(self.dgm, self.fic, [self.ring], progress=log.info)
         assert not errors, errors
-        t0 = time.perf_counter()
         self.banks = HostBanks(SOURCES, EXPERTS, NVFP4_ROW_BYTES, self.device, seed=1)
-        log(
-            f"{SOURCES} pinned source layers ({self.banks.total_bytes / 1e9:.2f} GB, {self.banks.buf.describe()['method']}) "
-            f"in {time.perf_counter() - t0:.1f}s"
-        )
         self.cache = SlotCache(SLOTS, NVFP4_ROW_BYTES, self.device)
         self.misses = MissList(SLOTS, "int32", self.device)
         self.ceiling = {"start": copy_engine_ceiling(256 << 20, device=self.device)}
         assert self.ceiling["start"]["verified"], "copy-engine ceiling copy was not exact"
-        log(f"copy-engine ceiling (256 MiB H2D): {self.ceiling['start']['gbps']:.2f} GB/s")
-        self.rows: list[dict[str, Any]] = []
-        self.decode: dict[str, Any] | None = None
+        log.info("copy-engine ceiling (256 MiB H2D): %.2f GB/s", self.ceiling["start"]["gbps"])
         self.model_banks: tuple[ModelBanks, Any] | None = None
-        self.verified_sets = 0
-        self.verified_bytes = 0
-        self.started = results.now_iso()
+        self.case: Case | None = None
+        self.step: DecodeStep | None = None
+        self.verified = {"timed_sets": 0, "bytes": 0}
 
-    @property
-    def ceiling_gbps(self) -> float:
-        return self.ceiling["start"]["gbps"]
+    def enter(self, key: tuple, make: Callable[[], Case]) -> Case:
+        """The case ``key``, made (and the previous one's graphs freed) when it changes."""
+        if self.case is None or (self.case.regime, self.case.layers, self.case.n) != key:
+            if self.case is not None:
+                self.case.close()
+            self.case = make()
+        return self.case
 
-    def write(self) -> None:
+    def count(self, case: Case, sets: int) -> None:
+        """``sets`` verified timed sets of ``case`` into the run's totals (each checked one replay's rows)."""
+        self.verified["timed_sets"] += sets
+        self.verified["bytes"] += sets * case.bytes
+
+    def run_info(self) -> dict[str, Any]:
         info = machine_info()
-        info = {**info, **{k: v for k, v in self.ceiling["start"].items() if k.startswith("pcie_")}}
-        fields = {
-            "started_at": self.started,
-            "kernel": {
-                "decode_gather_default_ring": self.ring._asdict(),
-                "upstream": {"num_threads": UPSTREAM_THREADS, "blocks_per_bank": UPSTREAM_BLOCKS_PER_BANK},
-            },
-            "geometry": {
-                "model": MODEL,
-                "banks": [
-                    {"name": b.name, "shape": list(b.shape), "dtype": b.dtype, "row_bytes": b.row_bytes}
-                    for b in nvfp4_banks()
-                ],
-                "bytes_per_expert": NVFP4_EXPERT_BYTES,
-                "slots": SLOTS,
-                "source_layers": SOURCES,
-                "pinned": self.banks.buf.describe(),
-            },
+        return {
+            "machine": {**info, **{k: v for k, v in self.ceiling["start"].items() if k.startswith("pcie_")}},
+            "provenance": results.provenance(),
+            "kernel": {"tma_default_ring": self.ring._asdict(),
+                       "upstream": {"num_threads": UPSTREAM_THREADS, "blocks_per_bank": UPSTREAM_BLOCKS_PER_BANK}},
+            "geometry": {"model": MODEL, "bytes_per_expert": NVFP4_EXPERT_BYTES, "slots": SLOTS,
+                         "source_layers": SOURCES, "pinned": self.banks.buf.describe()},
             "ceiling": {k: {kk: vv for kk, vv in v.items() if kk != "seconds"} for k, v in self.ceiling.items()},
             "method": {
-                "rounds": ROUNDS,
-                "target_ms_per_timed_set": TARGET_S * 1e3,
-                "timer": "replay regime: CUDA events around `reps` graph replays from an idle GPU, value = device time "
-                "/ reps / layers; decode regime: each replay timed alone after a new miss list, median per set",
-                "pairing": "alternating order: even rounds upstream, upstream_aa, ours, copy_engine; odd rounds reversed",
-                "speedup": "median(upstream) / median(ours); > 1 means ours is faster",
-                "tie": "|speedup - 1| <= A/A spread = max over rounds |upstream/upstream_aa - 1|",
+                "timer": "gpukit.timing.device_clock: CUDA events on the timing stream, each read waits for its event",
+                "paired": "per case, paired alternating rounds (even rounds upstream, upstream_aa, tma[, copy_engine];"
+                " odd reversed); ratio = median(upstream) / median(candidate); tie: |ratio - 1| <= A/A spread",
+                "rounds": ROUNDS, "pedantic_sets": PEDANTIC_SETS, "step_rounds": STEP_ROUNDS,
+                "target_ms_per_replay_round": TARGET_S * 1e3,
             },
-            "gather": sorted(self.rows, key=lambda r: (r["regime"] != "decode", r["layers"] != 40, r["layers"], r["n"])),
-            "decode_step": self.decode,
-            "verified": {"timed_sets": self.verified_sets, "bytes": self.verified_bytes},
-        }
-        log(f"wrote {results.save('bench', machine=info, **fields)}")
+            "verified": self.verified,
+        }  # fmt: skip
+
+    # ------------------------------------------------------------------ the replay regime
+
+    def replay_case(self, layers: int, n: int) -> Case:
+        torch, banks, cache, misses = self.torch, self.banks, self.cache, self.misses
+        dst, src = random_misses(random.Random(f"bench-{layers}-{n}"), SLOTS, n, SLOTS, EXPERTS)
+        misses.set(dst, src, n)
+        writes = [(dst[:n], src[:n], banks.dev[(layers - 1) % SOURCES])]  # every layer writes the same slots
+
+        def launcher(call, module):
+            return lambda layer: call(module, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
+
+        fns = {BASE: launcher(call_upstream, self.fic), AA: launcher(call_upstream, self.fic),
+               "tma": launcher(call_ours, self.dgm)}  # fmt: skip
+        for layer in range(layers):  # eager warm-up; decode_gather checks every source descriptor here
+            fns[BASE](layer), fns["tma"](layer)
+        torch.cuda.synchronize()
+        graphs = {}
+        for name, fn in fns.items():
+            graphs[name] = g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for layer in range(layers):
+                    fn(layer)
+        if n > 0:
+            from gpukit.runtime import memcpy_h2d_async
+
+            graphs["copy_engine"] = g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                stream = torch.cuda.current_stream().cuda_stream
+                for layer in range(layers):
+                    host = banks.host[layer % SOURCES]
+                    for i in range(n):
+                        for b, row in enumerate(banks.row_bytes):
+                            memcpy_h2d_async(cache.dst[b][dst[i]].data_ptr(), host[b][src[i]].data_ptr(), row, stream)
+        rng, verified = random.Random(f"poison-{layers}-{n}"), {"sets": 0, "poison": 0}
+
+        def poison() -> None:
+            verified["poison"] = poison_value(verified["sets"], rng)
+            cache.poison(verified["poison"])
+
+        def verify(name: str) -> None:  # then poisoned again for the next set
+            err = check_slot_cache(cache, verified["poison"], writes)
+            assert err is None, f"{name} L{layers} n={n}: {err}"
+            verified["sets"] += 1
+            poison()
+
+        poison()
+        for name, g in graphs.items():  # warm replays, each verified
+            g.replay()
+            verify(name)
+        reps = reps_for(TARGET_S, time_replays(graphs[BASE].replay, 1), 3, 400)
+        poison()  # the estimate's replay wrote rows: every timed set starts from a poisoned cache
+
+        def timed(name: str) -> Callable[[int], float]:
+            def set_us(_round: int) -> float:
+                seconds = time_replays(graphs[name].replay, reps)
+                verify(name)
+                return seconds / reps / layers * 1e6
+
+            return set_us
+
+        names = [k for k in (*GATHER_KERNELS, "copy_engine") if k in graphs]
+        rounds_us = run_rounds({k: timed(k) for k in names}, ROUNDS, base=BASE, aa=AA).values
+        case = Case("replay", layers, n, layers * n * NVFP4_EXPERT_BYTES, paired(rounds_us, names[2:], reps=reps), reps)
+        case.verified, case.paired_sets = verified, verified["sets"]
+        for name in names:
+            case.plans[name] = {"target": graphs[name].replay, "iterations": reps, "rounds": ROUNDS,
+                                "warmup_rounds": 1, "teardown": functools.partial(verify, name)}  # fmt: skip
+        case.close = graphs.clear
+        self.count(case, verified["sets"])
+        return case
+
+    # ------------------------------------------------------------------ the decode regime
+
+    def decode_case(self, layers: int, n: int) -> Case:
+        if self.model_banks is None:
+            t0 = time.perf_counter()
+            fp = Footprint.scaled(BANKS_GIB)
+            self.model_banks = (ModelBanks(fp, self.device, progress=log.info), poisoned_slots(fp.row_bytes, self.device))
+            log.info("decode-regime banks: %s in %.0fs", fp.describe(), time.perf_counter() - t0)
+        banks, slots = self.model_banks
+        rg = RegimeGraphs(banks, slots, n, layers=layers)
+        launch = {BASE: functools.partial(call_upstream, self.fic), AA: functools.partial(call_upstream, self.fic),
+                  "tma": functools.partial(call_ours, self.dgm)}  # fmt: skip
+        for name, fn in launch.items():
+            rg.capture(name, fn)
+        reps = replays_per_set(n)
+        rounds_us = rg.rounds(list(GATHER_KERNELS), "decode", ROUNDS, reps, base=BASE, aa=AA).values
+        footprint = banks.fp.describe()
+        case = Case("decode", rg.layers, n, rg.layers * n * NVFP4_EXPERT_BYTES,
+                    paired(rounds_us, ["tma"], reps=reps, footprint=footprint), 1)  # fmt: skip
+        case.verified = rg_sets = {"sets": rg.verified}
+        case.paired_sets = rg.verified
+
+        def teardown(name: str) -> None:
+            rg.verify(name)
+            rg_sets["sets"] = rg.verified
+
+        for name in GATHER_KERNELS:
+            case.plans[name] = {"target": rg.graphs[name].replay, "setup": rg.next_list, "rounds": reps * PEDANTIC_SETS,
+                                "warmup_rounds": 1, "teardown": functools.partial(teardown, name)}  # fmt: skip
+
+        def close() -> None:
+            rg.check_clean("pedantic rounds")
+            rg.graphs.clear()
+
+        case.close = close
+        self.count(case, rg.verified)
+        return case
+
+    # ------------------------------------------------------------------ the decode step
+
+    def step_case(self) -> Case:
+        variants = list(STEP_VARIANTS)
+        if STEP_PDL:
+            from bench.step_pdl import pdl_variants
+
+            variants += pdl_variants()
+        start = ROUNDS * STEP_BLOCK
+        config = StepConfig(slots_per_layer=DECODE_SLOTS_PER_LAYER, source_layers=SOURCES,
+                            steps=start + STEP_ROUNDS + 1)  # fmt: skip
+        step = self.step = DecodeStep(variants, config, device=self.device, banks=self.banks, log=log.info)
+        assert getattr(step.caches["tma"], "_decode_gather", None) is not None, "the tma cache does not use decode_gather"
+        names = [v.name for v in variants]
+
+        def states_agree(r: int) -> None:
+            for other in names[1:]:
+                err = step.state_diff(names[0], other)
+                assert err is None, f"block {r}: {err}"
+
+        timed = {k: (lambda r, k=k: step.time_block(k, r * STEP_BLOCK, STEP_BLOCK)) for k in names}
+        rounds_us = run_rounds(timed, ROUNDS, base=BASE, aa=AA, after_round=states_agree).values
+        same_misses(step)
+        err = step.reference_diff("tma")
+        assert err is None, f"decode step: {err}"
+        stats = step.miss_stats()["tma"]
+        misses = stats["missing_per_layer"] * config.layers
+        extra = {"steps_per_round": STEP_BLOCK, "miss_rate": stats["miss_rate"], "misses_per_step": misses,
+                 "zipf_exponent": step.zipf_exponent, "modelled_miss_rate": step.modelled_miss_rate,
+                 "cache_slots": config.cache_slots, "top_k": config.top_k, "batch": config.batch,
+                 "ideal_copy_us_per_step": misses * NVFP4_EXPERT_BYTES / (self.ceiling["start"]["gbps"] * 1e9) * 1e6,
+                 "auto_choice": choice_fields(step.caches["auto"].decode_gather_auto)}  # fmt: skip
+        case = Case("step", config.layers, "zipf", round(misses * NVFP4_EXPERT_BYTES), paired(rounds_us, names[2:], **extra))
+        counter = {k: start for k in names}
+
+        def next_step(name: str) -> tuple[tuple[int], dict]:
+            counter[name] += 1
+            return (counter[name] - 1,), {}
+
+        for name in names:
+            case.plans[name] = {"target": functools.partial(step.replay, name), "rounds": STEP_ROUNDS, "warmup_rounds": 1,
+                                "setup": functools.partial(next_step, name)}  # fmt: skip
+
+        def close() -> None:  # every cache replayed the same steps: same state and misses, every slot its source row
+            states_agree(-1)
+            same_misses(step)
+            for k in names:
+                assert step.reference_diff(k) is None, f"decode step {k}: {step.reference_diff(k)}"
+            step.close()
+
+        case.close = close
+        return case
+
+
+def same_misses(step: DecodeStep) -> None:
+    stats = step.miss_stats()
+    assert all(v == stats["tma"] for v in stats.values()), stats
 
 
 @pytest.fixture(scope="module")
-def ctx():
-    c = Ctx()
-    yield c
-    c.ceiling["end"] = copy_engine_ceiling(256 << 20, device=c.device)
-    log(f"copy-engine ceiling at the end: {c.ceiling['end']['gbps']:.2f} GB/s")
-    c.write()
-    c.banks.close()
-    if c.model_banks is not None:
-        c.model_banks[0].close()
+def bench(request):
+    b = Bench()
+    yield b
+    try:
+        if b.case is not None:
+            b.case.close()  # the last case's checks
+    finally:
+        b.ceiling["end"] = copy_engine_ceiling(256 << 20, device=b.device)
+        log.info("copy-engine ceiling at the end: %.2f GB/s", b.ceiling["end"]["gbps"])
+        request.config.stash[RUN_INFO] = b.run_info()
+        b.banks.close()
+        if b.model_banks is not None:
+            b.model_banks[0].close()
 
 
-def measure_gather(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
-    """Every variant of one case in paired alternating rounds (see the module docstring); the row of bench.json."""
-    torch = ctx.torch
-    banks, cache, misses = ctx.banks, ctx.cache, ctx.misses
-    rng = random.Random(f"bench-{layers}-{n}")
-    dst, src = random_misses(rng, SLOTS, n, SLOTS, EXPERTS)
-    misses.set(dst, src, n)
-    last = (layers - 1) % SOURCES
-    writes = [(dst[:n], src[:n], banks.dev[last])]  # every layer writes the same slots: the last one wins
-
-    def upstream(layer: int) -> None:
-        call_upstream(ctx.fic, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
-
-    def ours(layer: int) -> None:
-        call_ours(ctx.dgm, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
-
-    for fn in (upstream, ours):  # eager warm-up; decode_gather checks every source descriptor here
-        for layer in range(layers):
-            fn(layer)
-    torch.cuda.synchronize()
-    graphs = {}
-    for name, fn in (("upstream", upstream), ("upstream_aa", upstream), ("ours", ours)):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for layer in range(layers):
-                fn(layer)
-        graphs[name] = g
-    if n > 0:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            stream = torch.cuda.current_stream().cuda_stream
-            for layer in range(layers):
-                host = banks.host[layer % SOURCES]
-                for i in range(n):
-                    for b, row in enumerate(banks.row_bytes):
-                        memcpy_h2d_async(cache.dst[b][dst[i]].data_ptr(), host[b][src[i]].data_ptr(), row, stream)
-        graphs["copy_engine"] = g
-
-    poison_rng = random.Random(f"poison-{layers}-{n}")
-    verified = {"sets": 0}
-
-    def poison() -> int:
-        p = poison_value(verified["sets"], poison_rng)
-        cache.poison(p)
-        return p
-
-    def verify(name: str, p: int) -> None:
-        err = check_slot_cache(cache, p, writes)
-        assert err is None, f"{name} L{layers} n={n}: {err}"
-        verified["sets"] += 1
-
-    # warm replays, each verified, and the replay-time estimate that sizes a timed set
-    for name, g in graphs.items():
-        p = poison()
-        g.replay()
-        verify(name, p)
-    est = time_replays(graphs["upstream"].replay, 1)
-    reps = reps_for(TARGET_S, est, 3, 400)
-    def timed(name: str):
-        def set_us(_round: int) -> float:
-            p = poison()
-            seconds = time_replays(graphs[name].replay, reps)
-            verify(name, p)
-            return seconds / reps / layers * 1e6
-
-        return set_us
-
-    rounds_us = run_rounds({v: timed(v) for v in VARIANTS if v in graphs}, ROUNDS, base="upstream",
-                           aa="upstream_aa").values  # fmt: skip
-    graphs.clear()
-
-    return gather_row(ctx, "replay", layers, n, rounds_us, reps, verified["sets"],
-                      timing_mode="paired alternating rounds, CUDA events around reps replays (every variant alike)")
+def record(bench: Bench, benchmark, case: Case, kernel: str) -> None:
+    """``benchmark.pedantic`` of ``kernel``'s plan, then its ``extra_info``; a timer other than the device
+    clock is refused (the records would be host time)."""
+    if benchmark.enabled and benchmark._timer is not device_clock:
+        pytest.fail("the benchmarks need --benchmark-timer=gpukit.timing.device_clock (nox -s bench passes it)")
+    benchmark.group = f"{case.regime} L{case.layers} n={case.n}"
+    sets_before = case.verified["sets"]
+    benchmark.pedantic(**case.plans[kernel])
+    bench.count(case, case.verified["sets"] - sets_before)
+    stats = benchmark.stats.stats if benchmark.stats is not None else None
+    median_s = stats.median if stats is not None else None
+    prov = results.provenance()
+    benchmark.extra_info.update({
+        "regime": case.regime, "layers": case.layers, "n": case.n, "kernel": kernel,
+        "unit": "seconds per replay (all layers)" if case.regime != "step" else "seconds per decode step",
+        "bytes": case.bytes,
+        "gbps": case.bytes / median_s / 1e9 if median_s and case.bytes else None,
+        "median_us_per_layer": median_s / case.layers * 1e6 if median_s else None,
+        "verified_sets": case.verified["sets"] - sets_before,
+        "series": prov.get("series_hash"), "tree": prov.get("tree"),
+        "paired": case.paired,
+    })  # fmt: skip
 
 
-def gather_row(ctx: Ctx, regime: str, layers: int, n: int, rounds_us: dict[str, list[float]], reps: int,
-               verified_sets: int, **extra: Any) -> dict[str, Any]:
-    """bench.json's row of one case (medians, the speedup and A/A statistics, GB/s and the share of the
-    copy-engine ceiling), counted into the run's verification totals and logged."""
-    summary = summarize_rounds(rounds_us)
-    med = summary["median_us"]
-    bytes_per_layer = n * NVFP4_EXPERT_BYTES
-    gbps = {k: (bytes_per_layer / (v * 1e-6) / 1e9 if v and bytes_per_layer else None) for k, v in med.items()}
-    row = {
-        "regime": regime,
-        "layers": layers,
-        "n": n,
-        "bytes_per_layer": bytes_per_layer,
-        "reps": reps,
-        "rounds": ROUNDS,
-        "us": med,
-        "rounds_us": rounds_us,
-        **{k: summary[k] for k in ("speedup", "speedup_paired", "aa_ratio", "aa_ratios", "aa_spread", "verdict")},
-        "gbps": gbps,
-        "pct_of_ceiling": {k: (100.0 * v / ctx.ceiling_gbps if v else None) for k, v in gbps.items()},
-        "ceiling_gbps": ctx.ceiling_gbps,
-        "verified_sets": verified_sets,
-        **extra,
-    }
-    ctx.rows.append(row)
-    ctx.verified_sets += verified_sets
-    ctx.verified_bytes += verified_sets * layers * bytes_per_layer
-    log(
-        f"{regime} L{layers} n={n}: upstream {_f(med.get('upstream'))} us, ours {_f(med.get('ours'))} us, "
-        f"speedup {_f(summary['speedup'], 3)} (A/A spread {_f(summary['aa_spread'], 3)}: {summary['verdict']}), "
-        f"copy engine {_f(med.get('copy_engine'))} us, {verified_sets} sets verified"
-    )
-    return row
-
-
-def measure_decode_regime(ctx: Ctx, layers: int, n: int) -> dict[str, Any]:
-    """upstream, upstream_aa and ours in the decode regime (module docstring); the row of bench.json."""
-    if ctx.model_banks is None:
-        t0 = time.perf_counter()
-        fp = Footprint.scaled(BANKS_GIB)
-        banks = ModelBanks(fp, ctx.device, progress=log)
-        ctx.model_banks = (banks, poisoned_slots(fp.row_bytes, ctx.device))
-        log(f"decode-regime banks: {fp.describe()} in {time.perf_counter() - t0:.0f}s")
-    banks, slots = ctx.model_banks
-    rg = RegimeGraphs(banks, slots, n, layers=layers)
-
-    upstream, ours = functools.partial(call_upstream, ctx.fic), functools.partial(call_ours, ctx.dgm)
-    for name, fn in (("upstream", upstream), ("upstream_aa", upstream), ("ours", ours)):
-        rg.capture(name, fn)
-    reps = replays_per_set(n)
-    rounds_us = rg.rounds(["upstream", "upstream_aa", "ours"], "decode", ROUNDS, reps).values
-    return gather_row(ctx, "decode", rg.layers, n, rounds_us, reps, rg.verified, footprint=banks.fp.describe(),
-                      timing_mode="a new miss list before every replay; each replay timed alone between CUDA events "
-                      "and verified; median per set, paired alternating rounds")  # fmt: skip
-
-
-@pytest.mark.parametrize("layers,n", DECODE_CASES, ids=[f"decode-L{layers}-n{n}" for layers, n in DECODE_CASES])
-def test_gather_decode(ctx, layers, n):
-    row = measure_decode_regime(ctx, layers, n)
-    # n = 0 copies nothing to compare; every set still checked that no slot was written (check_clean)
-    assert row["verified_sets"] >= (ROUNDS * 3 if n else 0), row["verified_sets"]
-
-
-@pytest.mark.parametrize("layers,n", CASES, ids=[f"replay-L{layers}-n{n}" for layers, n in CASES])
-def test_gather_graph(ctx, layers, n):
-    row = measure_gather(ctx, layers, n)
-    assert row["verified_sets"] >= ROUNDS * len(row["rounds_us"]), row["verified_sets"]
-
-
-def measure_decode(ctx: Ctx) -> dict[str, Any]:
-    """The captured decode step of unset, unset A/A and tma caches in paired alternating blocks."""
-    per_block = 10
-    config = StepConfig(slots_per_layer=DECODE_SLOTS_PER_LAYER, source_layers=SOURCES, steps=ROUNDS * per_block)
-    step = DecodeStep(DEFAULT_VARIANTS, config, device=ctx.device, banks=ctx.banks, log=log)
-    assert getattr(step.caches["tma"], "_decode_gather", None) is not None, "the tma cache does not use decode_gather"
-    names = [v.name for v in DEFAULT_VARIANTS]
-
-    def states_agree(r: int) -> None:
-        for other in names[1:]:
-            err = step.state_diff(names[0], other)
-            assert err is None, f"block {r}: {err}"
-
-    # even rounds: unset, unset_aa, tma; odd rounds reversed; the caches compared after every round
-    rounds_us = run_rounds(
-        {name: (lambda r, name=name: step.time_block(name, r * per_block, per_block)) for name in names},
-        ROUNDS, base="unset", aa="unset_aa", after_round=states_agree,
-    ).values  # fmt: skip
-    stats = step.miss_stats()
-    assert stats["unset"] == stats["tma"] == stats["unset_aa"], stats
-    err = step.reference_diff("tma")
-    assert err is None, f"decode step: {err}"
-    step.close()
-    summary = summarize_rounds(rounds_us, ours="tma", base="unset", aa="unset_aa")
-    med = summary["median_us"]
-    layers = config.layers
-    misses_per_step = stats["tma"]["missing_per_layer"] * layers
-    bytes_per_step = misses_per_step * NVFP4_EXPERT_BYTES
-    decode = {
-        "layers": layers,
-        "experts": config.experts,
-        "top_k": config.top_k,
-        "batch": config.batch,
-        "cache_slots": config.cache_slots,
-        "zipf_exponent": step.zipf_exponent,
-        "modelled_miss_rate": step.modelled_miss_rate,
-        "miss_rate": stats["tma"]["miss_rate"],
-        "misses_per_step": misses_per_step,
-        "bytes_per_step": bytes_per_step,
-        "steps_per_round": per_block,
-        "rounds": ROUNDS,
-        "us_per_step": med,
-        "rounds_us": rounds_us,
-        "speedup": summary["speedup"],
-        "speedup_paired": summary["speedup_paired"],
-        "aa_ratio": summary["aa_ratio"],
-        "aa_spread": summary["aa_spread"],
-        "verdict": summary["verdict"],
-        "ideal_copy_us_per_step": bytes_per_step / (ctx.ceiling_gbps * 1e9) * 1e6,
-        "note": "step = one decode step's ensure_experts + copy_missing for every layer, in one captured graph; "
-        "includes the per-step device copy of the routed ids into the graph's static buffer",
-        "timing_mode": "paired alternating blocks, CUDA events around each block (every cache alike)",
-    }
-    log(
-        f"decode step: unset {_f(med['unset'], 1)} us, tma {_f(med['tma'], 1)} us per step (speedup "
-        f"{_f(summary['speedup'], 3)}, A/A spread {_f(summary['aa_spread'], 3)}: {summary['verdict']}), miss rate "
-        f"{stats['tma']['miss_rate']:.3f}, {misses_per_step:.2f} misses per step"
-    )
-    return decode
+@pytest.mark.parametrize("regime,layers,n,kernel", GATHER_PARAMS)
+def test_gather(bench, benchmark, regime, layers, n, kernel):
+    make = bench.decode_case if regime == "decode" else bench.replay_case
+    case = bench.enter((regime, layers, n), functools.partial(make, layers, n))
+    record(bench, benchmark, case, kernel)
+    checks = n or regime == "replay"  # decode regime, n = 0: no rows to check (each set still checked clean)
+    if checks:  # every paired set and every pedantic round of this kernel was byte-verified
+        assert case.paired_sets >= ROUNDS * len(case.paired["rounds_us"]), case.paired_sets
+    if checks and benchmark.enabled:
+        assert benchmark.extra_info["verified_sets"] >= case.plans[kernel]["rounds"], benchmark.extra_info
 
 
 @pytest.mark.skipif(not DECODE, reason="BENCH_DECODE=0")
-def test_decode_step_offload_cache(ctx):
-    ctx.decode = measure_decode(ctx)
-    assert len(ctx.decode["rounds_us"]["tma"]) == ROUNDS
+@pytest.mark.parametrize("regime,layers,n,kernel", STEP_PARAMS)
+def test_decode_step(bench, benchmark, regime, layers, n, kernel):
+    case = bench.enter((regime, layers, n), bench.step_case)
+    record(bench, benchmark, case, kernel)
+    assert len(case.paired["rounds_us"][kernel]) == ROUNDS

@@ -8,12 +8,13 @@ layer). Each variant's cache is built with its ``FREETOKEN_*`` settings and, opt
 module that replaces decode_gather's (a kernel variant)::
 
     from gpukit.decode_step import DecodeStep, DEFAULT_VARIANTS
-    step = DecodeStep(DEFAULT_VARIANTS)       # unset, unset A/A, tma; warmed up and captured
+    step = DecodeStep(DEFAULT_VARIANTS)       # upstream, upstream_aa (A/A), tma; warmed up and captured
     us = step.time_block("tma", 0, 10)        # µs per step over trace steps [warm, warm + 10)
-    assert step.state_diff("unset", "tma") is None
+    assert step.state_diff("upstream", "tma") is None
 
-``bench/test_bench_gather.py`` (the paired benchmark), ``bench/probes`` and the GPU conformance
-tier build on it; so can a per-layer breakdown or a two-GPU contention run (``device=``).
+``bench/test_bench_gather.py`` (the one decode-step A/B: pytest-benchmark records with the paired
+verdict), ``bench.step_pdl`` (the per-layer breakdown) and ``bench/probes`` build on it; so can a
+two-GPU contention run (``device=``).
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ class StepVariant:
     copy: bool = True  # False: ensure_experts only (the routing/bookkeeping share of a step)
 
 
-#: unset (upstream), a second unset cache (the A/A control), and ``tma`` (decode_gather).
+#: ``upstream`` (FREETOKEN_DECODE_GATHER unset), ``upstream_aa`` (a second such cache: the A/A control)
+#: and ``tma`` (decode_gather): the switch's own words.
 DEFAULT_VARIANTS = (
-    StepVariant("unset"),
-    StepVariant("unset_aa"),
+    StepVariant("upstream"),
+    StepVariant("upstream_aa"),
     StepVariant("tma", {"FREETOKEN_DECODE_GATHER": "tma"}),
 )
 

@@ -1,11 +1,16 @@
-"""``python -m report.compare``: upstream and decode_gather side by side per (regime, layers, n), from bench.json.
+"""``python -m report.compare``: upstream, its A/A control and tma per (regime, layers, n), with the paired verdict.
 
-    python -m report.compare                  # every device with a bench.json (or: nox -s compare)
+    python -m report.compare                  # every device with a benchmark run (or: nox -s compare)
     python -m report.compare --device h200    # one device
     python -m report.compare --csv            # the same rows as CSV, on stdout
 
-Ratio = upstream / decode_gather (> 1: decode_gather faster); the verdict is the report's (a tie
-within the A/A spread of the same run, ``suite.stats``). Stdlib only: nox runs it in its own Python.
+A thin layer over the store (``results/<device>/pytest-benchmark.json``, :mod:`report.benchmarks`): the
+times are pytest-benchmark's own medians of each kernel (device clock, µs per layer; per step for the
+decode step), the same figures ``pytest-benchmark compare FILE --group-by=param:regime,param:layers,param:n``
+prints; the columns added are the case's paired alternating-rounds result measured in the same session:
+ratio = upstream / tma (> 1: tma faster), the A/A spread and the verdict (a tie within the spread,
+:mod:`suite.stats`). A device whose only run predates the pytest-benchmark store shows that run's paired
+medians instead, and says so. Stdlib only: nox runs it in its own Python.
 """
 
 from __future__ import annotations
@@ -16,46 +21,48 @@ import sys
 from pathlib import Path
 
 from suite import results
-from report.model import decode_step_view, gather_row, regime_key
+from report import benchmarks
+from report.gather import decode_step_view, gather_row, regime_key
 
-COLUMNS = ("regime", "layers", "n", "upstream µs", "decode_gather µs", "ratio up/ours", "A/A spread", "verdict")
-LEGEND = "ratio = upstream / decode_gather (> 1: decode_gather faster); tie: |ratio - 1| within the A/A spread"
+COLUMNS = ("regime", "layers", "n", "upstream µs", "upstream_aa µs", "tma µs", "paired upstream/tma", "A/A spread",
+           "verdict")  # fmt: skip
+LEGEND = "paired = upstream / tma over alternating rounds (> 1: tma faster); tie: |paired - 1| within the A/A spread"
+
+
+def _times(view: dict) -> tuple:
+    """pytest-benchmark's per-kernel medians where the run has them, else the paired medians."""
+    t = view.get("benchmark") or view["us"]
+    return tuple(t.get(k) for k in (benchmarks.BASE, benchmarks.AA, benchmarks.CANDIDATE))
 
 
 def records(bench: dict) -> list[tuple]:
     """The rows as figures, numerically ordered by (regime, layers, n); the decode step last (n: misses per step)."""
-    rows = sorted(
-        (gather_row(r) for r in bench.get("gather") or []), key=lambda r: (regime_key(r["regime"]), r["layers"], r["n"])
-    )
-    out = [_record(r["regime"], r["layers"], r["n"], r["us"].get("upstream"), r["us"].get("ours"), r) for r in rows]
+    rows = sorted((gather_row(r) for r in bench.get("gather") or []),
+                  key=lambda r: (regime_key(r["regime"]), r["layers"], r["n"]))  # fmt: skip
+    out = [(r["regime"], r["layers"], r["n"], *_times(r), r["ratio"], r["spread"], r["verdict"]) for r in rows]
     s = decode_step_view(bench)
     if s:
-        out.append(
-            _record("decode step", s["layers"], s["misses_per_step"], s["us"].get("unset"), s["us"].get("tma"), s)
-        )
+        out.append(("decode step", s["layers"], s["misses_per_step"], *_times(s), s["ratio"], s["spread"], s["verdict"]))
     return out
-
-
-def _record(regime: str, layers, n, upstream, ours, view: dict) -> tuple:
-    return (regime, layers, n, upstream, ours, view["ratio"], view["spread"], view["verdict"])
 
 
 def cells(rec: tuple) -> list[str]:
     """A record as the table prints it: times, ratio and spread to 3 decimals."""
-    reg, layers, n, up, ours, ratio, spread, verdict = rec
+    reg, layers, n, up, aa, tma, ratio, spread, verdict = rec
     n_text = f"{n:.1f}/step" if reg == "decode step" and n is not None else str(n)
-    return [reg, str(layers), n_text, _f(up), _f(ours), _f(ratio), "–" if spread is None else f"±{spread:.3f}", verdict]
+    return [reg, str(layers), n_text, _f(up), _f(aa), _f(tma), _f(ratio), "–" if spread is None else f"±{spread:.3f}",
+            verdict or "n/a"]  # fmt: skip
 
 
 def _f(x) -> str:
     return "–" if x is None else f"{x:,.3f}"
 
 
-def header(where: Path, bench: dict) -> str:
+def header(slug: str, bench: dict) -> str:
     m, p = bench.get("machine") or {}, bench.get("provenance") or {}
     series = p.get("series_hash") or m.get("series_hash")
-    shown = where.relative_to(results.REPO_ROOT) if where.is_relative_to(results.REPO_ROOT) else where
-    return f"{m.get('device_name') or where.parent.name} ({shown}, series {series})"
+    times = "pytest-benchmark medians" if bench.get("pytest_benchmark") else "paired medians (run before the pytest-benchmark store)"
+    return f"{m.get('device_name') or slug} ({bench['store']}, series {series}; times: {times})"
 
 
 def table(rows: list[list[str]]) -> str:
@@ -74,13 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", action="store_true", help="CSV on stdout (device first) instead of the tables")
     args = ap.parse_args(argv)
     base = args.results or results.root()
-    found = {slug: results.load("bench", slug, base) for slug in args.device or results.devices(base)}
-    benches = {slug: doc for slug, doc in found.items() if doc and doc.get("gather")}
+    found = {slug: benchmarks.load(slug, base) for slug in args.device or results.devices(base)}
+    benches = {slug: doc for slug, doc in found.items() if doc and (doc.get("gather") or doc.get("decode_step"))}
     if not benches:
-        print(
-            f"[compare] no bench.json with gather rows under {base} for {', '.join(found) or 'any device'}",
-            file=sys.stderr,
-        )
+        print(f"[compare] no benchmark run under {base} for {', '.join(found) or 'any device'}", file=sys.stderr)
         return 1
     if args.csv:
         w = csv.writer(sys.stdout, lineterminator="\n")
@@ -89,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             w.writerows([slug, *r] for r in records(bench))
         return 0
     for i, (slug, bench) in enumerate(benches.items()):
-        print(("\n" if i else "") + header(base / slug / results.KINDS["bench"].file, bench))
+        print(("\n" if i else "") + header(slug, bench))
         print(LEGEND)
         print(table([cells(r) for r in records(bench)]))
     skipped = sorted(set(found) - set(benches))
     if skipped:
-        print(f"\n(no per-layer gather rows: {', '.join(skipped)})")
+        print(f"\n(no benchmark run: {', '.join(skipped)})")
     return 0
 
 

@@ -1,6 +1,6 @@
 """The report's vocabulary: every word that states a conclusion is chosen here, from the figures.
 
-One rule decides *faster*, *tie* and *slower* (:func:`suite.stats.verdict`): a ratio upstream/ours
+One rule decides *faster*, *tie* and *slower* (:func:`suite.stats.verdict`): a ratio upstream/tma
 (> 1: decode_gather faster) within the A/A spread of its own run is a tie, above it faster, below it
 slower. The other words follow from that rule (what PDL did, whether a modelled effect is within the
 noise) or from a plain comparison of two figures as the pages print them (targets, gaps, status).

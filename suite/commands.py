@@ -31,12 +31,17 @@ CONFORMANCE_SUMMARY_ENV = "CONFORMANCE_SUMMARY"
 
 GPU = Command("gpu", ("pytest", "-rs", "conformance/gpu"), note=f"{CONFORMANCE_SUMMARY_ENV}=1")
 SANITIZE = Command("sanitize", ("conformance.gpu.run_sanitizer",))
-#: bench.json is the benchmark's one store (no pytest-benchmark records: they were its rounds replayed).
-BENCH = Command("bench", ("pytest", "-rs", "bench/test_bench_gather.py"))
+#: pytest-benchmark times every kernel with the device clock; --bench-store saves its JSON as the store
+#: (results/<device>/pytest-benchmark.json, bench/conftest.py).
+BENCH = Command("bench", ("pytest", "-rs", "bench/test_bench_gather.py", "--benchmark-timer=gpukit.timing.device_clock",
+                          "--bench-store"))  # fmt: skip
+#: pytest-benchmark's own table of a saved run (DEVICE: a results/ directory such as h200), one group per case.
+PYTEST_BENCHMARK_COMPARE = Command(None, ("pytest-benchmark", "compare", "results/DEVICE/pytest-benchmark.json",
+                                          "--group-by=param:regime,param:layers,param:n"), module=False)  # fmt: skip
 SWEEP = Command("sweep", ("bench.sweep",), note="--quick: ~1 min")
 REPORT = Command("report", ("report",))
 SASS = Command("sass", ("conformance.sass", "--arch", "80,90,100,120", "--save", "--check"))
-COMPARE = Command("compare", ("report.compare",), note="upstream vs decode_gather per (regime, layers, n)")
+COMPARE = Command("compare", ("report.compare",), note="upstream, A/A and tma per (regime, layers, n), with the paired verdict")
 #: The benchmark the series adds to upstream's tree: one command to measure another host.
 UPSTREAM_BENCH = Command(None, ("benchmarks/bench_decode_gather.py",), module=False)
 #: ``nox -s upstream_bench`` runs it from .work/upstream and keeps its JSON with the results.

@@ -7,7 +7,10 @@ provenance, and the one writer and reader of result documents.
 
 Kinds (:data:`KINDS`) and their writers:
 
-- ``bench``: ``<device>/bench.json``, ``bench/test_bench_gather.py``
+- ``benchmark``: ``<device>/pytest-benchmark.json``, ``bench/test_bench_gather.py --bench-store`` (pytest-benchmark's
+  own JSON, with this schema id and the provenance added at the top)
+- ``bench``: ``<device>/bench.json``, the benchmark's store before pytest-benchmark's (read by the report until a
+  ``benchmark`` run replaces it)
 - ``ceiling``: ``<device>/ceiling.json`` (and ``ceiling.png`` beside it), ``python -m bench.sweep``
 - ``conformance``: ``<device>/conformance/summary.json``, ``conformance/gpu`` with ``CONFORMANCE_SUMMARY=1``
 - ``sanitizer``: ``<device>/conformance/sanitizer.json`` (logs beside it), ``python -m conformance.gpu.run_sanitizer``
@@ -61,7 +64,8 @@ class Kind(NamedTuple):
 
 
 KINDS: dict[str, Kind] = {
-    "bench": Kind("freetoken-decode-gather-bench/1", "bench.json"),
+    "bench": Kind("freetoken-decode-gather-bench/1", "bench.json"),  # the store before pytest-benchmark's (read only)
+    "benchmark": Kind("freetoken-decode-gather-pytest-benchmark/1", "pytest-benchmark.json"),
     "ceiling": Kind("freetoken-decode-gather-ceiling/1", "ceiling.json"),
     "conformance": Kind("freetoken-decode-gather-conformance/1", "conformance/summary.json"),
     "sanitizer": Kind("freetoken-decode-gather-sanitizer/1", "conformance/sanitizer.json"),

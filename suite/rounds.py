@@ -2,13 +2,13 @@
 
     from suite.rounds import run_rounds
     r = run_rounds(
-        {"upstream": time_upstream, "upstream_aa": time_upstream_again, "ours": time_ours},
+        {"upstream": time_upstream, "upstream_aa": time_upstream_again, "tma": time_tma},
         rounds=7, base="upstream", aa="upstream_aa",
         before_round=lambda i: misses.refresh(seed=i),   # e.g. a fresh miss list for the round
         after_round=lambda i: check_caches(i),           # e.g. every variant left the same state
     )
-    r.values["ours"]      # one timing per round
-    r.summary("ours")     # suite.stats.summarize_rounds: medians, speedup base/ours, A/A spread, verdict
+    r.values["tma"]       # one timing per round
+    r.summary("tma")      # suite.stats.summarize_rounds: medians, speedup base/tma, A/A spread, verdict
 
 A variant is a callable ``fn(round_index)`` returning the round's timing: a number, a list of numbers
 (several samples of one round; :attr:`Rounds.values` reduces them, by default to their median), or

@@ -66,8 +66,8 @@ FLIPS = {
     ),
     "ideal target met -> not met": (
         "bench.json", lambda d: [r.update(ceiling_gbps=r["ceiling_gbps"] * 2) for r in d["gather"]],  # ideal halves
-        ("REPORT.md", "(ours / ideal): met;"),
-        ("REPORT.md", "(ours / ideal): not met;"),
+        ("REPORT.md", "(tma / ideal): met;"),
+        ("REPORT.md", "(tma / ideal): not met;"),
     ),
     "decode step tie -> faster": (
         "bench.json", lambda d: d["decode_step"].update(speedup=1.05),
@@ -91,8 +91,8 @@ FLIPS = {
     ),
     "per-layer PDL faster -> slower": (
         "step_pdl.json", lambda d: d["per_layer"]["0"]["ratio"].update(tma_pdl=0.5),
-        ("REPORT.md", "tma with PDL against unset: faster at n = 0; tie at n = 1, 2:"),
-        ("REPORT.md", "tma with PDL against unset: tie at n = 1, 2; slower at n = 0:"),
+        ("REPORT.md", "tma with PDL against upstream: faster at n = 0; tie at n = 1, 2:"),
+        ("REPORT.md", "tma with PDL against upstream: tie at n = 1, 2; slower at n = 0:"),
     ),
     "step model within -> beyond": (
         "bench.json", lambda d: [_set_ratio(d, r["layers"], r["n"], 1.2) for r in d["gather"] if r["n"]],
@@ -215,7 +215,7 @@ def test_compare_prints_upstream_and_ours_per_regime_layers_n(capsys):
     assert keys == sorted(keys) and len(keys) == len(bench["gather"])
     for x in lines:
         row = next(r for r in bench["gather"] if (r.get("regime", "replay"), r["layers"], r["n"]) == (x[0], int(x[1]), int(x[2])))
-        assert x[5] == f"{row['speedup']:.3f}" and x[6] == f"±{row['aa_spread']:.3f}" and x[7] == row["verdict"]
+        assert x[6] == f"{row['speedup']:.3f}" and x[7] == f"±{row['aa_spread']:.3f}" and x[8] == row["verdict"]
     assert compare.main(["--results", str(RESULTS), "--csv"]) == 0
     csv_lines = capsys.readouterr().out.splitlines()
     assert csv_lines[0].startswith("device,regime,layers,n,") and len(csv_lines) == len(bench["gather"]) + 2
@@ -238,8 +238,8 @@ def test_sweep_dry_run(tmp_path):
 
 def test_where_it_loses_follows_the_decode_regime_figures():
     from suite.stats import verdict
-    from report.model import current_ratios
-    from report.model import decode_losses as losses
+    from report.repeats import current_ratios
+    from report.repeats import decode_losses as losses
 
     def gather(ratio, regime="decode"):
         return {"all_rows": [{"regime": regime, "layers": 40, "n": 1, "ratio": ratio, "spread": 0.002,
@@ -269,7 +269,8 @@ def test_end_to_end_ratio_is_settled_only_outside_the_repeats_spread():
 
 def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthetic_results):
     from suite import results
-    from report.model import current_ratios, decode_losses, repeats_view, upstream_bench_view
+    from report.repeats import current_ratios, decode_losses, repeats_view
+    from report.views import upstream_bench_view
 
     slug = "synthetic-gpu"
     current = json.loads((synthetic_results / slug / "upstream_bench.json").read_text())
@@ -301,30 +302,3 @@ def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthet
     earlier["rows"][1]["ratio"]["tma"] = 1.0  # the repeat agrees: nothing lost
     (runs / "upstream_bench-earlier.json").write_text(json.dumps(earlier))
     assert decode_losses({}, repeats_view(synthetic_results, slug, docs, now)) == []
-
-
-def test_interleaved_touch_probe_rows_and_the_share_a_touch_takes_back(tmp_path):
-    """An interleaved probe file becomes one row per regime and n (ratios against up@decode, the A/A of
-    upAA@decode), and each kernel's fresh-row cost and the share each touch takes back are worked out
-    from the rounds' medians: hand-computed here for a 40/38/39 µs decode/replay/touched kernel."""
-    from suite.results import write_json
-    from report.model import regime_probe_view
-
-    rounds = {"up@decode": [40.0, 40.2, 39.8], "upAA@decode": [40.1, 40.0, 39.9], "up@replay": [38.0] * 3,
-              "up@decode_touch2M": [39.0] * 3, "tma@decode": [41.0] * 3, "tma@replay": [40.0] * 3,
-              "tma@decode_touch2M": [40.5] * 3}  # fmt: skip
-    from suite.stats import summarize_rounds
-
-    summ = {k: summarize_rounds(rounds, ours=k, base="up@decode", aa="upAA@decode") for k in rounds if k != "upAA@decode"}
-    iv = {"regimes": ["decode", "replay", "decode_touch2M"], "kernels": ["up", "upAA", "tma"], "rounds_us": rounds, "summary": summ}
-    write_json(tmp_path / "dev" / "probes" / "probe_touchi-x.json",
-               {"schema": "probe/1", "footprint": {}, "per_n": {"1": {"interleaved": iv}}})  # fmt: skip
-    view = regime_probe_view(tmp_path, "dev")["runs"][0]
-    assert view["interleaved"] and view["rounds"] == "3" and view["variants"] == ["up", "tma"]
-    assert [r["regime"] for r in view["rows"]] == ["decode", "replay", "decode_touch2M"]
-    replay = view["rows"][1]
-    assert replay["aa_spread"] == pytest.approx(0.005, abs=1e-6)  # 40.2 / 40.0
-    assert replay["cells"][0]["ratio"] == pytest.approx(40.0 / 38.0) and replay["cells"][0]["verdict"] == "faster"
-    up, tma = view["recovered"]
-    assert up["kernel"] == "up" and up["gap_us"] == pytest.approx(2.0) and up["shares"]["decode_touch2M"] == pytest.approx(0.5)
-    assert tma["gap_us"] == pytest.approx(1.0) and tma["shares"]["decode_touch2M"] == pytest.approx(0.5)

@@ -1,0 +1,98 @@
+"""Run-to-run variation: the current runs' decode-regime ratios beside every earlier run of the same
+patched tree kept in ``experiments/results/<device>/tree-<tree id>/``, and every figure where tma is slower beyond its A/A spread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from suite import results
+from report import benchmarks
+from report.gather import Doc, gather_view, main_rows
+from report.views import upstream_bench_view
+
+def decode_ratios(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+    """{n: {ratio, spread, verdict}} of tma against upstream's default kernel in the decode
+    regime of one run: a :func:`gather_view` (the largest graph per n) or else an
+    :func:`upstream_bench_view` (its ``tma`` column)."""
+    if gather:
+        rows = [r for r in gather["all_rows"] if r["regime"] == "decode"]
+        return {r["n"]: {"ratio": r["ratio"], "spread": r["spread"], "verdict": r["verdict"]} for r in main_rows(rows)}
+    if not ubench or "tma" not in ubench["names"]:
+        return {}
+    i = ubench["names"].index("tma")
+    return {r["n"]: {"ratio": r["cells"][i]["ratio"], "spread": r["spread"], "verdict": r["cells"][i]["verdict"]}
+            for r in ubench["rows"] if r["regime"] == "decode"}  # fmt: skip
+
+
+#: The runs a repeat table compares, with the words the report uses for them.
+REPEAT_KINDS = {"bench": "the project benchmark", "upstream_bench": "the series' benchmark"}
+
+
+def current_ratios(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> dict[str, dict[int, Any]]:
+    """{kind: :func:`decode_ratios`} of a device's current project and series benchmark runs."""
+    return {"bench": decode_ratios(gather, None), "upstream_bench": decode_ratios(None, ubench)}
+
+
+#: {kind: (its view, which decode_ratios reads)} of the runs a repeat table compares.
+REPEAT_VIEWS = {"bench": lambda d: decode_ratios(gather_view(d), None),
+                "upstream_bench": lambda d: decode_ratios(None, upstream_bench_view(d))}  # fmt: skip
+
+
+#: {kind: the names its earlier runs are kept under in a tree's folder of experiments/results/}
+KEPT_FILES = {"bench": ("bench.*json", "pytest-benchmark.*json"), "upstream_bench": ("upstream_bench.*json",)}
+
+#: {kind: how an earlier run's file reads (None: not a run of that benchmark)}: the project benchmark's
+#: runs in either store format (report.benchmarks), the series' benchmark's of the current schema.
+READERS = {"bench": lambda old, doc, name: benchmarks.normalize(old, name),
+           "upstream_bench": lambda old, doc, name: old if (old or {}).get("schema") == doc.get("schema") else None}  # fmt: skip
+
+
+def repeats_view(
+    base: Path, slug: str, docs: Mapping[str, Doc], current: Mapping[str, dict[int, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Per benchmark: the current run (``current``: {kind: its :func:`decode_ratios`}) beside every
+    earlier run of the SAME patched tree kept in ``experiments/results/<device>/tree-<tree id>/`` (:data:`READERS`), decode regime,
+    so run-to-run variation of the verdicts is on the page. Earlier runs in ``generated_at`` order."""
+    out = []
+    for kind, where in REPEAT_KINDS.items():
+        doc = docs.get(kind)
+        tree = ((doc or {}).get("provenance") or {}).get("tree")
+        if not doc or not tree:
+            continue
+        earlier = []
+        kept = base.parent / "experiments" / "results" / slug / f"tree-{tree[:12]}"
+        for path in sorted(p for g in KEPT_FILES[kind] for p in kept.glob(g)):
+            name = f"../experiments/results/{slug}/{kept.name}/{path.name}"
+            old = READERS[kind](results.read_json(path), doc, name) or {}
+            if (old.get("provenance") or {}).get("tree") == tree and old.get("generated_at") != doc.get("generated_at"):
+                earlier.append((old.get("generated_at") or "", name, old))
+        if not earlier:
+            continue
+        current_file = doc.get("store") or f"{slug}/{results.KINDS[kind].file}"
+        runs = [{"file": current_file, "at": doc.get("generated_at"), "ratios": current[kind]}]
+        runs += [{"file": f, "at": at, "ratios": REPEAT_VIEWS[kind](old)} for at, f, old in sorted(earlier)]
+        ns = sorted({n for r in runs for n in r["ratios"]})
+        out.append({"kind": kind, "where": where, "tree": tree, "runs": runs, "ns": ns,
+                    "header": ["run", "generated (UTC)"] + [f"n = {n}" for n in ns]})  # fmt: skip
+    return out
+
+
+def decode_losses(
+    current: Mapping[str, dict[int, dict[str, Any]]], repeats: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Every decode-regime figure where tma is slower beyond its run's A/A spread: in the
+    current runs (``current``: {kind: :func:`decode_ratios`}; the project benchmark's per-layer rows,
+    the series' benchmark's ``tma`` column) and in the earlier runs of the same tree in ``repeats``
+    (:func:`repeats_view`)."""
+    out = []
+    for kind, where in REPEAT_KINDS.items():
+        out += [{"n": n, "ratio": c["ratio"], "spread": c["spread"], "where": where}
+                for n, c in sorted(current.get(kind, {}).items()) if c["verdict"] == "slower"]  # fmt: skip
+    for rep in repeats or []:
+        for run in rep["runs"][1:]:
+            for n, c in sorted(run["ratios"].items()):
+                if c["verdict"] == "slower":
+                    out.append({"n": n, "ratio": c["ratio"], "spread": c["spread"],
+                                "where": f"an earlier run of {rep['where']} on the same tree (`{run['file']}`)"})  # fmt: skip
+    return out
