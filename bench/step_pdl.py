@@ -73,8 +73,8 @@ def _probe_module(header: str, name: str, edits: list[tuple[str, str]], template
 
 def pdl_probes():
     """(decode_gather + PDL, fast_index_copy_multi + PDL) modules for the default ring and grid."""
-    from freetoken.kernel import decode_gather as dgm
-    from freetoken.kernel import fast_index_copy as fic
+    from freetoken.kernel import decode_gather
+    from freetoken.kernel import fast_index_copy
     from freetoken.kernel.utils import make_cpp_args
 
     ours = _probe_module(
@@ -83,14 +83,14 @@ def pdl_probes():
           "    device::PDL::wait<true>();\n    device::PDL::launch<true>();\n"
           "    const auto* dst_indices = static_cast<const IdType*>(p.dst_indices);\n"),
          ("dev, kRingBytes)(kernel<", "dev, kRingBytes).with_attr(true)(kernel<")],
-        "DecodeGatherKernel", make_cpp_args(*dgm.default_ring()),
+        "DecodeGatherKernel", make_cpp_args(*decode_gather.default_ring()),
     )  # fmt: skip
     upstream = _probe_module(
         "fast_index_copy.cuh", "fast_index_copy_multi_pdl_probe",
         [("const __grid_constant__ MultiIndexCopyParams p\n) {\n",
           "const __grid_constant__ MultiIndexCopyParams p\n) {\n    device::PDL::wait<true>();\n"),
          ("device.unwrap())(kernel, params);", "device.unwrap()).with_attr(true)(kernel, params);")],
-        "MultiIndexCopyKernel", make_cpp_args(1024, fic.default_blocks_per_bank(torch.device("cuda"))),
+        "MultiIndexCopyKernel", make_cpp_args(1024, fast_index_copy.default_blocks_per_bank(torch.device("cuda"))),
     )  # fmt: skip
     return ours, upstream
 

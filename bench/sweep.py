@@ -81,7 +81,7 @@ class Runner:
         self.torch = torch
         self.args = args
         self.dev = torch.device("cuda", torch.cuda.current_device())
-        self.dgm, self.fic = load_kernels()
+        self.decode_gather, self.fast_index_copy = load_kernels()
         rng = random.Random(0)
         self.flat_rows = max(1, parse_size(args.flat_bytes) // FLAT_ROW)
         self.flat_banks = HostBanks(1, self.flat_rows, [FLAT_ROW], self.dev, seed=1)
@@ -138,14 +138,14 @@ class Runner:
 
     def ring_calls(self, ring: Ring):
         fc, fb, gc, gb, gm = self.flat_cache, self.flat_banks, self.g_cache, self.g_banks, self.g_misses
-        flat = lambda: call_ours(self.dgm, fc, fb.src_ptrs[0], self.flat_idx, None, None, ring)  # noqa: E731
-        gather = lambda: call_ours(self.dgm, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, ring)  # noqa: E731
+        flat = lambda: call_ours(self.decode_gather, fc, fb.src_ptrs[0], self.flat_idx, None, None, ring)  # noqa: E731
+        gather = lambda: call_ours(self.decode_gather, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, ring)  # noqa: E731
         return flat, gather
 
     def ldg_calls(self, blocks: int):
         fc, fb, gc, gb, gm = self.flat_cache, self.flat_banks, self.g_cache, self.g_banks, self.g_misses
-        flat = lambda: call_upstream(self.fic, fc, fb.src_ptrs[0], self.flat_idx, None, None, blocks)  # noqa: E731
-        gather = lambda: call_upstream(self.fic, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, blocks)  # noqa: E731
+        flat = lambda: call_upstream(self.fast_index_copy, fc, fb.src_ptrs[0], self.flat_idx, None, None, blocks)  # noqa: E731
+        gather = lambda: call_upstream(self.fast_index_copy, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, blocks)  # noqa: E731
         return flat, gather
 
     def busy_link(self, seconds: float = 0.5) -> None:
@@ -314,8 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         say("no CUDA device: nothing to measure (use --dry-run for the CPU path)")
         return 2
-    dgm, fic = load_kernels()
-    max_ring = int(getattr(dgm, "MAX_RING_BYTES", 200 * 1024))
+    decode_gather, fast_index_copy = load_kernels()
+    max_ring = int(getattr(decode_gather, "MAX_RING_BYTES", 200 * 1024))
     doc = empty_doc(args)
     todo = []
     for r in rings:
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         f"in {args.workers} threads"
     )
     t0 = time.perf_counter()
-    doc["errors"] = precompile(dgm, fic, todo, ldg, workers=args.workers, progress=say)
+    doc["errors"] = precompile(decode_gather, fast_index_copy, todo, ldg, workers=args.workers, progress=say)
     doc["jit_seconds"] = round(time.perf_counter() - t0, 1)
     info = machine_info()
     out = results.path("ceiling", info.get("device_slug"), args.out)

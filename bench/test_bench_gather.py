@@ -144,9 +144,9 @@ class Bench:
 
         self.torch = torch
         self.device = torch.device("cuda", torch.cuda.current_device())
-        self.dgm, self.fic = load_kernels()
-        self.ring = default_ring(self.dgm)
-        errors = precompile(self.dgm, self.fic, [self.ring], progress=log.info)
+        self.decode_gather, self.fast_index_copy = load_kernels()
+        self.ring = default_ring(self.decode_gather)
+        errors = precompile(self.decode_gather, self.fast_index_copy, [self.ring], progress=log.info)
         assert not errors, errors
         self.banks = HostBanks(SOURCES, EXPERTS, NVFP4_ROW_BYTES, self.device, seed=1)
         self.cache = SlotCache(SLOTS, NVFP4_ROW_BYTES, self.device)
@@ -203,8 +203,8 @@ class Bench:
         def launcher(call, module):
             return lambda layer: call(module, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
 
-        fns = {BASE: launcher(call_upstream, self.fic), AA: launcher(call_upstream, self.fic),
-               "tma": launcher(call_ours, self.dgm)}  # fmt: skip
+        fns = {BASE: launcher(call_upstream, self.fast_index_copy), AA: launcher(call_upstream, self.fast_index_copy),
+               "tma": launcher(call_ours, self.decode_gather)}  # fmt: skip
         for layer in range(layers):  # eager warm-up; decode_gather checks every source descriptor here
             fns[BASE](layer), fns["tma"](layer)
         torch.cuda.synchronize()
@@ -273,8 +273,8 @@ class Bench:
             log.info("decode-regime banks: %s in %.0fs", fp.describe(), time.perf_counter() - t0)
         banks, slots = self.model_banks
         rg = RegimeGraphs(banks, slots, n, layers=layers)
-        launch = {BASE: functools.partial(call_upstream, self.fic), AA: functools.partial(call_upstream, self.fic),
-                  "tma": functools.partial(call_ours, self.dgm)}  # fmt: skip
+        launch = {BASE: functools.partial(call_upstream, self.fast_index_copy), AA: functools.partial(call_upstream, self.fast_index_copy),
+                  "tma": functools.partial(call_ours, self.decode_gather)}  # fmt: skip
         for name, fn in launch.items():
             rg.capture(name, fn)
         reps = replays_per_set(n)

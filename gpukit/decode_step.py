@@ -90,10 +90,10 @@ def gather_env(env: Mapping[str, str]) -> Iterator[None]:
 def variant_modules(v: StepVariant) -> Iterator[None]:
     """The JIT factories answer ``v.module`` / ``v.upstream_module`` meanwhile (where set): launches
     traced or captured in the block use those modules."""
-    from freetoken.kernel import decode_gather as dgm
-    from freetoken.kernel import fast_index_copy as fic
+    from freetoken.kernel import decode_gather
+    from freetoken.kernel import fast_index_copy
 
-    swaps = [(dgm, "decode_gather_module", v.module), (fic, "_jit_fast_index_copy_multi_module", v.upstream_module)]
+    swaps = [(decode_gather, "decode_gather_module", v.module), (fast_index_copy, "_jit_fast_index_copy_multi_module", v.upstream_module)]
     saved = [(mod, attr, getattr(mod, attr)) for mod, attr, module in swaps if module is not None]
     try:
         for mod, attr, module in swaps:

@@ -15,10 +15,10 @@ from gpukit.memory import SlotCache
 
 def load_kernels():
     """``(decode_gather module, fast_index_copy module)`` from the installed freetoken."""
-    from freetoken.kernel import decode_gather as dgm
-    from freetoken.kernel import fast_index_copy as fic
+    from freetoken.kernel import decode_gather
+    from freetoken.kernel import fast_index_copy
 
-    return dgm, fic
+    return decode_gather, fast_index_copy
 
 
 @contextlib.contextmanager
@@ -45,13 +45,13 @@ def probe_headers(texts: Mapping[str, str], jit_dir: Path | None = None) -> Iter
             path.unlink(missing_ok=True)
 
 
-def default_ring(dgm) -> Ring:
-    return Ring(int(dgm.DEFAULT_CTAS), int(dgm.DEFAULT_STAGES), int(dgm.DEFAULT_CHUNK_BYTES))
+def default_ring(decode_gather) -> Ring:
+    return Ring(int(decode_gather.DEFAULT_CTAS), int(decode_gather.DEFAULT_STAGES), int(decode_gather.DEFAULT_CHUNK_BYTES))
 
 
 def precompile(
-    dgm,
-    fic,
+    decode_gather,
+    fast_index_copy,
     rings: Iterable[Ring],
     upstream_blocks: Iterable[int] = (UPSTREAM_BLOCKS_PER_BANK,),
     workers: int = 8,
@@ -65,10 +65,10 @@ def precompile(
 
     jobs: dict[str, Callable[[], Any]] = {}
     for r in dict.fromkeys(rings):
-        jobs[f"ring {r.tag}"] = functools.partial(dgm.decode_gather_module, **r.kwargs())
+        jobs[f"ring {r.tag}"] = functools.partial(decode_gather.decode_gather_module, **r.kwargs())
     for b in dict.fromkeys(upstream_blocks):
         jobs[f"upstream {UPSTREAM_THREADS}x{b}"] = functools.partial(
-            fic._jit_fast_index_copy_multi_module, num_threads=UPSTREAM_THREADS, blocks_per_bank=b
+            fast_index_copy._jit_fast_index_copy_multi_module, num_threads=UPSTREAM_THREADS, blocks_per_bank=b
         )
     jobs.update(extra or {})
     errors: dict[str, str] = {}
@@ -107,8 +107,8 @@ class LaunchCounter:
     """Counts launches of both JIT modules by wrapping their ``_jit_*_module`` factories (whatever
     Python path reaches them) and, for good measure, calls of the public ``decode_gather_jit``."""
 
-    def __init__(self, dgm, fic):
-        self.dgm, self.fic = dgm, fic
+    def __init__(self, decode_gather, fast_index_copy):
+        self.decode_gather, self.fast_index_copy = decode_gather, fast_index_copy
         self.decode_gather = 0
         self.upstream = 0
         self.decode_gather_jit_calls = 0
@@ -137,9 +137,9 @@ class LaunchCounter:
         # the lru-cached factories and the loader under them (a module cached by a caller at
         # construction still goes through one of these first); a module is wrapped once
         for attr in ("decode_gather_module", "load_decode_gather_module"):
-            self._wrap_factory(self.dgm, attr, "decode_gather")
-        self._wrap_factory(self.fic, "_jit_fast_index_copy_multi_module", "upstream")
-        orig = self.dgm.decode_gather_jit
+            self._wrap_factory(self.decode_gather, attr, "decode_gather")
+        self._wrap_factory(self.fast_index_copy, "_jit_fast_index_copy_multi_module", "upstream")
+        orig = self.decode_gather.decode_gather_jit
         owner = self
 
         @functools.wraps(orig)
@@ -147,8 +147,8 @@ class LaunchCounter:
             owner.decode_gather_jit_calls += 1
             return orig(*a, **k)
 
-        self._saved.append((self.dgm, "decode_gather_jit", orig))
-        self.dgm.decode_gather_jit = spy
+        self._saved.append((self.decode_gather, "decode_gather_jit", orig))
+        self.decode_gather.decode_gather_jit = spy
         return self
 
     def __exit__(self, *exc) -> None:
@@ -160,17 +160,17 @@ class LaunchCounter:
         self.decode_gather = self.upstream = self.decode_gather_jit_calls = 0
 
 
-def call_ours(dgm, cache: SlotCache, src_ptrs, dst, src, num, ring: Ring | None = None) -> None:
+def call_ours(decode_gather, cache: SlotCache, src_ptrs, dst, src, num, ring: Ring | None = None) -> None:
     """decode_gather_jit on ``cache``'s descriptor; ``ring`` None takes the module defaults."""
     kw = ring.kwargs() if ring is not None else {}
-    dgm.decode_gather_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)
+    decode_gather.decode_gather_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)
 
 
 def call_upstream(
-    fic, cache: SlotCache, src_ptrs, dst, src, num, blocks_per_bank: int = UPSTREAM_BLOCKS_PER_BANK
+    fast_index_copy, cache: SlotCache, src_ptrs, dst, src, num, blocks_per_bank: int = UPSTREAM_BLOCKS_PER_BANK
 ) -> None:
     """Upstream fast_index_copy_multi_jit on the same descriptor (the cache's default grid: 1024 x 8 per bank)."""
-    fic.fast_index_copy_multi_jit(
+    fast_index_copy.fast_index_copy_multi_jit(
         cache.dst_ptrs,
         src_ptrs,
         cache.feat,

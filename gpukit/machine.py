@@ -80,14 +80,14 @@ def freetoken_version() -> str | None:
 
 def decode_gather_defaults() -> dict[str, Any] | None:
     try:
-        from freetoken.kernel import decode_gather as dgm
+        from freetoken.kernel import decode_gather
     except Exception:
         return None
     return {
-        "ctas": getattr(dgm, "DEFAULT_CTAS", None),
-        "stages": getattr(dgm, "DEFAULT_STAGES", None),
-        "chunk_bytes": getattr(dgm, "DEFAULT_CHUNK_BYTES", None),
-        "max_banks": getattr(dgm, "MAX_BANKS", None),
+        "ctas": getattr(decode_gather, "DEFAULT_CTAS", None),
+        "stages": getattr(decode_gather, "DEFAULT_STAGES", None),
+        "chunk_bytes": getattr(decode_gather, "DEFAULT_CHUNK_BYTES", None),
+        "max_banks": getattr(decode_gather, "MAX_BANKS", None),
     }
 
 

@@ -50,11 +50,11 @@ def cells(rec: tuple) -> list[str]:
     """A record as the table prints it: times, ratio and spread to 3 decimals."""
     reg, layers, n, up, aa, tma, ratio, spread, verdict = rec
     n_text = f"{n:.1f}/step" if reg == "decode step" and n is not None else str(n)
-    return [reg, str(layers), n_text, _f(up), _f(aa), _f(tma), _f(ratio), "–" if spread is None else f"±{spread:.3f}",
+    return [reg, str(layers), n_text, _cell(up), _cell(aa), _cell(tma), _cell(ratio), "–" if spread is None else f"±{spread:.3f}",
             verdict or "n/a"]  # fmt: skip
 
 
-def _f(x) -> str:
+def _cell(x) -> str:
     return "–" if x is None else f"{x:,.3f}"
 
 

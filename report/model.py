@@ -26,6 +26,8 @@ from report.views import (
     step_pdl_view,
     upstream_bench_view,
 )
+from suite import results
+
 
 def machine_of(docs: Mapping[str, Doc]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The first document's machine, and its provenance (older files carry the series in the machine)."""

@@ -279,26 +279,26 @@ def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthet
     for r in current["rows"]:
         r["regime"] = "decode"
     (synthetic_results / slug / "upstream_bench.json").write_text(json.dumps(current))
-    runs = synthetic_results / slug / "history" / "runs"
+    runs = synthetic_results.parent / "experiments" / "results" / slug / f"tree-{'t' * 12}"  # kept by tree
     runs.mkdir(parents=True)
     earlier = json.loads(json.dumps(current))
     earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
     earlier["rows"][1]["ratio"]["tma"] = 0.98  # n = 1 slower beyond the A/A spread 0.005
-    (runs / "upstream_bench-earlier.json").write_text(json.dumps(earlier))
+    (runs / "upstream_bench.1.json").write_text(json.dumps(earlier))
     other = json.loads(json.dumps(earlier))
     other["provenance"]["tree"] = "u" * 40  # another tree: not a repeat
-    (runs / "upstream_bench-other-tree.json").write_text(json.dumps(other))
+    (runs / "upstream_bench.2.json").write_text(json.dumps(other))  # misfiled: the provenance decides
 
     docs = results.load_device(slug, synthetic_results)
     now = current_ratios(None, upstream_bench_view(docs["upstream_bench"]))
     reps = repeats_view(synthetic_results, slug, docs, now)
     assert [r["kind"] for r in reps] == ["upstream_bench"]
     assert [run["file"] for run in reps[0]["runs"]] == [f"{slug}/upstream_bench.json",
-                                                         f"{slug}/history/runs/upstream_bench-earlier.json"]  # fmt: skip
+                                                         f"../experiments/results/{slug}/tree-{'t' * 12}/upstream_bench.1.json"]  # fmt: skip
     assert reps[0]["runs"][1]["ratios"][1]["verdict"] == "slower"
     lost = decode_losses({}, reps)
     assert [(x["n"], x["ratio"]) for x in lost] == [(1, 0.98)]
-    assert "upstream_bench-earlier.json" in lost[0]["where"]
+    assert "upstream_bench.1.json" in lost[0]["where"]
     earlier["rows"][1]["ratio"]["tma"] = 1.0  # the repeat agrees: nothing lost
-    (runs / "upstream_bench-earlier.json").write_text(json.dumps(earlier))
+    (runs / "upstream_bench.1.json").write_text(json.dumps(earlier))
     assert decode_losses({}, repeats_view(synthetic_results, slug, docs, now)) == []

@@ -99,8 +99,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 class GpuEnv:
     torch: Any
     device: Any
-    dgm: Any  # freetoken.kernel.decode_gather
-    fic: Any  # freetoken.kernel.fast_index_copy
+    decode_gather: Any  # freetoken.kernel.decode_gather
+    fast_index_copy: Any  # freetoken.kernel.fast_index_copy
     capability: tuple[int, int]
     ring: Ring  # the module default
     fake: bool
@@ -132,29 +132,29 @@ def gpu() -> GpuEnv:
         skip_or_fail(NO_TORCH.format(error=e))
     selftest = os.environ.get(SELFTEST_ENV)
     if selftest:
-        dgm, fic = _load_selftest(selftest)
-        env = GpuEnv(torch, torch.device("cpu"), dgm, fic, (0, 0), default_ring(dgm), True)
+        decode_gather, fast_index_copy = _load_selftest(selftest)
+        env = GpuEnv(torch, torch.device("cpu"), decode_gather, fast_index_copy, (0, 0), default_ring(decode_gather), True)
         SESSION.env = env
         return env
     reason = cuda_skip_reason()
     if reason:
         skip_or_fail(f"{reason}: GPU tier skipped")
     try:
-        dgm, fic = load_kernels()
+        decode_gather, fast_index_copy = load_kernels()
     except Exception as e:  # on a CUDA machine this is a broken install, not a skip
         pytest.fail(f"freetoken.kernel.decode_gather / fast_index_copy not importable: {e!r}", pytrace=False)
-    if fic._skip_fast_index_copy_enabled():  # upstream's own reading of the variable
-        pytest.fail(f"{fic.SKIP_FAST_INDEX_COPY_ENV} is set: both kernels skip their copies; unset it", pytrace=False)
+    if fast_index_copy._skip_fast_index_copy_enabled():  # upstream's own reading of the variable
+        pytest.fail(f"{fast_index_copy.SKIP_FAST_INDEX_COPY_ENV} is set: both kernels skip their copies; unset it", pytrace=False)
     device = torch.device("cuda", torch.cuda.current_device())
     cap = torch.cuda.get_device_capability(device)
-    ring = default_ring(dgm)
+    ring = default_ring(decode_gather)
     t0 = time.perf_counter()
     errors = precompile(
-        dgm, fic, [ring, *CONFORMANCE_EXTRA_RINGS], progress=lambda m: print(f"[conformance] {m}", file=sys.stderr)
+        decode_gather, fast_index_copy, [ring, *CONFORMANCE_EXTRA_RINGS], progress=lambda m: print(f"[conformance] {m}", file=sys.stderr)
     )
     SESSION.notes["jit_seconds"] = round(time.perf_counter() - t0, 1)
     SESSION.notes["jit_errors"] = errors
-    env = GpuEnv(torch, device, dgm, fic, cap, ring, False)
+    env = GpuEnv(torch, device, decode_gather, fast_index_copy, cap, ring, False)
     SESSION.env = env
     return env
 

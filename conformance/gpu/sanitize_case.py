@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("sanitize_case: no CUDA device", file=sys.stderr)
         return 2
-    dgm, fic = load_kernels()
+    decode_gather, fast_index_copy = load_kernels()
     dev = torch.device("cuda")
     rings = [None if r == "default" else Ring.parse(r) for r in args.rings.split(",") if r]
     banks = HostBanks(LAYERS, EXPERTS, ROWS, dev, seed=5)
@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
 
             def launch(layer: int, kernel: str = kernel, ring: Ring | None = ring) -> None:
                 if kernel == "ours":
-                    call_ours(dgm, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num, ring)
+                    call_ours(decode_gather, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num, ring)
                 else:
-                    call_upstream(fic, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num)
+                    call_upstream(fast_index_copy, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num)
 
             counts = (0, 1, 4, SLOTS, SLOTS + 5, -3) if kernel == "ours" else (0, 1, 4, SLOTS)
             for layer in range(LAYERS):

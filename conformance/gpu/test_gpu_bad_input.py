@@ -93,9 +93,9 @@ def test_bad_call_is_refused_before_launch(real_gpu, setup, tally, case):
     args = build(gpu, banks, cache, misses)
     gpu.sync()
     snap = cache.snapshot()
-    with LaunchCounter(gpu.dgm, gpu.fic) as counter:
+    with LaunchCounter(gpu.decode_gather, gpu.fast_index_copy) as counter:
         with pytest.raises(RuntimeError) as info:
-            gpu.dgm.decode_gather_jit(**args)
+            gpu.decode_gather.decode_gather_jit(**args)
     gpu.sync()  # an asynchronous device error would surface here
     assert str(info.value).strip(), f"{case}: an empty error message"
     assert counter.decode_gather == 0, f"{case}: the kernel was launched"
@@ -108,7 +108,7 @@ def test_bad_call_is_refused_before_launch(real_gpu, setup, tally, case):
 def test_valid_call_after_the_bad_ones(gpu, setup, tally):
     banks, cache, misses = setup
     cache.poison(0xA5)
-    call_ours(gpu.dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
+    call_ours(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
     err = check_slot_cache(cache, 0xA5, [([4, 0, 1], [3, 0, 1], banks.dev[0])])
     assert err is None, err
     tally(1, 3 * banks.bytes_per_expert)

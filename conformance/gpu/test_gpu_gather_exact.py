@@ -35,7 +35,7 @@ def nvfp4(gpu):
 
 def _run_and_check(gpu, banks, cache, dst_idx, src_idx, num, poison, writes, what, ring=None):
     cache.poison(poison)
-    call_ours(gpu.dgm, cache, banks.src_ptrs[0], dst_idx, src_idx, num, ring)
+    call_ours(gpu.decode_gather, cache, banks.src_ptrs[0], dst_idx, src_idx, num, ring)
     err = check_slot_cache(cache, poison, writes)
     assert err is None, f"{what}: {err}"
 
@@ -147,7 +147,7 @@ def test_upstream_kernel_agrees_on_the_same_calls(gpu, nvfp4, tally):
         dst, src = random_misses(rng, CAPACITY, n, SLOTS, EXPERTS)
         misses.set(dst, src, n)
         cache.poison(0xA5)
-        call_upstream(gpu.fic, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
+        call_upstream(gpu.fast_index_copy, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
         err = check_slot_cache(cache, 0xA5, [(dst[:n], src[:n], banks.dev[0])])
         assert err is None, f"upstream n={n}: {err}"
         tally(1, n * banks.bytes_per_expert, kernel="upstream")

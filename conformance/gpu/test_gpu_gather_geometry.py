@@ -27,7 +27,7 @@ RING_TAGS = ["default"] + [r.tag for r in CONFORMANCE_EXTRA_RINGS]
 @pytest.mark.parametrize("ring_tag", RING_TAGS)
 @pytest.mark.parametrize("num_banks", range(1, MAX_BANKS + 1))
 def test_bank_counts_row_sizes_and_rings(gpu, tally, ring_tag, num_banks):
-    assert gpu.dgm.MAX_BANKS == MAX_BANKS
+    assert gpu.decode_gather.MAX_BANKS == MAX_BANKS
     ring = gpu.rings[ring_tag]
     rows = rows_for_bank_count(num_banks, ring.chunk_bytes)
     rng = random.Random(f"geometry-{ring_tag}-{num_banks}")
@@ -45,7 +45,7 @@ def test_bank_counts_row_sizes_and_rings(gpu, tally, ring_tag, num_banks):
                     poison = poison_value(n + layer, rng)
                     cache.poison(poison)
                     call_ours(
-                        gpu.dgm,
+                        gpu.decode_gather,
                         cache,
                         banks.src_ptrs[layer],
                         misses.dst,
@@ -72,7 +72,7 @@ def test_all_eight_banks_of_one_mebibyte_plus_16(gpu, tally):
             dst, src = random_misses(rng, 5, n, 5, 4)
             misses.set(dst, src, n)
             cache.poison(0xA5)
-            call_ours(gpu.dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
+            call_ours(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
             err = check_slot_cache(cache, 0xA5, [(dst[:n], src[:n], banks.dev[0])])
             assert err is None, f"n={n}: {err}"
             tally(1, n * banks.bytes_per_expert)
@@ -95,7 +95,7 @@ def test_source_ends_exactly_at_the_end_of_its_pinned_allocation(real_gpu, tally
             misses.set([7], [7], 1)
             cache.poison(0x3C)
             call_ours(
-                gpu.dgm,
+                gpu.decode_gather,
                 cache,
                 banks.src_ptrs[1],
                 misses.dst,

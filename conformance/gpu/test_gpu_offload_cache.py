@@ -97,7 +97,7 @@ def test_env_switch_values(real_gpu, monkeypatch):
 
 def test_eager_steps_identical_and_tma_uses_decode_gather(sm90, banks, monkeypatch, tally):
     gpu, torch = sm90, sm90.torch
-    with LaunchCounter(gpu.dgm, gpu.fic) as counter:
+    with LaunchCounter(gpu.decode_gather, gpu.fast_index_copy) as counter:
         base = _make_cache(gpu, banks, monkeypatch, None)
         tma = _make_cache(gpu, banks, monkeypatch, "tma")
         assert hasattr(tma, "_decode_gather"), (

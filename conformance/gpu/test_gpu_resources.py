@@ -32,7 +32,7 @@ from gpukit.geometry import Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
 from gpukit.kernels import call_ours, call_upstream, default_ring, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
 
-dgm, fic = load_kernels()
+decode_gather, fast_index_copy = load_kernels()
 dev = torch.device("cuda")
 torch.cuda.init()
 rows = [16, 4096 + 16, (1 << 20) + 16]
@@ -40,7 +40,7 @@ banks = HostBanks(1, 4, rows, dev, seed=3)
 cache = SlotCache(4, rows, dev)
 misses = MissList(4, "int32", dev)
 misses.set([3, 0, 1, 2], [3, 0, 2, 1], 4)
-rings = [default_ring(dgm), Ring(32, 2, 23 * 1024)]  # 46 KiB, next to the ring cap (JIT-built by the session)
+rings = [default_ring(decode_gather), Ring(32, 2, 23 * 1024)]  # 46 KiB, next to the ring cap (JIT-built by the session)
 out = {{"launches": []}}
 
 def measure(name, launch):
@@ -59,14 +59,14 @@ def measure(name, launch):
                             "free_before": f0, "free_after": f1, "copy_error": err}})
 
 for r in rings:  # load every module first: the test is about the first LAUNCH
-    dgm.decode_gather_module(**r.kwargs())
-fic._jit_fast_index_copy_multi_module(num_threads=UPSTREAM_THREADS, blocks_per_bank=UPSTREAM_BLOCKS_PER_BANK)
+    decode_gather.decode_gather_module(**r.kwargs())
+fast_index_copy._jit_fast_index_copy_multi_module(num_threads=UPSTREAM_THREADS, blocks_per_bank=UPSTREAM_BLOCKS_PER_BANK)
 # every torch kernel the measurement itself uses (fill, index, compare) is loaded before the baseline
 cache.poison(0x11)
 check_slot_cache(cache, 0x11, [])
 for r in rings:
-    measure("decode_gather " + r.tag, lambda r=r: call_ours(dgm, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num, r))
-measure("upstream", lambda: call_upstream(fic, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num))
+    measure("decode_gather " + r.tag, lambda r=r: call_ours(decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num, r))
+measure("upstream", lambda: call_upstream(fast_index_copy, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num))
 out["device"] = torch.cuda.get_device_name()
 print("RESULT " + json.dumps(out))
 """
