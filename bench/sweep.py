@@ -35,7 +35,7 @@ from typing import Any
 from bench.ceiling_figure import render_png
 from suite import results
 from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
-from gpukit.kernels import call_ours, call_upstream, load_kernels, precompile
+from gpukit.kernels import call_tma, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
 from gpukit.timing import reps_for, time_replays
@@ -138,8 +138,8 @@ class Runner:
 
     def ring_calls(self, ring: Ring):
         fc, fb, gc, gb, gm = self.flat_cache, self.flat_banks, self.g_cache, self.g_banks, self.g_misses
-        flat = lambda: call_ours(self.decode_gather, fc, fb.src_ptrs[0], self.flat_idx, None, None, ring)  # noqa: E731
-        gather = lambda: call_ours(self.decode_gather, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, ring)  # noqa: E731
+        flat = lambda: call_tma(self.decode_gather, fc, fb.src_ptrs[0], self.flat_idx, None, None, ring)  # noqa: E731
+        gather = lambda: call_tma(self.decode_gather, gc, gb.src_ptrs[0], gm.dst, gm.src, gm.num, ring)  # noqa: E731
         return flat, gather
 
     def ldg_calls(self, blocks: int):

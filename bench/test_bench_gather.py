@@ -54,7 +54,7 @@ from bench.conftest import RUN_INFO
 from gpukit.decode_regime import Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
 from gpukit.decode_step import DEFAULT_VARIANTS, DecodeStep, StepConfig, StepVariant
 from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
-from gpukit.kernels import call_ours, call_upstream, default_ring, load_kernels, precompile
+from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels, precompile
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 from gpukit.timing import copy_engine_ceiling, device_clock, reps_for, time_replays
@@ -113,7 +113,7 @@ STEP_PARAMS = [pytest.param("step", MODEL["moe_layers"], "zipf", k, id=f"step-L4
 def paired(rounds_us: dict[str, list[float]], candidates: list[str], **extra: Any) -> dict[str, Any]:
     """The paired alternating-rounds result of one case: ratio upstream/candidate per candidate (> 1: the
     candidate faster), the A/A ratio and spread, the verdicts, medians and every round (``rounds_us``)."""
-    s = {c: summarize_rounds(rounds_us, ours=c, base=BASE, aa=AA) for c in candidates}
+    s = {c: summarize_rounds(rounds_us, candidate=c, base=BASE, aa=AA) for c in candidates}
     first = s[candidates[0]]
     return {
         "base": BASE, "aa": AA, "rounds": len(rounds_us[BASE]), "order": "alternating",
@@ -204,7 +204,7 @@ class Bench:
             return lambda layer: call(module, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
 
         fns = {BASE: launcher(call_upstream, self.fast_index_copy), AA: launcher(call_upstream, self.fast_index_copy),
-               "tma": launcher(call_ours, self.decode_gather)}  # fmt: skip
+               "tma": launcher(call_tma, self.decode_gather)}  # fmt: skip
         for layer in range(layers):  # eager warm-up; decode_gather checks every source descriptor here
             fns[BASE](layer), fns["tma"](layer)
         torch.cuda.synchronize()
@@ -274,7 +274,7 @@ class Bench:
         banks, slots = self.model_banks
         rg = RegimeGraphs(banks, slots, n, layers=layers)
         launch = {BASE: functools.partial(call_upstream, self.fast_index_copy), AA: functools.partial(call_upstream, self.fast_index_copy),
-                  "tma": functools.partial(call_ours, self.decode_gather)}  # fmt: skip
+                  "tma": functools.partial(call_tma, self.decode_gather)}  # fmt: skip
         for name, fn in launch.items():
             rg.capture(name, fn)
         reps = replays_per_set(n)

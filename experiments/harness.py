@@ -17,7 +17,7 @@ import torch
 
 from gpukit.decode_step import DecodeStep, StepConfig, StepVariant
 from gpukit.geometry import NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring
-from gpukit.kernels import call_ours, call_upstream
+from gpukit.kernels import call_tma, call_upstream
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 from suite.results import document, write_json
@@ -61,7 +61,7 @@ class Gather:
         return lambda layer: call_upstream(fic, *self._call(layer))
 
     def ring(self, dgm, ring: Ring) -> Callable[[int], None]:
-        return lambda layer: call_ours(dgm, *self._call(layer), ring)
+        return lambda layer: call_tma(dgm, *self._call(layer), ring)
 
     def module(self, module) -> Callable[[int], None]:
         """A JIT module with decode_gather's launch signature (a kernel variant)."""

@@ -137,7 +137,7 @@ def main() -> None:
             entry["interleaved"] = interleaved(rg, fic, kernels, regimes, args.rounds)
         for regime, (timed_as, touch) in ({} if args.interleave else how_timed(rg, fic, regimes)).items():
             rounds = rg.rounds(list(kernels), timed_as, args.rounds, replays_per_set(n), prepare=touch).values
-            summ = {k: summarize_rounds(rounds, ours=k, base="up", aa="upAA") for k in kernels if k not in ("up", "upAA")}
+            summ = {k: summarize_rounds(rounds, candidate=k, base="up", aa="upAA") for k in kernels if k not in ("up", "upAA")}
             entry[regime] = {"rounds_us": rounds, "summary": summ}
             us = {k: H.median(v) for k, v in rounds.items()}
             aa = summ["tma"]["aa_spread"]
@@ -179,7 +179,7 @@ def interleaved(rg: RegimeGraphs, fic, kernels: dict, regimes: list[str], rounds
     sets = {f"{k}@{reg}": (lambda _r, k=k, reg=reg: rg.time_set(k, how[reg][0], reps, prepare=how[reg][1]))
             for reg in regimes for k in kernels}  # fmt: skip
     times = run_rounds(sets, rounds, base="up@decode", aa="upAA@decode").values
-    summ = {lab: summarize_rounds(times, ours=lab, base="up@decode", aa="upAA@decode") for lab in sets if lab != "upAA@decode"}
+    summ = {lab: summarize_rounds(times, candidate=lab, base="up@decode", aa="upAA@decode") for lab in sets if lab != "upAA@decode"}
     for reg in regimes:
         logger.info(f"n={rg.n:3d} {reg:16s} " + "  ".join(f"{k} {H.median(times[f'{k}@{reg}']):8.2f} us x{summ[f'{k}@{reg}']['speedup_paired']:.4f}"
                                                     for k in kernels if f"{k}@{reg}" in summ))  # fmt: skip

@@ -160,7 +160,7 @@ class LaunchCounter:
         self.decode_gather = self.upstream = self.decode_gather_jit_calls = 0
 
 
-def call_ours(decode_gather, cache: SlotCache, src_ptrs, dst, src, num, ring: Ring | None = None) -> None:
+def call_tma(decode_gather, cache: SlotCache, src_ptrs, dst, src, num, ring: Ring | None = None) -> None:
     """decode_gather_jit on ``cache``'s descriptor; ``ring`` None takes the module defaults."""
     kw = ring.kwargs() if ring is not None else {}
     decode_gather.decode_gather_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)

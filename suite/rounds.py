@@ -51,11 +51,11 @@ class Rounds:
                 out[name] = timed
         return out
 
-    def summary(self, ours: str) -> dict[str, Any]:
-        """``ours`` against ``base`` (and ``aa``): :func:`suite.stats.summarize_rounds`."""
+    def summary(self, candidate: str) -> dict[str, Any]:
+        """``candidate`` against ``base`` (and ``aa``): :func:`suite.stats.summarize_rounds`."""
         if self.base is None:
             raise ValueError("run_rounds(..., base=...) names no baseline to compare against")
-        return summarize_rounds(self.values, ours=ours, base=self.base, aa=self.aa or "")
+        return summarize_rounds(self.values, candidate=candidate, base=self.base, aa=self.aa or "")
 
     def summaries(self) -> dict[str, dict[str, Any]]:
         """:meth:`summary` of every variant other than the baseline and its A/A control."""

@@ -1,6 +1,6 @@
 """Statistics of paired alternating rounds: medians, the speedup, the A/A spread, the verdict.
 
-A speedup is base/ours (> 1: ours faster); it is a *tie* when |speedup - 1| is within the A/A spread,
+A speedup is base/candidate (> 1: the candidate faster); it is a *tie* when |speedup - 1| is within the A/A spread,
 the largest per-round deviation of the baseline against a second capture of itself in the same run.
 """
 
@@ -25,15 +25,15 @@ def verdict(speedup: float | None, aa_spread: float | None) -> str:
 
 
 def summarize_rounds(
-    rounds_us: dict[str, list[float]], *, ours: str = "ours", base: str = "upstream", aa: str = "upstream_aa"
+    rounds_us: dict[str, list[float]], *, candidate: str = "tma", base: str = "upstream", aa: str = "upstream_aa"
 ) -> dict[str, Any]:
-    """Medians of per-round times, the speedup base/ours (>1: ours faster), its paired (per-round)
+    """Medians of per-round times, the speedup base/candidate (>1: the candidate faster), its paired (per-round)
     median, the A/A ratios base/aa per round and their spread max|r-1|, and the verdict."""
     med = {k: median(v) for k, v in rounds_us.items() if v}
     out: dict[str, Any] = {"median_us": med}
-    b, o = rounds_us.get(base) or [], rounds_us.get(ours) or []
+    b, o = rounds_us.get(base) or [], rounds_us.get(candidate) or []
     a = rounds_us.get(aa) or []
-    out["speedup"] = (med[base] / med[ours]) if med.get(base) and med.get(ours) else None
+    out["speedup"] = (med[base] / med[candidate]) if med.get(base) and med.get(candidate) else None
     paired = [x / y for x, y in zip(b, o) if y]
     out["speedup_paired"] = median(paired)
     aa_ratios = [x / y for x, y in zip(b, a) if y]

@@ -185,7 +185,7 @@ def test_interleaved_touch_probe_rows_and_the_share_a_touch_takes_back(tmp_path)
               "tma@decode_touch2M": [40.5] * 3}  # fmt: skip
     from suite.stats import summarize_rounds
 
-    summ = {k: summarize_rounds(rounds, ours=k, base="up@decode", aa="upAA@decode") for k in rounds if k != "upAA@decode"}
+    summ = {k: summarize_rounds(rounds, candidate=k, base="up@decode", aa="upAA@decode") for k in rounds if k != "upAA@decode"}
     iv = {"regimes": ["decode", "replay", "decode_touch2M"], "kernels": ["up", "upAA", "tma"], "rounds_us": rounds, "summary": summ}
     write_json(tmp_path / "dev" / "probes" / "probe_touchi-x.json",
                {"schema": "probe/1", "footprint": {}, "per_n": {"1": {"interleaved": iv}}})  # fmt: skip

@@ -92,14 +92,14 @@ def test_summarize_rounds_and_verdict():
     rounds = {
         "upstream": [10.0, 10.2, 9.9, 10.1, 10.0],
         "upstream_aa": [10.1, 10.0, 10.0, 10.0, 10.1],
-        "ours": [8.0, 8.1, 8.0, 7.9, 8.0],
+        "tma": [8.0, 8.1, 8.0, 7.9, 8.0],
     }
     s = summarize_rounds(rounds)
     assert s["verdict"] == "faster" and s["speedup"] == pytest.approx(10.0 / 8.0)
     assert s["aa_spread"] == pytest.approx(
         max(abs(a / b - 1) for a, b in zip(rounds["upstream"], rounds["upstream_aa"]))
     )
-    tie = summarize_rounds({**rounds, "ours": [10.05] * 5})
+    tie = summarize_rounds({**rounds, "tma": [10.05] * 5})
     assert tie["verdict"] == "tie"
     assert verdict(0.9, 0.01) == "slower" and verdict(None, 0.01) == "n/a"
 

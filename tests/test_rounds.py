@@ -20,17 +20,17 @@ class FakeTimer:
 
 def test_rounds_alternate_and_hooks_bracket_every_round():
     log: list = []
-    variants = {n: FakeTimer(n, log, 1.0) for n in ("upstream", "upstream_aa", "ours")}
+    variants = {n: FakeTimer(n, log, 1.0) for n in ("upstream", "upstream_aa", "tma")}
     r = run_rounds(
         variants, 3, base="upstream", aa="upstream_aa",
         before_round=lambda i: log.append((i, "before")), after_round=lambda i: log.append((i, "after")),
     )  # fmt: skip
     assert log == [
-        (0, "before"), (0, "upstream"), (0, "upstream_aa"), (0, "ours"), (0, "after"),
-        (1, "before"), (1, "ours"), (1, "upstream_aa"), (1, "upstream"), (1, "after"),
-        (2, "before"), (2, "upstream"), (2, "upstream_aa"), (2, "ours"), (2, "after"),
+        (0, "before"), (0, "upstream"), (0, "upstream_aa"), (0, "tma"), (0, "after"),
+        (1, "before"), (1, "tma"), (1, "upstream_aa"), (1, "upstream"), (1, "after"),
+        (2, "before"), (2, "upstream"), (2, "upstream_aa"), (2, "tma"), (2, "after"),
     ]  # fmt: skip
-    assert r.orders[1] == ("ours", "upstream_aa", "upstream") and r.values["ours"] == [1.0] * 3
+    assert r.orders[1] == ("tma", "upstream_aa", "upstream") and r.values["tma"] == [1.0] * 3
 
 
 def test_summary_is_gpukit_stats_of_the_paired_rounds():
@@ -40,15 +40,15 @@ def test_summary_is_gpukit_stats_of_the_paired_rounds():
     variants = {
         "upstream": FakeTimer("upstream", log, lambda i: up[i]),
         "upstream_aa": FakeTimer("upstream_aa", log, lambda i: aa[i]),
-        "ours": FakeTimer("ours", log, lambda i: [8.0, 8.2, 7.0]),  # three samples a round: their median
+        "tma": FakeTimer("tma", log, lambda i: [8.0, 8.2, 7.0]),  # three samples a round: their median
         "tie": FakeTimer("tie", log, lambda i: up[i] * 1.001),
     }
     r = run_rounds(variants, 5, base="upstream", aa="upstream_aa")
-    s = r.summary("ours")
-    assert r.values["ours"] == [8.0] * 5
+    s = r.summary("tma")
+    assert r.values["tma"] == [8.0] * 5
     assert s["speedup"] == pytest.approx(10.0 / 8.0) and s["verdict"] == "faster"
     assert s["aa_spread"] == pytest.approx(max(abs(u / a - 1) for u, a in zip(up, aa)))
-    assert set(r.summaries()) == {"ours", "tie"} and r.summaries()["tie"]["verdict"] == "tie"
+    assert set(r.summaries()) == {"tma", "tie"} and r.summaries()["tie"]["verdict"] == "tie"
 
 
 def test_untimed_variants_and_custom_orders():

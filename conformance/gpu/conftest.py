@@ -182,8 +182,8 @@ def tally(request: pytest.FixtureRequest):
     ``tally.note(key, value)`` records a fact for the summary."""
     group = _group_of(request.node.nodeid)
 
-    def add(calls: int = 1, nbytes: int = 0, kernel: str = "ours") -> None:
-        prefix = "" if kernel == "ours" else f"{kernel}_"
+    def add(calls: int = 1, nbytes: int = 0, kernel: str = "tma") -> None:
+        prefix = "" if kernel == "tma" else f"{kernel}_"
         SESSION.counts[group][f"{prefix}calls"] += int(calls)
         SESSION.counts[group][f"{prefix}bytes"] += int(nbytes)
 

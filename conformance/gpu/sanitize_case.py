@@ -19,7 +19,7 @@ import random
 import sys
 
 from gpukit.geometry import Ring
-from gpukit.kernels import call_ours, call_upstream, load_kernels
+from gpukit.kernels import call_tma, call_upstream, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 ROWS = [16, 48, 4096 + 16, 8192 + 16]
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         default="default,32x2x23K",
         help="comma-separated rings: 'default' or CTASxSTAGESxCHUNK (default: %(default)s)",
     )
-    ap.add_argument("--kernel", choices=["ours", "upstream", "both"], default="ours")
+    ap.add_argument("--kernel", choices=["tma", "upstream", "both"], default="tma")
     args = ap.parse_args(argv)
 
     import torch
@@ -59,18 +59,18 @@ def main(argv: list[str] | None = None) -> int:
         if err:
             failures.append(f"{what}: {err}")
 
-    kernels = {"ours": ["ours"], "upstream": ["upstream"], "both": ["ours", "upstream"]}[args.kernel]
+    kernels = {"tma": ["tma"], "upstream": ["upstream"], "both": ["tma", "upstream"]}[args.kernel]
     for kernel in kernels:
-        for ring in rings if kernel == "ours" else [None]:
-            tag = kernel if kernel == "upstream" else f"ours {ring.tag if ring else 'default'}"
+        for ring in rings if kernel == "tma" else [None]:
+            tag = kernel if kernel == "upstream" else f"tma {ring.tag if ring else 'default'}"
 
             def launch(layer: int, kernel: str = kernel, ring: Ring | None = ring) -> None:
-                if kernel == "ours":
-                    call_ours(decode_gather, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num, ring)
+                if kernel == "tma":
+                    call_tma(decode_gather, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num, ring)
                 else:
                     call_upstream(fast_index_copy, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num)
 
-            counts = (0, 1, 4, SLOTS, SLOTS + 5, -3) if kernel == "ours" else (0, 1, 4, SLOTS)
+            counts = (0, 1, 4, SLOTS, SLOTS + 5, -3) if kernel == "tma" else (0, 1, 4, SLOTS)
             for layer in range(LAYERS):
                 for n in counts:
                     dst, src = random_misses(rng, SLOTS, max(0, min(n, SLOTS)), SLOTS, EXPERTS)

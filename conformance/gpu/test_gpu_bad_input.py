@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpukit.kernels import LaunchCounter, call_ours
+from gpukit.kernels import LaunchCounter, call_tma
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -108,7 +108,7 @@ def test_bad_call_is_refused_before_launch(real_gpu, setup, tally, case):
 def test_valid_call_after_the_bad_ones(gpu, setup, tally):
     banks, cache, misses = setup
     cache.poison(0xA5)
-    call_ours(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
+    call_tma(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
     err = check_slot_cache(cache, 0xA5, [([4, 0, 1], [3, 0, 1], banks.dev[0])])
     assert err is None, err
     tally(1, 3 * banks.bytes_per_expert)

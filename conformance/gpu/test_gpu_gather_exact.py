@@ -13,7 +13,7 @@ import random
 import pytest
 
 from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES
-from gpukit.kernels import call_ours, call_upstream
+from gpukit.kernels import call_tma, call_upstream
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -35,7 +35,7 @@ def nvfp4(gpu):
 
 def _run_and_check(gpu, banks, cache, dst_idx, src_idx, num, poison, writes, what, ring=None):
     cache.poison(poison)
-    call_ours(gpu.decode_gather, cache, banks.src_ptrs[0], dst_idx, src_idx, num, ring)
+    call_tma(gpu.decode_gather, cache, banks.src_ptrs[0], dst_idx, src_idx, num, ring)
     err = check_slot_cache(cache, poison, writes)
     assert err is None, f"{what}: {err}"
 

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from gpukit.geometry import CONFORMANCE_EXTRA_RINGS, NVFP4_ROW_BYTES, rows_for_bank_count
-from gpukit.kernels import call_ours
+from gpukit.kernels import call_tma
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -44,7 +44,7 @@ def test_bank_counts_row_sizes_and_rings(gpu, tally, ring_tag, num_banks):
                     misses.set(dst, src, n)
                     poison = poison_value(n + layer, rng)
                     cache.poison(poison)
-                    call_ours(
+                    call_tma(
                         gpu.decode_gather,
                         cache,
                         banks.src_ptrs[layer],
@@ -72,7 +72,7 @@ def test_all_eight_banks_of_one_mebibyte_plus_16(gpu, tally):
             dst, src = random_misses(rng, 5, n, 5, 4)
             misses.set(dst, src, n)
             cache.poison(0xA5)
-            call_ours(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
+            call_tma(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
             err = check_slot_cache(cache, 0xA5, [(dst[:n], src[:n], banks.dev[0])])
             assert err is None, f"n={n}: {err}"
             tally(1, n * banks.bytes_per_expert)
@@ -94,7 +94,7 @@ def test_source_ends_exactly_at_the_end_of_its_pinned_allocation(real_gpu, tally
         for ring_tag, ring in gpu.rings.items():
             misses.set([7], [7], 1)
             cache.poison(0x3C)
-            call_ours(
+            call_tma(
                 gpu.decode_gather,
                 cache,
                 banks.src_ptrs[1],

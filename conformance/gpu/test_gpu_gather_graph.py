@@ -13,7 +13,7 @@ import random
 import pytest
 
 from gpukit.geometry import MODEL, NVFP4_ROW_BYTES
-from gpukit.kernels import call_ours
+from gpukit.kernels import call_tma
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -39,11 +39,11 @@ def test_one_capture_many_replays(real_gpu, nvfp4, tally, index_dtype):
     misses = MissList(CAPACITY, index_dtype, gpu.device)
     dst, src = random_misses(rng, CAPACITY, 1, SLOTS, EXPERTS)
     misses.set(dst, src, 1)
-    call_ours(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)  # eager: checks the layout
+    call_tma(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)  # eager: checks the layout
     gpu.sync()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        call_ours(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
+        call_tma(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
     for i, n in enumerate(REPLAY_COUNTS):
         if i % 8 == 0:
             banks.fill(seed=rng.randrange(1 << 31))  # the graph reads the sources at replay time
@@ -81,12 +81,12 @@ def test_multi_layer_graph_with_per_layer_sources(real_gpu, tally, layers):
 
         draw([1] * layers)
         for layer, ml in enumerate(lists):  # eager, so every layer's descriptor is checked before capture
-            call_ours(gpu.decode_gather, cache, banks.src_ptrs[layer], ml.dst, ml.src, ml.num)
+            call_tma(gpu.decode_gather, cache, banks.src_ptrs[layer], ml.dst, ml.src, ml.num)
         gpu.sync()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for layer, ml in enumerate(lists):
-                call_ours(gpu.decode_gather, cache, banks.src_ptrs[layer], ml.dst, ml.src, ml.num)
+                call_tma(gpu.decode_gather, cache, banks.src_ptrs[layer], ml.dst, ml.src, ml.num)
         schedule = [[0] * layers, [per_layer] * layers] + [
             [
                 rng.choice([0, 1, 1, 2, 3, 8, per_layer]) if r % 2 else rng.randrange(per_layer + 1)

@@ -29,7 +29,7 @@ import json
 import torch
 from gpukit.runtime import CUDA_LIMIT_MALLOC_HEAP_SIZE, CUDA_LIMIT_STACK_SIZE, device_limit
 from gpukit.geometry import Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
-from gpukit.kernels import call_ours, call_upstream, default_ring, load_kernels
+from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
 
 decode_gather, fast_index_copy = load_kernels()
@@ -65,7 +65,7 @@ fast_index_copy._jit_fast_index_copy_multi_module(num_threads=UPSTREAM_THREADS, 
 cache.poison(0x11)
 check_slot_cache(cache, 0x11, [])
 for r in rings:
-    measure("decode_gather " + r.tag, lambda r=r: call_ours(decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num, r))
+    measure("decode_gather " + r.tag, lambda r=r: call_tma(decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num, r))
 measure("upstream", lambda: call_upstream(fast_index_copy, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num))
 out["device"] = torch.cuda.get_device_name()
 print("RESULT " + json.dumps(out))
