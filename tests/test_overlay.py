@@ -360,27 +360,6 @@ def test_build_without_torch_says_what_to_install(tmp_path: Path, workdir: Path)
     assert not (workdir / "upstream").exists()  # it stopped before doing anything
 
 
-def _noxfile_function(name: str) -> dict:
-    """A top-level function of noxfile.py (with the constants it reads), run without nox installed."""
-    import ast
-
-    tree = ast.parse((REPO_ROOT / "noxfile.py").read_text())
-    wanted = {name, "_PYTEST_VALUE_OPTIONS"}
-    nodes = [n for n in tree.body if getattr(n, "name", None) in wanted
-             or (isinstance(n, ast.Assign) and any(getattr(t, "id", None) in wanted for t in n.targets))]  # fmt: skip
-    namespace = {"ROOT": REPO_ROOT, "Path": Path}
-    exec(compile(ast.Module(body=nodes, type_ignores=[]), "noxfile.py", "exec"), namespace)
-    return namespace
-
-
-def test_test_paths_after_double_dash_replace_the_defaults() -> None:
-    split = _noxfile_function("_split_test_paths")["_split_test_paths"]
-    assert split(["tests/test_gpukit.py"]) == (["tests/test_gpukit.py"], [])
-    assert split(["-k", "decode_gather", "-x"]) == ([], ["-k", "decode_gather", "-x"])
-    assert split(["-k", "tests", "tests/test_report.py::test_x", "-m", "gpu", "conformance"]) == (
-        ["tests/test_report.py::test_x", "conformance"], ["-k", "tests", "-m", "gpu"])  # fmt: skip
-
-
 def test_bare_nox_imports_the_noxfile(tmp_path: Path) -> None:
     """`nox` (its own script, not `python3 -m nox`) does not put the checkout on sys.path."""
     nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
