@@ -29,6 +29,7 @@ from .workrepo import (
     refuse_if_busy,
     series_branch,
     sha256_hex,
+    text_patch_id,
     write_manifest,
     write_state,
 )
@@ -72,9 +73,13 @@ def format_patches(repo: Path, base: str, tip: str) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in Path(tmp).glob("*.patch")}
 
 
-def _plan(patches_dir: Path, new: dict[str, bytes], written: dict[str, str]) -> tuple[list[Path], list[Path], list[str]]:
-    """(files to write, files to remove, why others stop it)."""
+def _plan(
+    repo: Path, patches_dir: Path, new: dict[str, bytes], written: dict[str, str]
+) -> tuple[list[Path], list[Path], list[str]]:
+    """(files to write, files to remove, why others stop it).  A file no longer in the series is removed
+    where export wrote it, or where git holds it and its change is in a new file (a renamed commit)."""
     clean = clean_in_git(patches_dir)
+    moved = {text_patch_id(repo, data) for data in new.values()} - {""}
     writes, removes, problems = [], [], []
     for name, data in sorted(new.items()):
         target = patches_dir / name
@@ -90,11 +95,13 @@ def _plan(patches_dir: Path, new: dict[str, bytes], written: dict[str, str]) -> 
             problems.append(f"  {target} (has changes the project's git does not hold: a hand edit or a note?)")
     for path in patch_files(patches_dir):
         if path.name not in new:
-            if written.get(path.name) == sha256_hex(path.read_bytes()):
+            data = path.read_bytes()
+            ours = written.get(path.name) == sha256_hex(data)
+            if ours or (path.resolve() in clean and text_patch_id(repo, data) in moved):
                 removes.append(path)
             else:
-                problems.append(f"  {path} (not in the series; export did not write it, so it does not remove it: "
-                                f"git rm {q(path)} or rm {q(path)} does, if it should go)")  # fmt: skip
+                problems.append(f"  {path} (no longer in the series, and export did not write it; "
+                                f"git rm {q(path)} drops it)")
     if (writes or removes) and not os.access(patches_dir, os.W_OK):
         problems.append(f"  {patches_dir} (not writable)")
     return writes, removes, problems
@@ -140,7 +147,7 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
             f"a pull or an edit; exporting now would undo that change\n"
             f"run {hint('apply', *args)} first (it keeps {branch}'s commits: see what it prints), then export"
         )
-    writes, removes, problems = _plan(patches_dir, new, read_manifest(repo, branch))
+    writes, removes, problems = _plan(repo, patches_dir, new, read_manifest(repo, branch))
     if problems:
         raise OverlayError(
             "export would replace or remove patch files that hold something it did not write; nothing was written:\n"
@@ -156,7 +163,7 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
             log(f"wrote {target.relative_to(patches_dir.parent)}")
         for stale in removes:
             stale.unlink()
-            log(f"removed {stale.relative_to(patches_dir.parent)} (export wrote it; the series no longer has it)")
+            log(f"removed {stale.relative_to(patches_dir.parent)} (no longer in the series)")
     except OSError as exc:
         raise OverlayError(f"export stopped writing {patches_dir}: {exc}") from None
     series = series_hash(patches_dir)

@@ -148,10 +148,14 @@ def patch_ids(repo: Path, base: str, tip: str) -> list[str]:
     return [by_commit.get(c, "") for c in commits]
 
 
+def text_patch_id(repo: Path, text: bytes) -> str:
+    """The stable patch-id of a patch's text ('' when it has no diff)."""
+    return (git(repo, "patch-id", "--stable", input=text.decode(errors="replace")).stdout.split() or [""])[0]
+
+
 def file_patch_ids(repo: Path, patches: list[Path]) -> list[str]:
     """The stable patch-ids of patch files, in order."""
-    return [(git(repo, "patch-id", "--stable", input=p.read_text(errors="replace")).stdout.split() or [""])[0]
-            for p in patches]  # fmt: skip
+    return [text_patch_id(repo, p.read_bytes()) for p in patches]
 
 
 def empty_commits(repo: Path, base: str, tip: str) -> list[str]:

@@ -404,3 +404,27 @@ def test_nox_list_prints_no_developer_notes() -> None:
 def test_missing_wheelhouse_is_named(tmp_path: Path) -> None:
     proc = overlay("apply", workdir=tmp_path, check=False, env={"FT_OVERLAY_WHEELHOUSE": str(tmp_path / "nope")})
     assert proc.returncode == 1 and "FT_OVERLAY_WHEELHOUSE=" in proc.stderr and "no such directory" in proc.stderr
+
+
+def test_wheelhouse_onto_a_file_and_an_empty_series_are_named(tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("not a directory\n")
+    proc = overlay("wheelhouse", str(file), workdir=tmp_path / "work", check=False)
+    assert proc.returncode == 1 and "exists and is not a directory" in proc.stderr and "Traceback" not in proc.stderr
+    proc = overlay("series-hash", "--patches", str(tmp_path), workdir=tmp_path / "work", check=False)
+    assert proc.returncode == 1 and "holds no *.patch files" in proc.stderr and proc.stdout == ""
+
+
+def test_gpu_sessions_without_a_gpu_all_say_so_alike(tmp_path: Path) -> None:
+    """Every GPU session on a machine without one: the same message, the same exit (skipped), nothing installed."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi")
+    names = ["gpu", "sanitize", "bench", "sweep", "upstream_bench", "step", "contention"]
+    env = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV)}
+    proc = subprocess.run([sys.executable, "-m", "nox", "--no-venv", "-s", *names], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    for name in names:
+        assert f"Session {name} skipped: nox -s {name} needs a CUDA GPU (nvidia-smi finds none here)" in out, out
+    assert "uv binary not found" not in out and "pip install" not in out
