@@ -42,6 +42,7 @@ from freetoken_overlay.util import (
     wheelhouse_dir,
 )
 from freetoken_overlay.wheel import local_version, patched_wheel_name
+from freetoken_overlay.workrepo import series_branch
 
 from conftest import PIN, git, overlay, read_dir  # noqa: E402  (tests/conftest.py: the overlay's helpers)
 
@@ -74,7 +75,8 @@ def test_base_commit_is_deterministic(version: str, tmp_path: Path, wheel_cache:
     commit = series.make_base_repo(pin, files, tmp_path / "repo")  # asserts tree and commit ids
     assert commit == pin.base_commit
     repo = tmp_path / "repo"
-    assert git(repo, "rev-parse", f"{pin.tag}^{{commit}}", f"refs/heads/{BRANCH}") == f"{commit}\n{commit}"
+    branch = series_branch(pin)  # decode-gather, or decode-gather-<version> for another release
+    assert git(repo, "rev-parse", f"{pin.tag}^{{commit}}", f"refs/heads/{branch}") == f"{commit}\n{commit}"
     assert git(repo, "rev-parse", "HEAD^{tree}") == pin.tree_id
     assert git(repo, "status", "--porcelain") == ""
 
