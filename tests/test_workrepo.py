@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from freetoken_overlay.pin import get_pin
 from freetoken_overlay.series import BRANCH, series_hash
 from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, REPO_ROOT
 
@@ -395,3 +396,17 @@ def test_build_refuses_uncommitted_edits_in_the_work_tree(throwaway_series: Path
     git(repo, "switch", "-q", "-c", "elsewhere")
     proc = overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir, check=False)
     assert proc.returncode == 1 and "HEAD is on branch elsewhere, but the patched wheel is built" in proc.stderr
+
+
+def test_another_release_is_another_tag_and_branch_in_the_same_repository(throwaway_series: Path, workdir: Path,
+                                                                          tmp_path: Path) -> None:  # fmt: skip
+    repo = workdir / "upstream"
+    head, marker = git(repo, "rev-parse", BRANCH), repo / "python/freetoken/mine.txt"
+    marker.write_text("untracked\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    overlay("apply", "--release", "0.2.0", "--patches", str(empty), workdir=workdir)
+    assert git(repo, "rev-parse", "upstream-0.2.0^{commit}", f"{BRANCH}-0.2.0") == \
+        f"{get_pin('0.2.0').base_commit}\n{get_pin('0.2.0').base_commit}"  # fmt: skip
+    assert git(repo, "rev-parse", BRANCH) == head and git(repo, "symbolic-ref", "HEAD") == f"refs/heads/{BRANCH}"
+    assert marker.read_text() == "untracked\n" and not (workdir / "upstream-0.2.0").exists()
