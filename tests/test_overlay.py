@@ -44,7 +44,7 @@ from freetoken_overlay.util import (
 from freetoken_overlay.wheel import local_version, patched_wheel_name
 from freetoken_overlay.workrepo import series_branch
 
-from conftest import PIN, git, overlay, read_dir  # noqa: E402  (tests/conftest.py: the overlay's helpers)
+from conftest import PIN, commit_project, git, overlay, read_dir  # noqa: E402  (tests/conftest.py: the overlay's helpers)
 
 
 # --------------------------------------------------------------------------- the pin
@@ -200,6 +200,50 @@ def test_real_series_apply_export_fixed_point(tmp_path: Path, workdir: Path) -> 
     overlay("apply", "--patches", str(patches), workdir=fresh)
     overlay("export", "--patches", str(patches), workdir=fresh)
     assert read_dir(patches) == exported  # a byte-for-byte fixed point from then on
+
+
+def test_apply_onto_an_upstream_clone(throwaway_series: Path, tmp_path: Path, workdir: Path) -> None:
+    clone = tmp_path / "clone"
+    shutil.copytree(workdir / "upstream", clone)
+    git(clone, "checkout", "-q", "-b", "main", PIN.tag)
+    git(clone, "branch", "-D", BRANCH)  # the copy came with one; make it anew off main
+    args = ("apply", "--patches", str(throwaway_series), "--upstream", str(clone), "--rev", "main")
+    overlay(*args, workdir=workdir)
+    assert git(clone, "rev-parse", BRANCH) == git(workdir / "upstream", "rev-parse", BRANCH)
+    assert git(clone, "rev-parse", "--abbrev-ref", "HEAD") == "main"  # its checkout untouched
+    assert "up to date" in overlay(*args, workdir=workdir).stdout
+
+
+def test_submission_branch_has_a_real_author(throwaway_series: Path, tmp_path: Path, workdir: Path) -> None:
+    clone = tmp_path / "clone"
+    shutil.copytree(workdir / "upstream", clone)
+    git(clone, "checkout", "-q", "-b", "main", PIN.tag)
+    git(clone, "branch", "-D", BRANCH)
+    before = sorted(p.read_bytes() for p in throwaway_series.glob("*.patch"))
+    args = ("apply", "--patches", str(throwaway_series), "--upstream", str(clone), "--rev", "main")
+    overlay(*args, "--author", "Ada Lovelace <ada@example.org>", workdir=workdir)
+    log = git(clone, "log", "--format=%an <%ae>|%cn <%ce>|%at", f"main..{BRANCH}").splitlines()
+    assert log and all(line.startswith("Ada Lovelace <ada@example.org>|Ada Lovelace <ada@example.org>|") for line in log)
+    assert all(abs(int(line.rsplit("|", 1)[1]) - time.time()) < 3600 for line in log)  # dated now, not the fixed date
+    # same changes as the fixed-identity branch, and patches/ untouched
+    assert git(clone, "rev-parse", f"{BRANCH}^{{tree}}") == git(workdir / "upstream", "rev-parse", f"{BRANCH}^{{tree}}")
+    assert sorted(p.read_bytes() for p in throwaway_series.glob("*.patch")) == before
+    bad = overlay(*args, "--author", "nobody", "--branch", "other", workdir=workdir, check=False)
+    assert bad.returncode != 0 and "--author 'nobody': expected 'Name <email>'" in bad.stderr
+
+
+def test_format_patch_flags_are_stable() -> None:
+    for flag in ("--zero-commit", "--no-signature", "--full-index", "--no-numbered"):  # [PATCH], not [PATCH n/m]
+        assert flag in FORMAT_PATCH_FLAGS
+
+
+def test_series_hash(tmp_path: Path) -> None:
+    assert series_hash(tmp_path) == hashlib.sha256(b"").hexdigest()[:12]
+    (tmp_path / "0001-a.patch").write_bytes(b"a")
+    (tmp_path / "0002-b.patch").write_bytes(b"b")
+    (tmp_path / "README").write_bytes(b"not part of the series")
+    assert series_hash(tmp_path) == hashlib.sha256(b"ab").hexdigest()[:12]
+    assert series_hash() == series_hash(series.PATCHES_DIR)
 
 
 # --------------------------------------------------------------------------- patched wheel
