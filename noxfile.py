@@ -1,23 +1,13 @@
 """nox sessions for the decode-gather patch series against FreeToken (README.md says how to use them)."""
 
-# Developer notes (not in the docstring, which ``nox -l`` prints).
-#
-# The main job is ``nox -s apply build``; the tests are ``nox -s test`` (the default session).
-# Each installing session has its own virtual environment under .nox/, made and reused by nox
-# itself (``reuse_venv = "yes"``; ``nox -R`` also skips the installs, ``nox -db virtualenv``
-# is the default backend).  Settings, from the environment:
-#
-# * FT_OVERLAY_WORKDIR       work directory, an absolute path (default ``.work/``)
-# * FT_OVERLAY_WHEELHOUSE    offline wheel directory: the sessions set pip's own PIP_NO_INDEX=1 and
-#                            PIP_FIND_LINKS=DIR, and the freetoken wheel is read from it (hash-checked)
-# * FT_OVERLAY_SYSTEM_SITE=1 reuse the packages of the Python running nox (a GPU machine's torch,
-#                            triton, ...) instead of installing torch; ``nox --no-venv`` runs in it
-# * FT_OVERLAY_VERBOSE=1     show pip's own output (``nox -v`` shows it for the sessions' installs)
-# * TVM_FFI_CUDA_ARCH_LIST   kernel architectures for ``build`` (default "8.0 9.0 10.0 12.0")
-#
-# pytest's own settings (testpaths, addopts) are in pyproject.toml: ``nox -s test -- PATH``
-# narrows the run as pytest does.  To add a session: decorate a function with ``@nox.session``,
-# call ``_install_patched(session, *extra_requirements)``, then ``session.run("python", ...)``.
+# Developer notes (not in the docstring, which ``nox -l`` prints).  ``nox -s apply build`` is the
+# main job, ``nox -s test`` the default.  Each installing session has its own venv under .nox/,
+# made and reused by nox (``reuse_venv = "yes"``; ``nox -R`` also skips the installs).  Settings:
+# FT_OVERLAY_WORKDIR (absolute; default .work/), FT_OVERLAY_WHEELHOUSE (offline wheels: pip's own
+# PIP_NO_INDEX/PIP_FIND_LINKS are set from it), FT_OVERLAY_SYSTEM_SITE=1 (reuse the torch, triton,
+# ... of the Python running nox; ``nox --no-venv`` runs in it), FT_OVERLAY_VERBOSE=1 (pip's output),
+# TVM_FFI_CUDA_ARCH_LIST (kernel architectures for ``build``).  pytest's testpaths and addopts are
+# in pyproject.toml.  A new session: ``_install_patched(session, *extra)``, then ``session.run``.
 
 from __future__ import annotations
 
@@ -42,8 +32,8 @@ if str(ROOT) not in sys.path:
 from freetoken_overlay import requirements as req  # noqa: E402
 from freetoken_overlay.pin import get_pin  # noqa: E402
 from freetoken_overlay.series import series_hash, work_repo  # noqa: E402
-from freetoken_overlay.util import NOX_ENV, SYSTEM_SITE_ENV, WHEELHOUSE_ENV, OverlayError, Workdir, env_flag  # noqa: E402
-from freetoken_overlay.util import wheelhouse_dir  # noqa: E402
+from freetoken_overlay.util import NOX_ENV, SYSTEM_SITE_ENV, WHEELHOUSE_ENV, OverlayError, Workdir  # noqa: E402
+from freetoken_overlay.util import env_flag, wheelhouse_dir  # noqa: E402
 from freetoken_overlay.wheel import local_version  # noqa: E402
 from gpukit import commands  # noqa: E402
 
@@ -110,7 +100,7 @@ def _install_deps(session: nox.Session, *extra: str) -> None:
 
 
 def _python(session: nox.Session) -> str:
-    return sys.executable if session.venv_backend == "none" else "python"
+    return sys.executable if session.venv_backend == "none" else "python"  # --no-venv: the Python running nox
 
 
 def _use_kernel_cache(session: nox.Session) -> None:
@@ -209,40 +199,28 @@ def gpu(session: nox.Session) -> None:
                 *session.posargs, external=True)  # fmt: skip
 
 
-@nox.session(tags=["gpu"], default=False)
-def sanitize(session: nox.Session) -> None:
-    """GPU: compute-sanitizer memcheck, racecheck and synccheck on a small eager and graph case."""
-    _run_patched(session, commands.SANITIZE)
+def _gpu_session(name: str, cmd: commands.Command, doc: str, *groups: str) -> None:
+    """A GPU session ``name`` that runs ``cmd`` (``doc`` is what ``nox -l`` prints)."""
+
+    def run(session: nox.Session) -> None:
+        _run_patched(session, cmd, *(r for g in groups for r in _group(g)))
+
+    run.__doc__ = doc
+    nox.session(run, name=name, tags=["gpu"], default=False)
 
 
-@nox.session(tags=["gpu"], default=False)
-def bench(session: nox.Session) -> None:
-    """GPU: paired benchmarks (upstream, decode_gather, copy engine, A/A) -> results/<device>/bench.json."""
-    _run_patched(session, commands.BENCH)
-
-
-@nox.session(tags=["gpu"], default=False)
-def sweep(session: nox.Session) -> None:
-    """GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> results/<device>/ceiling.json + .png."""
-    _run_patched(session, commands.SWEEP, *_group("sweep"))
-
-
-@nox.session(tags=["gpu"], default=False)
-def upstream_bench(session: nox.Session) -> None:
-    """GPU: the series' benchmarks/bench_decode_gather.py (per-layer copy, A/A, verdicts) -> results/<device>/."""
-    _run_patched(session, commands.UPSTREAM_BENCH_RUN)
-
-
-@nox.session(tags=["gpu"], default=False)
-def step(session: nox.Session) -> None:
-    """GPU: decode-step breakdown and PDL A/B (unset, tma, tma+PDL, upstream+PDL) -> results/<device>/step_pdl.json."""
-    _run_patched(session, commands.STEP)
-
-
-@nox.session(tags=["gpu"], default=False)
-def contention(session: nox.Session) -> None:
-    """GPU x2: both GPUs gathering at once against each one's solo rate -> results/<device>x2/contention.json."""
-    _run_patched(session, commands.CONTENTION)
+_gpu_session("sanitize", commands.SANITIZE,
+             "GPU: compute-sanitizer memcheck, racecheck and synccheck on a small eager and graph case.")
+_gpu_session("bench", commands.BENCH,
+             "GPU: paired benchmarks (upstream, decode_gather, copy engine, A/A) -> results/<device>/bench.json.")
+_gpu_session("sweep", commands.SWEEP, "GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> "
+             "results/<device>/ceiling.json + .png.", "sweep")
+_gpu_session("upstream_bench", commands.UPSTREAM_BENCH_RUN, "GPU: the series' benchmarks/bench_decode_gather.py "
+             "(per-layer copy, A/A, verdicts) -> results/<device>/.")
+_gpu_session("step", commands.STEP, "GPU: decode-step breakdown and PDL A/B (unset, tma, tma+PDL, upstream+PDL) -> "
+             "results/<device>/step_pdl.json.")
+_gpu_session("contention", commands.CONTENTION,
+             "GPU x2: both GPUs gathering at once against each one's solo rate -> results/<device>x2/contention.json.")
 
 
 @nox.session(tags=["gpu"], default=False)
