@@ -10,7 +10,6 @@ from functools import partial
 from pathlib import Path
 from unittest import mock
 
-from freetoken_overlay.series import PATCHES_DIR
 
 from gpukit import results
 from report.render import render
@@ -24,11 +23,16 @@ def _git(cwd: Path, *args: str) -> str:
 def _render_with_series_of(base: Path, page: Path) -> dict[str, str] | None:
     """The pages rendered from the JSON now and from patches/ as of the project commit that last wrote
     ``page`` (the series the page names): a change to patches/ alone does not make a page stale."""
+    from freetoken_overlay import series
+
     commit = _git(page.parent, "log", "-1", "--format=%H", "--", page.name).strip()
     top = _git(page.parent, "rev-parse", "--show-toplevel").strip()
     if not commit or not top:
         return None
-    rel = PATCHES_DIR.resolve().relative_to(Path(top).resolve()).as_posix()
+    try:
+        rel = series.PATCHES_DIR.resolve().relative_to(Path(top).resolve()).as_posix()
+    except ValueError:  # the pages live in another repository than patches/
+        return None
     with tempfile.TemporaryDirectory(prefix="report-series-") as tmp:
         for name in _git(Path(top), "ls-tree", "--name-only", commit, f"{rel}/").split():
             data = subprocess.run(["git", "show", f"{commit}:{name}"], cwd=top, capture_output=True, check=True).stdout

@@ -410,3 +410,30 @@ def test_another_release_is_another_tag_and_branch_in_the_same_repository(throwa
         f"{get_pin('0.2.0').base_commit}\n{get_pin('0.2.0').base_commit}"  # fmt: skip
     assert git(repo, "rev-parse", BRANCH) == head and git(repo, "symbolic-ref", "HEAD") == f"refs/heads/{BRANCH}"
     assert marker.read_text() == "untracked\n" and not (workdir / "upstream-0.2.0").exists()
+
+
+def test_editing_the_series_does_not_make_the_pages_stale(tmp_path: Path, monkeypatch) -> None:
+    """`nox -s test` after an export: the page check compares the JSON to the pages, with patches/ as of the
+    commit that last wrote each page; a change to the JSON is still caught."""
+    import shutil
+
+    from freetoken_overlay import series
+    from report.__main__ import stale_pages
+
+    project = tmp_path / "project"
+    shutil.copytree(REPO_ROOT / "results", project / "results")
+    shutil.copytree(series.PATCHES_DIR, project / "patches")
+    git(project, "init", "-q")
+    commit_project(project / "patches", "results and patches")
+    monkeypatch.setattr(series, "PATCHES_DIR", project / "patches")
+    assert stale_pages(project / "results", project / "results") == []
+    first = min((project / "patches").glob("*.patch"))
+    first.write_text(re.sub(r"(?m)^Subject: (\[PATCH[^\]]*\]) ", r"Subject: \1 reworded: ", first.read_text(), count=1))
+    commit_project(project / "patches", "series: reword a subject")
+    from report.render import render
+
+    assert render(project / "results")["PR.md"] != (project / "results/PR.md").read_text()  # PR.md lists subjects
+    assert stale_pages(project / "results", project / "results") == []
+    bench = project / "results/h200/bench.json"
+    bench.write_text(bench.read_text().replace('"speedup": ', '"speedup": 9', 1))
+    assert "PR.md" in stale_pages(project / "results", project / "results")
