@@ -62,7 +62,9 @@ def cmd_apply(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    series.export(pins.get_pin(args.release), workdir=Workdir.from_env(), patches_dir=_patches(args), force=args.force)
+    from .export import export
+
+    export(pins.get_pin(args.release), workdir=Workdir.from_env(), patches_dir=_patches(args))
 
 
 def cmd_build_wheel(args: argparse.Namespace) -> None:
@@ -85,7 +87,7 @@ def _missing_for_kernels(missing: str) -> OverlayError:
     return OverlayError(
         f"building the kernel cache imports the patched freetoken, which needs torch and its import closure; "
         f"this Python ({sys.executable}) has no module {missing!r}\n"
-        "run it through nox, which installs them into .nox/patched/: nox -s build\n"
+        "run it through nox, which installs them into .nox/build/: nox -s build\n"
         f"or install them into this Python ({req.TORCH_CPU} is the CPU build; a GPU machine keeps its own torch): "
         f"{python} -m pip install {closure} && {python} -m pip install --no-deps {' '.join(req.NO_DEPS)}"
     )
@@ -119,7 +121,10 @@ def cmd_verify(args: argparse.Namespace) -> None:
 
 
 def cmd_series_hash(args: argparse.Namespace) -> None:
-    print(series.series_hash(_patches(args)))
+    patches = _patches(args)
+    if not series.patch_files(patches):
+        raise OverlayError(f"--patches {args.patches!r}: holds no *.patch files, so there is no series to hash")
+    print(series.series_hash(patches))
 
 
 def cmd_wheelhouse(args: argparse.Namespace) -> None:
@@ -179,15 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument(
         "--force",
         action="store_true",
-        help="replace a work repository holding work patches/ does not, after saving all of it to "
-        "<workdir>/saved/ / with --upstream: move an existing branch",
+        help="move the series branch to patches/ even where it holds commits patches/ does not (its old tip "
+        "stays as a named branch, printed) / with --upstream: move an existing branch",
     )
-    export = command("export", cmd_export, "regenerate patches/ from upstream-<version>..decode-gather",
-                     wheelhouse=False, pip=False)  # fmt: skip
-    export.add_argument(
-        "--force", action="store_true",
-        help="replace patch files export did not write (hand edits, new files) after copying them to <workdir>/saved/",
-    )  # fmt: skip
+    command("export", cmd_export, "write patches/ from upstream-<version>..decode-gather", wheelhouse=False, pip=False)
     wheel = command("build-wheel", cmd_build_wheel, "build the patched wheel into <workdir>/dist/")
     wheel.add_argument("--install", action="store_true", help="pip install --no-deps --force-reinstall it")
     command("build-kernels", cmd_build_kernels, "build the series' AOT kernel cache (needs the patched freetoken)",

@@ -164,7 +164,14 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     from freetoken.kernel.aot import compile_and_package_kernels
 
     out = workdir.kernel_cache
-    built = compile_and_package_kernels(out_dir=out, build_dir=workdir.kernel_build, specs=names, verbose=True)
+    try:
+        built = compile_and_package_kernels(out_dir=out, build_dir=workdir.kernel_build, specs=names, verbose=True)
+    except (OSError, RuntimeError) as exc:  # a toolkit without a piece the build needs (libcudart, headers)
+        raise OverlayError(
+            f"building the kernel cache with CUDA_HOME={cuda_home} failed: {exc}\n"
+            "set CUDA_HOME to a complete CUDA toolkit (bin/nvcc, include/, lib64/libcudart.so), or remove "
+            f"{workdir.root / 'cuda-home'} and the nvidia-cuda-* packages so build installs them afresh"
+        ) from None
     manifest = {
         "freetoken": freetoken.__version__,
         "cuda_arch_list": archs,

@@ -61,9 +61,10 @@ IMPORT_CLOSURE = (
 #: pip's resolver pull a CUDA torch on a machine without one.
 NO_DEPS = ("flashlib==0.4.0",)  # freetoken.moe.offload_cache (flashlib.kernels.slot_cache)
 
-#: NVIDIA's compiler from PyPI, for ``build`` where no CUDA toolkit is found;
-#: ``{major}`` is the torch CUDA major (13 for the GPU machine's cu130).
-NVCC_FROM_PYPI = ("nvidia-cuda-nvcc=={major}.*", "nvidia-cuda-cccl=={major}.*")
+#: NVIDIA's compiler from PyPI, for ``build`` where no CUDA toolkit is found, and the runtime
+#: library (libcudart) the kernels link against; ``{major}`` is the torch CUDA major (13 for the
+#: GPU machine's cu130).
+NVCC_FROM_PYPI = ("nvidia-cuda-nvcc=={major}.*", "nvidia-cuda-cccl=={major}.*", "nvidia-cuda-runtime=={major}.*")
 
 # ----------------------------------------------------------------- offline GPU machine
 

@@ -110,16 +110,16 @@ class Workdir:
 
     Layout (other tools rely on it):
 
-    * ``upstream/``       git repo: tag ``upstream-<version>``, branch ``decode-gather``
-    * ``upstream-<v>/``   the same for a non-default pinned version (e.g. 0.2.0)
+    * ``upstream/``       git repo: tag ``upstream-<version>`` and branch ``decode-gather``
+      (``decode-gather-<version>`` for a non-default pinned version, e.g. 0.2.0)
     * ``wheels/``         verified official wheels (download cache)
     * ``dist/``           patched wheels ``freetoken-<v>+dg.<series hash>-...whl``
     * ``kernel-cache/``   AOT kernel cache built by ``build`` (FREETOKEN_KERNEL_CACHE_DIR)
     * ``kernel-build/``   its intermediate build files
-    * ``failed-apply/``   the last apply attempt that stopped on a patch, for inspection
-      (removed by a later successful apply unless something was made in it)
-    * ``saved/``          work that apply or export replaced, saved first: git bundles
-      (``upstream.<time>.bundle``) and patch files (``patches.<time>/``)
+
+    ``upstream/`` is created once and never deleted, moved or recreated by the tools (another
+    release is another tag and branch in it).  ``git clean -xfd`` in the checkout deletes all of
+    ``.work/`` (it is ignored): use ``git clean -fd`` (keeps ignored files) or ``git clean -xfd -e .work``.
 
     $FT_OVERLAY_WORKDIR must be an absolute path (or start with ``~``): nox runs the
     sessions from the checkout root, so a relative one would land inside the checkout,
@@ -154,14 +154,6 @@ class Workdir:
     @property
     def kernel_build(self) -> Path:
         return self.root / "kernel-build"
-
-    @property
-    def failed_apply(self) -> Path:
-        return self.root / "failed-apply"
-
-    @property
-    def saved(self) -> Path:
-        return self.root / "saved"
 
 
 def sha256_file(path: Path) -> str:

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .pin import PLATFORM_TAG, Pin
-from .series import BRANCH, ensure_applied, series_hash
+from .series import ensure_applied, series_hash
+from .workrepo import series_branch
 from .upstream import PACKAGE, SOURCE_PREFIX, fetch_wheel
 from .util import OverlayError, Workdir, git, git_bytes, log, python_tag, run_checked
 
@@ -53,8 +54,8 @@ class SeriesChanges:
 
 
 def series_changes(repo: Path, pin: Pin) -> SeriesChanges:
-    """The files under ``python/freetoken/`` that ``upstream-<v>..decode-gather`` changes."""
-    raw = git(repo, "diff", "--raw", "-z", "--no-renames", "--no-abbrev", pin.tag, f"refs/heads/{BRANCH}",
+    """The files under ``python/freetoken/`` that ``upstream-<v>..<series branch>`` changes."""
+    raw = git(repo, "diff", "--raw", "-z", "--no-renames", "--no-abbrev", pin.tag, f"refs/heads/{series_branch(pin)}",
               "--", f"{SOURCE_PREFIX}{PACKAGE}/").stdout  # fmt: skip
     fields = raw.split("\0")
     files: dict[str, tuple[bytes, int]] = {}

@@ -50,7 +50,12 @@ def download_wheelhouse(dest: Path, pin: Pin, *, workdir: Workdir, python_versio
     if not re.fullmatch(r"3\.\d+", python_version):
         raise OverlayError(f"--python-version {python_version!r}: expected 3.N (e.g. {GPU_PYTHON})")
     py_tag = "cp" + python_version.replace(".", "")
-    dest.mkdir(parents=True, exist_ok=True)
+    if dest.exists() and not dest.is_dir():
+        raise OverlayError(f"wheelhouse DIR {str(dest)!r}: exists and is not a directory; name a new or existing directory")
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OverlayError(f"wheelhouse DIR {str(dest)!r}: cannot create it ({exc.strerror})") from None
 
     freetoken = fetch_wheel(pin, pin.wheel_name(py_tag), cache=workdir.wheels)
     wheels = [Path(shutil.copy2(freetoken, dest / freetoken.name))]

@@ -3,11 +3,52 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
+import tempfile
+from functools import partial
 from pathlib import Path
+from unittest import mock
+
 
 from suite import results
 from report.render import render
+
+
+def _git(cwd: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def _render_with_series_of(base: Path, page: Path) -> dict[str, str] | None:
+    """The pages rendered from the JSON now and from patches/ as of the project commit that last wrote
+    ``page`` (the series the page names): a change to patches/ alone does not make a page stale."""
+    from freetoken_overlay import series
+
+    commit = _git(page.parent, "log", "-1", "--format=%H", "--", page.name).strip()
+    top = _git(page.parent, "rev-parse", "--show-toplevel").strip()
+    if not commit or not top:
+        return None
+    try:
+        rel = series.PATCHES_DIR.resolve().relative_to(Path(top).resolve()).as_posix()
+    except ValueError:  # the pages live in another repository than patches/
+        return None
+    with tempfile.TemporaryDirectory(prefix="report-series-") as tmp:
+        for name in _git(Path(top), "ls-tree", "--name-only", commit, f"{rel}/").split():
+            data = subprocess.run(["git", "show", f"{commit}:{name}"], cwd=top, capture_output=True, check=True).stdout
+            (Path(tmp) / Path(name).name).write_bytes(data)
+        from report import model
+
+        with mock.patch.object(model, "series_commits", partial(model.series_commits, Path(tmp))):
+            return render(base)
+
+
+def stale_pages(base: Path, out: Path) -> list[str]:
+    """The pages under ``out`` that are not the rendering of the JSON under ``base``."""
+    pages = render(base)
+    stale = [name for name, text in pages.items() if not (out / name).is_file() or (out / name).read_text() != text]
+    return [n for n in stale if not (out / n).is_file() or (_render_with_series_of(base, out / n) or {}).get(n)
+            != (out / n).read_text()]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     base = args.results or results.root()
     out = args.out or base
-    pages = render(base)
     if args.check:
-        stale = [name for name, text in pages.items() if not (out / name).is_file() or (out / name).read_text() != text]
+        stale = stale_pages(base, out)
         for name in stale:
             print(f"[report] {out / name} is not the rendering of the JSON: run nox -s report", file=sys.stderr)
         return 1 if stale else 0
+    pages = render(base)
     out.mkdir(parents=True, exist_ok=True)
     for name, text in pages.items():
         (out / name).write_text(text)

@@ -1,8 +1,13 @@
-"""Shared fixtures of the CPU tests: a synthetic results tree (clearly labelled) for the report."""
+"""Shared fixtures of the CPU tests: the overlay's (a work directory, a throwaway series in a project
+checkout, the CLI and git run as a user would) and a synthetic results tree (clearly labelled) for the report."""
 
 from __future__ import annotations
 
 import argparse as _ap
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +16,93 @@ from bench import sweep
 from gpukit.geometry import NVFP4_EXPERT_BYTES
 from suite.results import write_json as write
 from suite.stats import summarize_rounds
+from freetoken_overlay.pin import get_pin
+from freetoken_overlay.upstream import fetch_wheel
+from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, REPO_ROOT, VERBOSE_ENV, Workdir, python_tag, wheelhouse_dir
+
+PIN = get_pin()
+AUTHOR = {"GIT_AUTHOR_NAME": "Series Author", "GIT_AUTHOR_EMAIL": "author@example.com"}
+
+
+
+
+def overlay(*args: str, workdir: Path, check: bool = True, env: dict[str, str] | None = None):
+    """Run ``python -m freetoken_overlay args...`` (as outside nox, unless ``env`` says); the completed process."""
+    outer = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, VERBOSE_ENV)}
+    full_env = {**outer, "FT_OVERLAY_WORKDIR": str(workdir), **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-m", "freetoken_overlay", *args],
+        cwd=REPO_ROOT, env=full_env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if check and proc.returncode != 0:
+        pytest.fail(f"freetoken_overlay {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def git(repo: Path, *args: str, date: str | None = None, check: bool = True) -> str:
+    env = {**os.environ, **AUTHOR, "GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@example.com"}
+    if date:
+        env["GIT_AUTHOR_DATE"] = date
+    return subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True,
+                          check=check).stdout.strip()  # fmt: skip
+
+
+def commit_project(patches: Path, message: str = "patches") -> None:
+    """Commit ``patches`` in its project's git, as a contributor does after an export."""
+    git(patches.parent, "add", "-A", ".")
+    git(patches.parent, "commit", "-q", "--allow-empty", "-m", message)
+
+
+def read_dir(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.glob("*.patch"))}
+
+
+@pytest.fixture(scope="session")
+def wheel_cache() -> Path:
+    """The shared cache of verified official wheels (the default work dir's)."""
+    return Workdir.from_env().wheels
+
+
+@pytest.fixture(scope="session")
+def official_wheel(wheel_cache: Path) -> Path:
+    """This interpreter's verified official wheel (from the wheelhouse when offline)."""
+    return fetch_wheel(PIN, PIN.wheel_name(python_tag()), cache=wheel_cache, wheelhouse=wheelhouse_dir())
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, wheel_cache: Path, official_wheel: Path) -> Path:
+    root = tmp_path / "work"
+    root.mkdir()
+    (root / "wheels").symlink_to(wheel_cache, target_is_directory=True)
+    return root
+
+
+@pytest.fixture
+def throwaway_series(tmp_path: Path, workdir: Path) -> Path:
+    """A small series (modify, add, delete, add an upstream test) exported to ``patches/`` of a temporary
+    project checkout (a git repository, where the patches are committed)."""
+    patches = tmp_path / "project" / "patches"
+    patches.mkdir(parents=True)
+    git(patches.parent, "init", "-q")
+    overlay("apply", "--patches", str(patches), workdir=workdir)
+    repo = workdir / "upstream"
+    target = repo / "python/freetoken/moe/offload_cache.py"
+    target.write_text(target.read_text() + "\n# decode-gather: throwaway change\n")
+    (repo / "python/freetoken/kernel/decode_gather.py").write_text('"""Throwaway."""\n\nVALUE = 1\n')
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "Add decode_gather module\n\nA body line.", date="1700000000 +0000")
+    git(repo, "rm", "-q", "python/freetoken/cache_report.py")
+    (repo / "tests").mkdir()
+    (repo / "tests/test_throwaway.py").write_text("def test_nothing():\n    pass\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "Drop cache_report, add a test", date="1700000100 +0000")
+    overlay("export", "--patches", str(patches), workdir=workdir)
+    assert len(read_dir(patches)) == 2
+    commit_project(patches)
+    shutil.rmtree(repo)  # (the test's own doing: the tools never delete it)
+    overlay("apply", "--patches", str(patches), workdir=workdir)  # a fresh apply: canonical commit ids
+    return patches
+
 
 
 @pytest.fixture

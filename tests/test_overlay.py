@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 
 from freetoken_overlay import kernels, series, upstream
 from freetoken_overlay.pin import DEFAULT_VERSION, PINS, get_pin
-from freetoken_overlay.series import BRANCH, FORMAT_PATCH_FLAGS, series_hash
+from freetoken_overlay.export import FORMAT_PATCH_FLAGS
+from freetoken_overlay.series import BRANCH, series_hash
 from freetoken_overlay.upstream import fetch_wheel, git_tree_id, source_files, verify_tree
 from freetoken_overlay.util import (
     NOX_COMMAND_ENV,
@@ -41,93 +42,9 @@ from freetoken_overlay.util import (
     wheelhouse_dir,
 )
 from freetoken_overlay.wheel import local_version, patched_wheel_name
+from freetoken_overlay.workrepo import series_branch
 
-PIN = get_pin()
-AUTHOR = {"GIT_AUTHOR_NAME": "Series Author", "GIT_AUTHOR_EMAIL": "author@example.com"}
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def overlay(*args: str, workdir: Path, check: bool = True, env: dict[str, str] | None = None):
-    """Run ``python -m freetoken_overlay args...`` (as outside nox, unless ``env`` says); the completed process."""
-    outer = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, VERBOSE_ENV)}
-    full_env = {**outer, "FT_OVERLAY_WORKDIR": str(workdir), **(env or {})}
-    proc = subprocess.run(
-        [sys.executable, "-m", "freetoken_overlay", *args],
-        cwd=REPO_ROOT, env=full_env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if check and proc.returncode != 0:
-        pytest.fail(f"freetoken_overlay {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def git(repo: Path, *args: str, date: str | None = None, check: bool = True) -> str:
-    env = {**os.environ, **AUTHOR, "GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@example.com"}
-    if date:
-        env["GIT_AUTHOR_DATE"] = date
-    return subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True,
-                          check=check).stdout.strip()  # fmt: skip
-
-
-def restore_steps(output: str) -> list[str]:
-    """The commands a save printed (two-space indent, an optional ``   (note)`` after each)."""
-    return re.findall(r"^  ((?:git|cp) .*?)(?:   \(.*\))?$", output, flags=re.MULTILINE)
-
-
-def run_steps(output: str) -> list[str]:
-    """Run the printed commands verbatim in a shell, as a user would (with a git identity); their stdout."""
-    env = {**os.environ, **AUTHOR, "GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@example.com"}
-    return [subprocess.run(step, shell=True, check=True, capture_output=True, text=True, env=env).stdout
-            for step in restore_steps(output)]  # fmt: skip
-
-
-def read_dir(path: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(path.glob("*.patch"))}
-
-
-@pytest.fixture(scope="session")
-def wheel_cache() -> Path:
-    """The shared cache of verified official wheels (the default work dir's)."""
-    return Workdir.from_env().wheels
-
-
-@pytest.fixture(scope="session")
-def official_wheel(wheel_cache: Path) -> Path:
-    """This interpreter's verified official wheel (from the wheelhouse when offline)."""
-    return fetch_wheel(PIN, PIN.wheel_name(python_tag()), cache=wheel_cache, wheelhouse=wheelhouse_dir())
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, wheel_cache: Path, official_wheel: Path) -> Path:
-    root = tmp_path / "work"
-    root.mkdir()
-    (root / "wheels").symlink_to(wheel_cache, target_is_directory=True)
-    return root
-
-
-@pytest.fixture
-def throwaway_series(tmp_path: Path, workdir: Path) -> Path:
-    """A small series (modify, add, delete, add an upstream test) exported to a temp patches/."""
-    patches = tmp_path / "patches"
-    patches.mkdir()
-    overlay("apply", "--patches", str(patches), workdir=workdir)
-    repo = workdir / "upstream"
-    target = repo / "python/freetoken/moe/offload_cache.py"
-    target.write_text(target.read_text() + "\n# decode-gather: throwaway change\n")
-    (repo / "python/freetoken/kernel/decode_gather.py").write_text('"""Throwaway."""\n\nVALUE = 1\n')
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "Add decode_gather module\n\nA body line.", date="1700000000 +0000")
-    git(repo, "rm", "-q", "python/freetoken/cache_report.py")
-    (repo / "tests").mkdir()
-    (repo / "tests/test_throwaway.py").write_text("def test_nothing():\n    pass\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "Drop cache_report, add a test", date="1700000100 +0000")
-    overlay("export", "--patches", str(patches), workdir=workdir)
-    assert len(read_dir(patches)) == 2
-    shutil.rmtree(repo)
-    overlay("apply", "--patches", str(patches), workdir=workdir)  # a fresh apply: canonical commit ids
-    return patches
+from conftest import PIN, commit_project, git, overlay, read_dir  # noqa: E402  (tests/conftest.py: the overlay's helpers)
 
 
 # --------------------------------------------------------------------------- the pin
@@ -158,7 +75,8 @@ def test_base_commit_is_deterministic(version: str, tmp_path: Path, wheel_cache:
     commit = series.make_base_repo(pin, files, tmp_path / "repo")  # asserts tree and commit ids
     assert commit == pin.base_commit
     repo = tmp_path / "repo"
-    assert git(repo, "rev-parse", f"{pin.tag}^{{commit}}", f"refs/heads/{BRANCH}") == f"{commit}\n{commit}"
+    branch = series_branch(pin)  # decode-gather, or decode-gather-<version> for another release
+    assert git(repo, "rev-parse", f"{pin.tag}^{{commit}}", f"refs/heads/{branch}") == f"{commit}\n{commit}"
     assert git(repo, "rev-parse", "HEAD^{tree}") == pin.tree_id
     assert git(repo, "status", "--porcelain") == ""
 
@@ -243,7 +161,8 @@ def test_empty_series_applies_base_only(tmp_path: Path, workdir: Path) -> None:
 def test_throwaway_series_apply_export_fixed_point(throwaway_series: Path, tmp_path: Path, wheel_cache: Path) -> None:
     before = read_dir(throwaway_series)
     assert all(b"From 0000000000000000000000000000000000000000 " in p for p in before.values())
-    assert [p.split(b"\nSubject: ")[1].split(b"]")[0] for p in before.values()] == [b"[PATCH 1/2", b"[PATCH 2/2"]
+    # [PATCH] without n/m: adding a commit leaves the other files' bytes alone
+    assert [p.split(b"\nSubject: ")[1].split(b"]")[0] for p in before.values()] == [b"[PATCH", b"[PATCH"]
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     (fresh / "wheels").symlink_to(wheel_cache, target_is_directory=True)
@@ -258,134 +177,29 @@ def test_throwaway_series_apply_export_fixed_point(throwaway_series: Path, tmp_p
     assert (fresh / "upstream/tests/test_throwaway.py").is_file()
 
 
+def _unnumbered(patch: bytes) -> bytes:
+    """A patch file with its header lines unfolded and ``[PATCH n/m]`` written ``[PATCH]``."""
+    head, sep, rest = patch.partition(b"\n\n")
+    return re.sub(rb"^Subject: \[PATCH \d+/\d+\]", b"Subject: [PATCH]", head.replace(b"\n ", b" "), flags=re.M) + sep + rest
+
+
 def test_real_series_apply_export_fixed_point(tmp_path: Path, workdir: Path) -> None:
-    patches = tmp_path / "patches"
+    patches = tmp_path / "project" / "patches"
     shutil.copytree(series.PATCHES_DIR, patches)
+    git(patches.parent, "init", "-q")
+    commit_project(patches)
     overlay("apply", "--patches", str(patches), workdir=workdir)
     overlay("export", "--patches", str(patches), workdir=workdir)
-    assert read_dir(patches) == read_dir(series.PATCHES_DIR)
-
-
-def _break_patch(patch: Path, path: str) -> None:
-    """Make ``patch`` not apply: change the first context or removed line of its hunk on ``path``."""
-    head_part, marker, rest = patch.read_text().partition(f"+++ b/{path}\n")
-    if not marker:
-        head_part, marker, rest = patch.read_text().partition("+++ /dev/null\n")
-    lines = rest.split("\n")
-    line = next(i for i, text in enumerate(lines) if text[:1] in (" ", "-") and text[1:].strip())
-    lines[line] += "  # a line the base does not have"
-    patch.write_text(head_part + marker + "\n".join(lines))
-
-
-def test_failing_patch_names_patch_and_file_and_keeps_work_tree(throwaway_series: Path, workdir: Path) -> None:
-    head = git(workdir / "upstream", "rev-parse", BRANCH)
-    second = sorted(throwaway_series.glob("*.patch"))[1]
-    _break_patch(second, "python/freetoken/cache_report.py")
-    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False)
-    assert proc.returncode != 0
-    assert f"patch {second.name} (2 of 2) does not apply at python/freetoken/cache_report.py" in proc.stderr
-    # git's own numbering ("Patch failed at 0001") and its `git am --continue` advice are not shown.
-    assert "0001" not in proc.stderr and "git am --continue" not in proc.stderr and "hint:" not in proc.stderr
-    assert f"{workdir / 'upstream'} is unchanged" in proc.stderr
-    assert f"next: make {second} apply" in proc.stderr
-    assert f"python3 -m freetoken_overlay apply --patches {throwaway_series}" in proc.stderr
-    assert git(workdir / "upstream", "rev-parse", BRANCH) == head
-    failed = workdir / "failed-apply"
-    assert git(failed, "log", "-1", "--format=%s", "HEAD") == "Add decode_gather module"  # patch 1 applied there
-
-
-def test_failing_patch_on_a_first_run_claims_nothing_about_upstream(
-    throwaway_series: Path, tmp_path: Path, wheel_cache: Path
-) -> None:
+    # the same commits, subjects without n/m (patches/ may still carry them from an older export)
+    exported = read_dir(patches)
+    assert {n: _unnumbered(d) for n, d in exported.items()} == {
+        n: _unnumbered(d) for n, d in read_dir(series.PATCHES_DIR).items()}  # fmt: skip
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    (fresh / "wheels").symlink_to(wheel_cache, target_is_directory=True)
-    first = min(throwaway_series.glob("*.patch"))
-    _break_patch(first, "python/freetoken/moe/offload_cache.py")
-    proc = overlay("apply", "--patches", str(throwaway_series), workdir=fresh, check=False)
-    assert proc.returncode != 0 and f"patch {first.name} (1 of 2) does not apply" in proc.stderr
-    assert "unchanged" not in proc.stderr and f"nothing was written to {fresh / 'upstream'}" in proc.stderr
-    assert not (fresh / "upstream").exists() and (fresh / "failed-apply").is_dir()
-
-
-def _commit_unexported(repo: Path) -> str:
-    (repo / "python/freetoken/new.py").write_text("x = 1\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "unexported", date="1700000200 +0000")
-    return git(repo, "rev-parse", BRANCH)
-
-
-def test_apply_force_saves_what_it_discards(throwaway_series: Path, workdir: Path) -> None:
-    repo = workdir / "upstream"
-    unexported = _commit_unexported(repo)
-    (repo / "python/freetoken/version.py").write_text("# uncommitted edit\n")
-    (repo / "python/freetoken/untracked.py").write_text("y = 2\n")
-    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False)
-    assert proc.returncode != 0 and "uncommitted changes and untracked files" in proc.stderr
-    assert f"apply --patches {throwaway_series} --force" in proc.stderr
-    assert (repo / "python/freetoken/new.py").is_file()
-
-    proc = overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir)
-    assert not (repo / "python/freetoken/new.py").exists() and not (repo / "python/freetoken/untracked.py").exists()
-    bundle = Path(re.search(r"saved the work of \S+ to (\S+\.bundle)", proc.stdout).group(1))
-    assert bundle.parent == workdir / "saved" and bundle.is_file()
-    # The printed steps bring back the branch and the uncommitted files.
-    assert len(restore_steps(proc.stdout)) == 3
-    run_steps(proc.stdout)
-    assert git(repo, "rev-parse", BRANCH) == unexported
-    assert (repo / "python/freetoken/new.py").read_text() == "x = 1\n"
-    assert (repo / "python/freetoken/version.py").read_text() == "# uncommitted edit\n"
-    assert (repo / "python/freetoken/untracked.py").read_text() == "y = 2\n"
-    # Kept by export: the uncommitted files in it are in no exported commit.
-    git(repo, "checkout", "-q", "--", ".")
-    git(repo, "clean", "-qfd")
-    export = overlay("export", "--patches", str(throwaway_series), workdir=workdir)
-    assert bundle.exists() and f"kept 1 saved bundle(s) in {workdir / 'saved'}/" in export.stdout
-
-
-def test_untracked_file_advice_resolves_it(throwaway_series: Path, workdir: Path) -> None:
-    repo = workdir / "upstream"
-    (repo / "python/freetoken/kernel/extra.py").write_text("EXTRA = 1\n")
-    export = overlay("export", "--patches", str(throwaway_series), workdir=workdir)
-    assert "warning: untracked files" in export.stdout and "python/freetoken/kernel/extra.py" in export.stdout
-    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False)
-    assert proc.returncode != 0 and "has untracked files" in proc.stderr
-    # Export alone does not resolve it (the loop this advice used to send people round).
-    commit = f"git -C {repo} add -A && git -C {repo} commit"
-    assert (
-        commit in proc.stderr
-        and f"then run python3 -m freetoken_overlay export --patches {throwaway_series}" in proc.stderr
-    )
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "Add extra", date="1700000300 +0000")
-    overlay("export", "--patches", str(throwaway_series), workdir=workdir)
-    assert len(read_dir(throwaway_series)) == 3
-    head = git(repo, "rev-parse", BRANCH)
-    again = overlay("apply", "--patches", str(throwaway_series), workdir=workdir)
-    assert "up to date" in again.stdout and git(repo, "rev-parse", BRANCH) == head
-    assert (repo / "python/freetoken/kernel/extra.py").is_file()
-
-
-def test_reapply_after_export_is_a_no_op(throwaway_series: Path, workdir: Path) -> None:
-    repo = workdir / "upstream"
-    head = _commit_unexported(repo)
-    overlay("export", "--patches", str(throwaway_series), workdir=workdir)
-    before = {p: p.stat().st_mtime_ns for p in repo.rglob("*.py")}
-    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir)
-    assert "up to date" in proc.stdout and "nothing to do" in proc.stdout
-    assert git(repo, "rev-parse", BRANCH) == head  # the exported commit ids stay
-    assert {p: p.stat().st_mtime_ns for p in repo.rglob("*.py")} == before
-
-
-@pytest.mark.parametrize("nox", ["nox", "python3 -m nox"])
-def test_advice_under_nox_names_the_session(nox: str, throwaway_series: Path, workdir: Path) -> None:
-    _commit_unexported(workdir / "upstream")
-    env = {NOX_ENV: "1", NOX_COMMAND_ENV: nox}  # as the noxfile sets them, for `nox` or `python3 -m nox`
-    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False, env=env)
-    assert proc.returncode != 0
-    assert f"run {nox} -s export -- --patches {throwaway_series}" in proc.stderr
-    assert f"run {nox} -s apply -- --patches {throwaway_series} --force" in proc.stderr
-    assert "freetoken_overlay" not in proc.stderr.split("error:", 1)[1]
+    (fresh / "wheels").symlink_to(workdir / "wheels", target_is_directory=True)
+    overlay("apply", "--patches", str(patches), workdir=fresh)
+    overlay("export", "--patches", str(patches), workdir=fresh)
+    assert read_dir(patches) == exported  # a byte-for-byte fixed point from then on
 
 
 def test_apply_onto_an_upstream_clone(throwaway_series: Path, tmp_path: Path, workdir: Path) -> None:
@@ -419,7 +233,7 @@ def test_submission_branch_has_a_real_author(throwaway_series: Path, tmp_path: P
 
 
 def test_format_patch_flags_are_stable() -> None:
-    for flag in ("--zero-commit", "--no-signature", "--full-index", "--numbered"):
+    for flag in ("--zero-commit", "--no-signature", "--full-index", "--no-numbered"):  # [PATCH], not [PATCH n/m]
         assert flag in FORMAT_PATCH_FLAGS
 
 
@@ -430,181 +244,6 @@ def test_series_hash(tmp_path: Path) -> None:
     (tmp_path / "README").write_bytes(b"not part of the series")
     assert series_hash(tmp_path) == hashlib.sha256(b"ab").hexdigest()[:12]
     assert series_hash() == series_hash(series.PATCHES_DIR)
-
-
-# --------------------------------------------------------------------------- no work is lost (issue 16)
-
-
-def _drop_last_patch(patches: Path) -> None:
-    """patches/ changes under the work repository, as a `git pull` of this checkout would do."""
-    max(patches.glob("*.patch")).unlink()
-
-
-def test_reapply_after_patches_change_keeps_branches_and_stashes(throwaway_series: Path, workdir: Path) -> None:
-    """Loss path 1: a side branch and stash entries in .work/upstream, then patches/ changes, then build."""
-    repo = workdir / "upstream"
-    old_tip = git(repo, "rev-parse", BRANCH)
-    git(repo, "switch", "-q", "-c", "my-idea")
-    (repo / "python/freetoken/idea.py").write_text("IDEA = 1\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "an idea", date="1700000400 +0000")
-    idea = git(repo, "rev-parse", "HEAD")
-    git(repo, "switch", "-q", BRANCH)
-    version = repo / "python/freetoken/version.py"
-    original = version.read_text()
-    for n in (1, 2):
-        version.write_text(original + f"# stashed {n}\n")
-        git(repo, "stash", "push", "-q", "-m", f"stash {n}")
-    stashes = git(repo, "rev-parse", "stash@{0}", "stash@{1}")
-    _drop_last_patch(throwaway_series)
-
-    # build (and test) re-apply first: they refuse, naming what would go and the command that goes on
-    proc = overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir, check=False)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "branch my-idea, 2 stash entries, which patches/ does not hold" in proc.stderr
-    assert f"apply --patches {throwaway_series} --force" in proc.stderr
-    assert git(repo, "rev-parse", "my-idea") == idea
-
-    proc = overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir)
-    assert git(repo, "branch", "--list", "my-idea") == "" and git(repo, "stash", "list") == ""
-    run_steps(proc.stdout)
-    assert git(repo, "rev-parse", "my-idea") == idea
-    assert git(repo, "rev-parse", "stash@{0}", "stash@{1}") == stashes
-    assert git(repo, "stash", "list", "--format=%gs").splitlines() == [f"On {BRANCH}: stash {n}" for n in (2, 1)]
-    assert git(repo, "rev-parse", BRANCH) == old_tip and git(repo, "symbolic-ref", "HEAD") == f"refs/heads/{BRANCH}"
-
-
-def test_reapply_saves_commits_only_the_reflog_holds(throwaway_series: Path, workdir: Path) -> None:
-    """Loss path 1: the reflog (an amended commit's old version) survives a re-apply, unasked."""
-    repo = workdir / "upstream"
-    before = git(repo, "rev-parse", BRANCH)
-    git(repo, "commit", "-q", "--amend", "-m", "Drop cache_report, add a test (reworded)", date="1700000100 +0000")
-    overlay("export", "--patches", str(throwaway_series), workdir=workdir)
-    _drop_last_patch(throwaway_series)
-    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir)
-    assert f"saved the 1 commit(s) that only the reflog of {repo} held to {workdir / 'saved'}/" in proc.stdout
-    assert git(repo, "cat-file", "-t", before, check=False) != "commit"  # gone from the new repository
-    outputs = run_steps(proc.stdout)
-    assert before[:7] in outputs[-1] and git(repo, "cat-file", "-t", before) == "commit"
-
-
-def test_export_refuses_when_head_is_on_another_branch(throwaway_series: Path, workdir: Path) -> None:
-    """Loss path 1: export with HEAD on another branch exported decode-gather silently."""
-    repo = workdir / "upstream"
-    git(repo, "switch", "-q", "-c", "my-idea")
-    _commit_unexported(repo)
-    before = read_dir(throwaway_series)
-    proc = overlay("export", "--patches", str(throwaway_series), workdir=workdir, check=False)
-    assert proc.returncode == 1 and "HEAD is on branch my-idea" in proc.stderr
-    assert f"run git -C {repo} switch {BRANCH}, then python3 -m freetoken_overlay export" in proc.stderr
-    assert read_dir(throwaway_series) == before
-    git(repo, "switch", "-q", BRANCH)
-    overlay("export", "--patches", str(throwaway_series), workdir=workdir)
-
-
-def test_export_drops_a_bundle_only_once_its_commits_are_exported(throwaway_series: Path, workdir: Path) -> None:
-    """Loss path 2: commit X, apply --force, an unrelated commit Y, export: X's bundle stays."""
-    repo = workdir / "upstream"
-    x = _commit_unexported(repo)
-    saved = overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir).stdout
-    bundle = Path(re.search(r" to (\S+\.bundle) ", saved).group(1))
-    (repo / "python/freetoken/y.py").write_text("Y = 1\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "unrelated", date="1700000500 +0000")
-    for _ in range(2):  # the export of Y, then a no-op export
-        proc = overlay("export", "--patches", str(throwaway_series), workdir=workdir)
-        assert bundle.is_file() and "kept 1 saved bundle(s)" in proc.stdout and bundle.name in proc.stdout
-    # Once X is on the exported branch, its bundle goes.
-    run_steps(saved)
-    assert git(repo, "rev-parse", BRANCH) == x
-    proc = overlay("export", "--patches", str(throwaway_series), workdir=workdir)
-    assert not bundle.exists() and f"removed {bundle} (every commit in it is in the exported" in proc.stdout
-
-
-def test_export_keeps_patch_files_it_did_not_write(throwaway_series: Path, workdir: Path) -> None:
-    """Loss path 3: a hand edit to a patch file and an untracked 0007-*.patch survive export."""
-    first = min(throwaway_series.glob("*.patch"))
-    edited = first.read_text().replace("A body line.", "A body line, edited by hand.")
-    first.write_text(edited)
-    extra = throwaway_series / "0007-extra.patch"
-    extra.write_text("a patch export did not write\n")
-    proc = overlay("export", "--patches", str(throwaway_series), workdir=workdir, check=False)
-    assert proc.returncode == 1
-    assert f"{first} (would overwrite: edited since the last apply or export)" in proc.stderr
-    assert f"{extra} (would remove: not written by apply or export)" in proc.stderr
-    assert f"export --patches {throwaway_series} --force" in proc.stderr
-    assert first.read_text() == edited and extra.is_file()
-    proc = overlay("export", "--force", "--patches", str(throwaway_series), workdir=workdir)
-    assert first.read_text() != edited and not extra.exists()
-    run_steps(proc.stdout)  # the printed cp commands put both back
-    assert first.read_text() == edited and extra.read_text() == "a patch export did not write\n"
-
-
-def test_restoring_a_second_save_works_as_printed_and_keeps_newer_edits(throwaway_series: Path, workdir: Path) -> None:
-    """Loss path 4: the second bundle's restore commands ran into the first's refs; reset --hard dropped edits."""
-    repo = workdir / "upstream"
-    version = repo / "python/freetoken/version.py"
-    original = version.read_text()
-    a = _commit_unexported(repo)
-    version.write_text(original + "# edit A\n")
-    first = overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir).stdout
-    (repo / "python/freetoken/b.py").write_text("B = 1\n")
-    git(repo, "add", "python/freetoken/b.py")
-    git(repo, "commit", "-q", "-m", "B", date="1700000600 +0000")
-    b = git(repo, "rev-parse", BRANCH)
-    version.write_text(original + "# edit B\n")
-    second = overlay("apply", "--force", "--patches", str(throwaway_series), workdir=workdir).stdout
-
-    run_steps(first)
-    assert git(repo, "rev-parse", BRANCH) == a and version.read_text() == original + "# edit A\n"
-    # edit A is now newer than the second save: its restore stops instead of overwriting it
-    with pytest.raises(subprocess.CalledProcessError) as failed:
-        run_steps(second)
-    assert " stash apply " in failed.value.cmd and version.read_text() == original + "# edit A\n"
-    git(repo, "stash", "push", "-q", "-m", "edit A")  # set it aside, then the printed commands work as printed
-    run_steps(second)
-    assert git(repo, "rev-parse", BRANCH) == b and version.read_text() == original + "# edit B\n"
-    assert git(repo, "stash", "list", "--format=%gs") == f"On {BRANCH}: edit A"
-    first_name = re.search(r" to \S+/(\S+)\.bundle ", first).group(1)
-    assert git(repo, "rev-parse", f"refs/saved/{first_name}/heads/{BRANCH}") == a
-
-
-def test_build_refuses_uncommitted_edits_in_the_work_tree(throwaway_series: Path, workdir: Path) -> None:
-    """Loss path 5: an uncommitted edit made build say "up to date" and test a mix of old wheel and new tests."""
-    repo = workdir / "upstream"
-    overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir)
-    (repo / "tests/test_throwaway.py").write_text("def test_nothing():\n    assert False\n")
-    proc = overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir, check=False)
-    assert proc.returncode == 1 and "up to date" not in proc.stdout
-    assert f"{repo} has uncommitted changes" in proc.stderr and "tests/test_throwaway.py" in proc.stderr
-    assert f"git -C {repo} stash push --include-untracked, then build again" in proc.stderr
-    git(repo, "stash", "push", "-q", "--include-untracked")
-    assert "patched wheel is up to date" in overlay("build-wheel", "--patches", str(throwaway_series),
-                                                     workdir=workdir).stdout  # fmt: skip
-    git(repo, "switch", "-q", "-c", "elsewhere")
-    proc = overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir, check=False)
-    assert proc.returncode == 1 and "HEAD is on branch elsewhere, but the patched wheel is built" in proc.stderr
-
-
-def test_failed_apply_scratch_goes_after_a_later_success_unless_used(throwaway_series: Path, workdir: Path) -> None:
-    second = max(throwaway_series.glob("*.patch"))
-    good = second.read_bytes()
-    failed = workdir / "failed-apply"
-    for used in (False, True):
-        _break_patch(second, "python/freetoken/cache_report.py")
-        assert overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False).returncode == 1
-        assert failed.is_dir()
-        if used:
-            (failed / "python/freetoken/fix.py").write_text("made here\n")
-        second.write_bytes(good)  # fixed: the work repository is up to date again
-        proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir)
-        assert "nothing to do" in proc.stdout
-        assert failed.is_dir() == used
-        assert (f"kept {failed}: something was made in it" if used else f"removed {failed}") in proc.stdout
-    # a new failed attempt saves what was made in the old one before taking its place
-    _break_patch(second, "python/freetoken/cache_report.py")
-    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False)
-    assert "saved the work of" in proc.stdout and not (failed / "python/freetoken/fix.py").exists()
 
 
 # --------------------------------------------------------------------------- patched wheel
@@ -767,27 +406,6 @@ def test_build_without_torch_says_what_to_install(tmp_path: Path, workdir: Path)
     assert not (workdir / "upstream").exists()  # it stopped before doing anything
 
 
-def _noxfile_function(name: str) -> dict:
-    """A top-level function of noxfile.py (with the constants it reads), run without nox installed."""
-    import ast
-
-    tree = ast.parse((REPO_ROOT / "noxfile.py").read_text())
-    wanted = {name, "_PYTEST_VALUE_OPTIONS"}
-    nodes = [n for n in tree.body if getattr(n, "name", None) in wanted
-             or (isinstance(n, ast.Assign) and any(getattr(t, "id", None) in wanted for t in n.targets))]  # fmt: skip
-    namespace = {"ROOT": REPO_ROOT, "Path": Path}
-    exec(compile(ast.Module(body=nodes, type_ignores=[]), "noxfile.py", "exec"), namespace)
-    return namespace
-
-
-def test_test_paths_after_double_dash_replace_the_defaults() -> None:
-    split = _noxfile_function("_split_test_paths")["_split_test_paths"]
-    assert split(["tests/test_gpukit.py"]) == (["tests/test_gpukit.py"], [])
-    assert split(["-k", "decode_gather", "-x"]) == ([], ["-k", "decode_gather", "-x"])
-    assert split(["-k", "tests", "tests/test_report.py::test_x", "-m", "gpu", "conformance"]) == (
-        ["tests/test_report.py::test_x", "conformance"], ["-k", "tests", "-m", "gpu"])  # fmt: skip
-
-
 def test_bare_nox_imports_the_noxfile(tmp_path: Path) -> None:
     """`nox` (its own script, not `python3 -m nox`) does not put the checkout on sys.path."""
     nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
@@ -832,3 +450,30 @@ def test_nox_list_prints_no_developer_notes() -> None:
 def test_missing_wheelhouse_is_named(tmp_path: Path) -> None:
     proc = overlay("apply", workdir=tmp_path, check=False, env={"FT_OVERLAY_WHEELHOUSE": str(tmp_path / "nope")})
     assert proc.returncode == 1 and "FT_OVERLAY_WHEELHOUSE=" in proc.stderr and "no such directory" in proc.stderr
+
+
+def test_wheelhouse_onto_a_file_and_an_empty_series_are_named(tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("not a directory\n")
+    proc = overlay("wheelhouse", str(file), workdir=tmp_path / "work", check=False)
+    assert proc.returncode == 1 and "exists and is not a directory" in proc.stderr and "Traceback" not in proc.stderr
+    proc = overlay("series-hash", "--patches", str(tmp_path), workdir=tmp_path / "work", check=False)
+    assert proc.returncode == 1 and "holds no *.patch files" in proc.stderr and proc.stdout == ""
+
+
+def test_gpu_sessions_without_a_gpu_all_say_so_alike(tmp_path: Path) -> None:
+    """Every GPU session on a machine without one: the same message, the same exit (skipped), nothing installed."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi")
+    nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
+    if nox is None:
+        pytest.skip("no nox on PATH")
+    names = ["gpu", "sanitize", "bench", "sweep", "upstream_bench", "step", "contention"]
+    env = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, "VIRTUAL_ENV")}
+    proc = subprocess.run([nox, "--no-venv", "-s", *names], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    for name in names:
+        assert f"Session {name} skipped: nox -s {name} needs a CUDA GPU (nvidia-smi finds none here)" in out, out
+    assert "uv binary not found" not in out and "pip install" not in out

@@ -185,9 +185,8 @@ def test_the_vocabulary_is_stated_once_on_the_entry_page():
 
 
 def test_committed_pages_are_the_rendering_of_the_committed_json():
-    """``nox -s report`` has been run after the last change to the JSON, the templates or patches/."""
-    for name, text in render(RESULTS).items():
-        assert (RESULTS / name).read_text() == text, f"results/{name} is stale: run nox -s report"
+    """``nox -s report`` has been run after the last change to the JSON or the templates (a change to
+    patches/ alone leaves the pages as the series they measured: report.__main__.stale_pages)."""
     assert report_main(["--results", str(RESULTS), "--check"]) == 0
 
 
