@@ -108,7 +108,7 @@ class LaunchCounter:
     Python path reaches them) and, for good measure, calls of the public ``decode_gather_jit``."""
 
     def __init__(self, decode_gather, fast_index_copy):
-        self.decode_gather, self.fast_index_copy = decode_gather, fast_index_copy
+        self.ring_module, self.upstream_module = decode_gather, fast_index_copy  # the counts have the short names
         self.decode_gather = 0
         self.upstream = 0
         self.decode_gather_jit_calls = 0
@@ -134,12 +134,19 @@ class LaunchCounter:
         setattr(mod, attr, factory)
 
     def __enter__(self) -> LaunchCounter:
+        try:
+            return self._install()
+        except BaseException:  # nothing half-installed outlives a failed enter
+            self.__exit__()
+            raise
+
+    def _install(self) -> LaunchCounter:
         # the lru-cached factories and the loader under them (a module cached by a caller at
         # construction still goes through one of these first); a module is wrapped once
         for attr in ("decode_gather_module", "load_decode_gather_module"):
-            self._wrap_factory(self.decode_gather, attr, "decode_gather")
-        self._wrap_factory(self.fast_index_copy, "_jit_fast_index_copy_multi_module", "upstream")
-        orig = self.decode_gather.decode_gather_jit
+            self._wrap_factory(self.ring_module, attr, "decode_gather")
+        self._wrap_factory(self.upstream_module, "_jit_fast_index_copy_multi_module", "upstream")
+        orig = self.ring_module.decode_gather_jit
         owner = self
 
         @functools.wraps(orig)
@@ -147,8 +154,8 @@ class LaunchCounter:
             owner.decode_gather_jit_calls += 1
             return orig(*a, **k)
 
-        self._saved.append((self.decode_gather, "decode_gather_jit", orig))
-        self.decode_gather.decode_gather_jit = spy
+        self._saved.append((self.ring_module, "decode_gather_jit", orig))
+        self.ring_module.decode_gather_jit = spy
         return self
 
     def __exit__(self, *exc) -> None:

@@ -322,3 +322,47 @@ def test_runtime_without_cupy_says_what_to_install(monkeypatch):
     with pytest.raises(RuntimeError, match="pip install cupy-cuda13x"):
         runtime.host_register(4096, 8192)
     assert runtime.versions() == {}
+
+
+def _fake_kernel_modules():
+    """Stand-ins for freetoken.kernel.decode_gather and fast_index_copy: factories of modules whose
+    ``launch`` records its calls, and the public ``decode_gather_jit`` that launches the ring."""
+    import types
+
+    launched = []
+
+    def module(name):
+        return types.SimpleNamespace(launch=lambda *a: launched.append(name))
+
+    ring = types.SimpleNamespace(decode_gather_module=lambda *a: module("ring"))
+    ring.decode_gather_jit = lambda *a: ring.decode_gather_module().launch(*a)
+    upstream = types.SimpleNamespace(_jit_fast_index_copy_multi_module=lambda **k: module("upstream"))
+    return ring, upstream, launched
+
+
+def test_launch_counter_counts_each_kernel_and_puts_the_modules_back():
+    from gpukit.kernels import LaunchCounter
+
+    ring, upstream, launched = _fake_kernel_modules()
+    before = (ring.decode_gather_module, ring.decode_gather_jit, upstream._jit_fast_index_copy_multi_module)
+    with LaunchCounter(ring, upstream) as counter:
+        ring.decode_gather_jit(1)
+        ring.decode_gather_jit(2)
+        upstream._jit_fast_index_copy_multi_module(num_threads=1024).launch(3)
+        assert (counter.decode_gather, counter.upstream, counter.decode_gather_jit_calls) == (2, 1, 2)
+    assert launched == ["ring", "ring", "upstream"]
+    assert (ring.decode_gather_module, ring.decode_gather_jit, upstream._jit_fast_index_copy_multi_module) == before
+
+
+def test_a_launch_counter_that_fails_to_enter_leaves_the_modules_as_they_were():
+    import types
+
+    from gpukit.kernels import LaunchCounter
+
+    _, upstream, _ = _fake_kernel_modules()
+    factory = upstream._jit_fast_index_copy_multi_module
+    broken = types.SimpleNamespace()  # no decode_gather_jit: entering fails after upstream's factory is wrapped
+    with pytest.raises(AttributeError):
+        with LaunchCounter(broken, upstream):
+            pass
+    assert upstream._jit_fast_index_copy_multi_module is factory
