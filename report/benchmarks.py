@@ -79,12 +79,13 @@ def _step(kernels: Mapping[str, Doc], layers: int) -> dict[str, Any]:
     ex = next(iter(kernels.values())).get("extra_info") or {}
     p = ex.get("paired") or {}
     keep = ("steps_per_round", "miss_rate", "misses_per_step", "zipf_exponent", "modelled_miss_rate", "cache_slots",
-            "top_k", "batch", "ideal_copy_us_per_step")  # fmt: skip
+            "top_k", "batch", "ideal_copy_us_per_step", "auto_choice")  # fmt: skip
     return {
         "layers": layers, "bytes_per_step": ex.get("bytes"), "rounds": p.get("rounds"),
         "us_per_step": p.get("median_us") or {}, "rounds_us": p.get("rounds_us") or {},
         "speedup": (p.get("ratio") or {}).get(CANDIDATE), "speedup_paired": (p.get("ratio_paired") or {}).get(CANDIDATE),
-        "ratio_by_kernel": p.get("ratio") or {}, "aa_ratio": p.get("aa_ratio"), "aa_spread": p.get("aa_spread"),
+        "ratio_by_kernel": p.get("ratio") or {}, "verdict_by_kernel": p.get("verdict") or {},
+        "aa_ratio": p.get("aa_ratio"), "aa_spread": p.get("aa_spread"),
         "verdict": (p.get("verdict") or {}).get(CANDIDATE),
         "benchmark": _per_kernel(kernels, 1),  # per step
         **{k: p[k] for k in keep if k in p},

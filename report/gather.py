@@ -134,7 +134,19 @@ def decode_step_view(bench: Doc | None) -> dict[str, Any] | None:
         "verdict": verdict(d.get("speedup"), d.get("aa_spread")),
         "within": words.within(d.get("speedup"), d.get("aa_spread")),
         "pairs": {"lo": lo, "hi": hi, "count": len(pairs), "resolved": words.resolved(lo, hi)} if pairs else None,
+        "auto": _step_auto(d),
     }
+
+
+def _step_auto(d: Doc) -> dict[str, Any] | None:
+    """The decode step's ``auto`` arm (FREETOKEN_DECODE_GATHER=auto) against upstream, and what its probe chose."""
+    ratio = (d.get("ratio_by_kernel") or {}).get("auto")
+    if ratio is None:
+        return None
+    choice = d.get("auto_choice") or {}
+    return {"ratio": ratio, "spread": d.get("aa_spread"), "verdict": verdict(ratio, d.get("aa_spread")),
+            "within": words.within(ratio, d.get("aa_spread")), "chose": choice.get("label"),
+            "reason": choice.get("reason")}  # fmt: skip
 
 
 def targets_view(gather: dict[str, Any] | None, ceiling: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from report.gather import Doc, decode_step_view, gather_view, targets_view
 from report.repeats import current_ratios, decode_losses, repeats_view
 from report.series import commit_adding, series_commits, series_footprint
 from report.views import (
+    auto_view,
     ceiling_view,
     conformance_view,
     contention_view,
@@ -35,6 +36,22 @@ def machine_of(docs: Mapping[str, Doc]) -> tuple[dict[str, Any], dict[str, Any]]
         if doc.get("machine"):
             return doc["machine"], doc.get("provenance") or {}
     return {}, {}
+
+
+#: what each kind of document is, in the words of the pages
+RUN_WORDS = {"step_pdl": "the decode-step breakdown", "upstream_bench": "the series' benchmark",
+             "e2e": "end to end", "ceiling": "the ceiling sweep", "contention": "the two-GPU run",
+             "conformance": "the GPU tier", "sanitizer": "the sanitizers", "auto_stability": "auto's stability runs"}  # fmt: skip
+
+
+def older_runs(docs: Mapping[str, Doc], tree: str | None) -> list[dict[str, str]]:
+    """The documents measured on another patched tree than the benchmark's ``tree`` (not re-run on it)."""
+    out = []
+    for kind, doc in docs.items():
+        other = ((doc or {}).get("provenance") or {}).get("tree")
+        if tree and other and other != tree and kind in RUN_WORDS:
+            out.append({"kind": kind, "what": RUN_WORDS[kind], "tree": other[:12]})
+    return out
 
 
 def device_view(slug: str, base: Path) -> dict[str, Any]:
@@ -74,6 +91,8 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "sanitizer": sanitizer_view(docs.get("sanitizer")),
         "targets": targets_view(gather, ceiling),
         "e2e": e2e_view(docs.get("e2e")),
+        "auto": auto_view(docs.get("auto_stability")),
+        "older": older_runs(docs, bench_prov.get("tree")),
         "repeats": repeats,
         "losses": decode_losses(current, repeats),
     }

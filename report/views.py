@@ -266,3 +266,23 @@ def e2e_view(doc: Doc | None) -> dict[str, Any] | None:
     return {"doc": doc, "model": model, "settings": doc.get("settings") or {}, "rows": rows,
             "complete": bool(doc.get("complete")), "ids_identical": doc.get("ids_identical"),
             "runs": len(doc.get("runs") or [])}  # fmt: skip
+
+
+def auto_view(doc: Doc | None) -> dict[str, Any] | None:
+    """``FREETOKEN_DECODE_GATHER=auto`` in fresh processes (``bench.auto_stability``): what each probe chose,
+    the candidates it timed and left out, its cost, and whether it left the cache as it found it."""
+    runs, s = (doc or {}).get("runs") or [], (doc or {}).get("summary") or {}
+    if not runs:
+        return None
+    choices = [r.get("choice") or {} for r in runs]
+    timed = sorted({k for c in choices for k in (c.get("speed") or {})})
+    left_out = sorted({k for c in choices for k in (c.get("left_out") or {})})
+    return {
+        "runs": s.get("runs"), "probes": sum(s.get("counts", {}).values()), "counts": s.get("counts") or {},
+        "same": s.get("same_every_time"), "default": s.get("default"), "kept_default": s.get("kept_default_every_time"),
+        "timed": timed, "left_out": left_out, "left_out_why": {k: c["left_out"][k] for c in choices for k in c.get("left_out") or {}},
+        "probe_ms": (s.get("probe_ms_min"), s.get("probe_ms_median"), s.get("probe_ms_max")),
+        "first_probe_ms": (min(c.get("probe_s", 0) for c in choices) * 1e3, max(c.get("probe_s", 0) for c in choices) * 1e3),
+        "load_ms_max": s.get("load_ms_max"), "spread_max": s.get("spread_max"),
+        "as_found": s.get("cache_left_as_found"), "tree": ((doc.get("provenance") or {}).get("tree") or "")[:12],
+    }  # fmt: skip
