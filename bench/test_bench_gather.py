@@ -332,7 +332,7 @@ class Bench:
                  "zipf_exponent": step.zipf_exponent, "modelled_miss_rate": step.modelled_miss_rate,
                  "cache_slots": config.cache_slots, "top_k": config.top_k, "batch": config.batch,
                  "ideal_copy_us_per_step": misses * NVFP4_EXPERT_BYTES / (self.ceiling["start"]["gbps"] * 1e9) * 1e6,
-                 "auto_choice": choice_fields(step.caches["auto"].decode_gather_auto)}  # fmt: skip
+                 "auto_choice": results.scrub(choice_fields(step.caches["auto"].decode_gather_auto))}  # fmt: skip
         case = Case("step", config.layers, "zipf", round(misses * NVFP4_EXPERT_BYTES), paired(rounds_us, names[2:], **extra))
         counter = {k: start for k in names}
 

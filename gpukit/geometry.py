@@ -100,7 +100,9 @@ class Ring(NamedTuple):
 
     @property
     def bytes_in_flight(self) -> int:
-        return self.ctas * self.stages * self.chunk_bytes
+        """Host reads in flight in steady state: each CTA refills one stage while the others are in
+        flight, so (stages - 1) chunks per CTA (384 KiB for 16x4x8K; its shared ring holds 512 KiB)."""
+        return self.ctas * (self.stages - 1) * self.chunk_bytes
 
     def kwargs(self) -> dict[str, int]:
         return {"ctas": self.ctas, "stages": self.stages, "chunk_bytes": self.chunk_bytes}

@@ -30,7 +30,7 @@ def ceiling_view(doc: Doc | None, png: str | None, default_ring: Ring | None) ->
     sm = [r["gather_gbps"] for key in ("ring", "ldg") for r in doc.get(key) or [] if r.get("gather_gbps")]
     return {
         "copy_engine_gbps": s.get("copy_engine_gbps"),
-        "best": [{"label": label, **s[key]} for key, label in SWEEP_PATHS if s.get(key)],
+        "best": [{"label": label, **s[key], **_ring_in_flight(s[key])} for key, label in SWEEP_PATHS if s.get(key)],
         "skipped": len(doc.get("skipped") or []),
         "synthetic": bool(doc.get("synthetic")),
         "png": png,
@@ -40,12 +40,22 @@ def ceiling_view(doc: Doc | None, png: str | None, default_ring: Ring | None) ->
     }
 
 
+def _ring_in_flight(best: Doc) -> dict[str, Any]:
+    """A sweep summary entry of a ring (config CTASxSTAGESxCHUNK): its bytes in flight by Ring's rule."""
+    try:
+        return {"bytes_in_flight": Ring.parse(best["config"]).bytes_in_flight}
+    except (KeyError, ValueError):
+        return {}  # an LDG grid (CTAS x threads): its bytes in flight as stored
+
+
 def knee(doc: Doc, default_ring: Ring | None) -> dict[str, Any] | None:
     """The fewest ring bytes in flight within :data:`KNEE_SHARE` of the best ring (NVFP4 gather), where
     the default ring sits against it, and how far the rings past it fall below the best."""
     rings = [r for r in doc.get("ring") or [] if r.get("gather_gbps")]
     if not rings:
         return None
+    # ceiling.json of tree e1aaf7c1421c stored ctas x stages x chunk; the rule is (stages - 1) chunks per CTA
+    rings = [{**r, "bytes_in_flight": Ring(r["ctas"], r["stages"], r["chunk_bytes"]).bytes_in_flight} for r in rings]
     best = max(r["gather_gbps"] for r in rings)
     first = min(
         (r for r in rings if r["gather_gbps"] >= KNEE_SHARE * best), key=lambda r: r.get("bytes_in_flight") or 0

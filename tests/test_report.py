@@ -106,8 +106,8 @@ FLIPS = {
     ),
     "default ring below -> above the knee": (
         "bench.json", lambda d: d["kernel"].update(decode_gather_default_ring=dict(ctas=64, stages=4, chunk_bytes=16384)),
-        ("REPORT.md", "the default ring (16x4x8K, 512 KiB) sits below that point"),
-        ("REPORT.md", "the default ring (64x4x16K, 4 MiB) sits above that point"),
+        ("REPORT.md", "the default ring (16x4x8K, 384 KiB) sits below that point"),  # (4 - 1) x 8 KiB x 16 in flight
+        ("REPORT.md", "the default ring (64x4x16K, 3 MiB) sits above that point"),  # (4 - 1) x 16 KiB x 64
     ),
     "conformance passed -> not passed": (
         "conformance/summary.json", lambda d: d.update(passed=False),
