@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import statistics
 import sys
@@ -35,8 +36,7 @@ EXIT_OK, EXIT_CHANGED, EXIT_FAILED = 0, 1, 2
 DEFAULT_SLOTS = 3164
 
 
-def log(msg: str) -> None:
-    print(f"[auto_stability] {msg}", flush=True)
+log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
 def choice_fields(choice) -> dict[str, Any]:
@@ -178,6 +178,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     args = parse_args(argv)
     if args.worker:
         Path(args.result).write_text(json.dumps(worker(args), indent=1, default=str))

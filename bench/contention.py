@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -26,8 +26,7 @@ KERNELS = ("upstream", "tma")
 POISON = 0x5A
 
 
-def log(msg: str) -> None:
-    print(f"[contention] {msg}", file=sys.stderr, flush=True)
+log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
 def numa_of(addr: int) -> str | None:
@@ -147,6 +146,7 @@ def summarize(rows: list[dict], ns, ranks=(0, 1)) -> list[dict]:
 
 
 def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     import torch
     import torch.multiprocessing as mp
 

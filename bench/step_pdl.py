@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import statistics
-import sys
 import time
 
 import torch
@@ -54,8 +54,7 @@ from gpukit.timing import time_replays
 POISON = 0x5A
 
 
-def log(msg: str) -> None:
-    print(f"[step_pdl] {msg}", file=sys.stderr, flush=True)
+log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
 def _probe_module(header: str, name: str, edits: list[tuple[str, str]], template: str, args):
@@ -223,6 +222,7 @@ def per_layer(args, probes) -> dict:
 
 
 def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="write step_pdl.json into DIR (default: results/<device>/, suite.results)")
     p.add_argument("--rounds", type=int, default=9)

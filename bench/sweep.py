@@ -24,6 +24,7 @@ modules are built up front in ``--workers`` threads. Writes ceiling.json and cei
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import random
 import statistics
@@ -65,8 +66,7 @@ def parse_rings(ctas: list[int], rings: str) -> list[Ring]:
     return out
 
 
-def say(msg: str) -> None:
-    print(f"[sweep] {msg}", flush=True)
+say = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
 # ---------------------------------------------------------------------------
@@ -260,6 +260,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
     )

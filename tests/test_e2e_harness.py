@@ -186,7 +186,8 @@ def test_main_exits_1_when_ids_differ(tmp_path, monkeypatch):
     assert doc["points"][1]["ids_identical"] is False and doc["points"][0]["ids_identical"] is True
 
 
-def test_main_refuses_bad_settings(tmp_path, monkeypatch, capsys):
+def test_main_refuses_bad_settings(tmp_path, monkeypatch, caplog):
+    caplog.set_level("INFO")
     model = make_model_dir(tmp_path)
     for argv, msg in (
         (["--slots", "8"], "at least num_experts=16"),
@@ -194,8 +195,9 @@ def test_main_refuses_bad_settings(tmp_path, monkeypatch, capsys):
         (["--kv-tokens", "1024"], "--kv-tokens 1024"),
     ):
         args = build_parser().parse_args(["run", "--model", str(model), *argv])
+        caplog.clear()
         assert harness.main(args) == harness.EXIT_FAILED
-        assert msg in capsys.readouterr().out
+        assert msg in caplog.text
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--model", str(model), "--miss-rate", "1.5"])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -114,6 +115,7 @@ def make_checkpoint(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:
         from bench.e2e import worker

@@ -17,6 +17,7 @@ thousands of separate tensors.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import struct
 import sys
@@ -48,8 +49,7 @@ ACT_RMS = 0.6
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
-def log(msg: str) -> None:
-    print(f"[e2e] {msg}", flush=True)
+log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
 # ---------------------------------------------------------------------------------- tokenizer

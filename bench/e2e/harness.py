@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -57,8 +58,7 @@ class RunFailed(RuntimeError):
     """A worker process failed; the message carries the tail of its log."""
 
 
-def log(msg: str) -> None:
-    print(f"[e2e] {msg}", flush=True)
+log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
 # ---------------------------------------------------------------------------------- plan
