@@ -36,7 +36,7 @@ EXIT_OK, EXIT_CHANGED, EXIT_FAILED = 0, 1, 2
 DEFAULT_SLOTS = 3164
 
 
-log = logging.getLogger(__name__).info  # the messages; main() sets their format
+log = logging.getLogger("bench.auto_stability").info  # the messages (named: the module runs as __main__); main() sets their format
 
 
 def choice_fields(choice) -> dict[str, Any]:

@@ -26,7 +26,7 @@ KERNELS = ("upstream", "tma")
 POISON = 0x5A
 
 
-log = logging.getLogger(__name__).info  # the messages; main() sets their format
+log = logging.getLogger("bench.contention").info  # the messages (named: the module runs as __main__); main() sets their format
 
 
 def numa_of(addr: int) -> str | None:

@@ -54,7 +54,7 @@ from gpukit.timing import time_replays
 POISON = 0x5A
 
 
-log = logging.getLogger(__name__).info  # the messages; main() sets their format
+log = logging.getLogger("bench.step_pdl").info  # the messages (named: the module runs as __main__); main() sets their format
 
 
 def _probe_module(header: str, name: str, edits: list[tuple[str, str]], template: str, args):

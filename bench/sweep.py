@@ -66,7 +66,7 @@ def parse_rings(ctas: list[int], rings: str) -> list[Ring]:
     return out
 
 
-say = logging.getLogger(__name__).info  # the messages; main() sets their format
+say = logging.getLogger("bench.sweep").info  # the messages (named: the module runs as __main__); main() sets their format
 
 
 # ---------------------------------------------------------------------------
