@@ -6,10 +6,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
-from functools import partial
 from pathlib import Path
-from unittest import mock
-
 
 from suite import results
 from report.render import render
@@ -37,10 +34,7 @@ def _render_with_series_of(base: Path, page: Path) -> dict[str, str] | None:
         for name in _git(Path(top), "ls-tree", "--name-only", commit, f"{rel}/").split():
             data = subprocess.run(["git", "show", f"{commit}:{name}"], cwd=top, capture_output=True, check=True).stdout
             (Path(tmp) / Path(name).name).write_bytes(data)
-        from report import model
-
-        with mock.patch.object(model, "series_commits", partial(model.series_commits, Path(tmp))):
-            return render(base)
+        return render(base, Path(tmp))
 
 
 def stale_pages(base: Path, out: Path) -> list[str]:

@@ -98,16 +98,17 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
     }
 
 
-def context(base: Path) -> dict[str, Any]:
-    """Everything the templates read, from the documents under ``base`` (a ``results/`` directory)."""
+def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
+    """Everything the templates read, from the documents under ``base`` (a ``results/`` directory) and the
+    series in ``patches`` (default: the checkout's patches/)."""
     devices = [device_view(slug, base) for slug in results.devices(base)]
-    commits = series_commits()
+    commits = series_commits(patches)
     return {
         "devices": devices,
         "measured": [d for d in devices if d["gather"]],
         "sass": sass_view(results.load("sass", base=base)),
         "commits": commits,
         "sass_test": commit_adding(commits, "tests/kernels/test_bulk_copy_sass.py"),
-        "footprint": series_footprint(),
-        "series_hash": series_hash(),
+        "footprint": series_footprint(patches),
+        "series_hash": series_hash(patches),
     }

@@ -57,10 +57,11 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render(base: Path) -> dict[str, str]:
-    """{page name: text} of the three pages, from the documents under ``base``."""
+def render(base: Path, patches: Path | None = None) -> dict[str, str]:
+    """{page name: text} of the three pages, from the documents under ``base`` and the series in
+    ``patches`` (default: the checkout's patches/)."""
     env = environment()
-    ctx = context(base)
+    ctx = context(base, patches)
     return {name: _tidy(env.get_template(t).render(ctx)) for name, t in PAGES.items()}
 
 
