@@ -216,7 +216,7 @@ _gpu_session("bench", commands.BENCH,
              "results/<device>/pytest-benchmark.json.")
 _gpu_session("sweep", commands.SWEEP, "GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> "
              "results/<device>/ceiling.json + .png.", "sweep")
-_gpu_session("upstream_bench", commands.UPSTREAM_BENCH_RUN, "GPU: the series' benchmarks/bench_decode_gather.py "
+_gpu_session("series_bench", commands.SERIES_BENCH_RUN, "GPU: the series' benchmarks/bench_decode_gather.py "
              "(per-layer copy, A/A, verdicts) -> results/<device>/.")
 _gpu_session("step", commands.STEP, "GPU: decode-step breakdown and per-layer PDL A/B (upstream, tma, tma+PDL, upstream+PDL) -> "
              "results/<device>/step_pdl.json.")

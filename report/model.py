@@ -25,7 +25,7 @@ from report.views import (
     sanitizer_view,
     sass_view,
     step_pdl_view,
-    upstream_bench_view,
+    series_bench_view,
 )
 from suite import results
 
@@ -39,7 +39,7 @@ def machine_of(docs: Mapping[str, Doc]) -> tuple[dict[str, Any], dict[str, Any]]
 
 
 #: what each kind of document is, in the words of the pages
-RUN_WORDS = {"step_pdl": "the decode-step breakdown", "upstream_bench": "the series' benchmark",
+RUN_WORDS = {"step_pdl": "the decode-step breakdown", "series_bench": "the series' benchmark",
              "e2e": "end to end", "ceiling": "the ceiling sweep", "contention": "the two-GPU run",
              "conformance": "the GPU tier", "sanitizer": "the sanitizers", "auto_stability": "auto's stability runs"}  # fmt: skip
 
@@ -70,7 +70,7 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         docs.get("ceiling"), f"{slug}/ceiling.png" if png.is_file() else None, (gather or {}).get("ring")
     )
     bench_prov = (bench or {}).get("provenance") or {}
-    ubench = upstream_bench_view(docs.get("upstream_bench"))
+    ubench = series_bench_view(docs.get("series_bench"))
     current = current_ratios(gather, ubench)
     repeats = repeats_view(base, slug, docs, current)
     return {
@@ -84,7 +84,7 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "gather": gather,
         "step": decode_step_view(bench),
         "ceiling": ceiling,
-        "upstream_bench": ubench,
+        "series_bench": ubench,
         "step_pdl": step_pdl_view(docs.get("step_pdl"), gather),
         "contention": contention_view(docs.get("contention")),
         "conformance": conformance_view(docs.get("conformance")),

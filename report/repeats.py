@@ -9,12 +9,12 @@ from typing import Any, Mapping
 from suite import results
 from report import benchmarks
 from report.gather import Doc, gather_view, main_rows
-from report.views import upstream_bench_view
+from report.views import series_bench_view
 
 def decode_ratios(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
     """{n: {ratio, spread, verdict}} of tma against upstream's default kernel in the decode
     regime of one run: a :func:`gather_view` (the largest graph per n) or else an
-    :func:`upstream_bench_view` (its ``tma`` column)."""
+    :func:`series_bench_view` (its ``tma`` column)."""
     if gather:
         rows = [r for r in gather["all_rows"] if r["regime"] == "decode"]
         return {r["n"]: {"ratio": r["ratio"], "spread": r["spread"], "verdict": r["verdict"]} for r in main_rows(rows)}
@@ -26,26 +26,27 @@ def decode_ratios(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) 
 
 
 #: The runs a repeat table compares, with the words the report uses for them.
-REPEAT_KINDS = {"bench": "the project benchmark", "upstream_bench": "the series' benchmark"}
+REPEAT_KINDS = {"bench": "the project benchmark", "series_bench": "the series' benchmark"}
 
 
 def current_ratios(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> dict[str, dict[int, Any]]:
     """{kind: :func:`decode_ratios`} of a device's current project and series benchmark runs."""
-    return {"bench": decode_ratios(gather, None), "upstream_bench": decode_ratios(None, ubench)}
+    return {"bench": decode_ratios(gather, None), "series_bench": decode_ratios(None, ubench)}
 
 
 #: {kind: (its view, which decode_ratios reads)} of the runs a repeat table compares.
 REPEAT_VIEWS = {"bench": lambda d: decode_ratios(gather_view(d), None),
-                "upstream_bench": lambda d: decode_ratios(None, upstream_bench_view(d))}  # fmt: skip
+                "series_bench": lambda d: decode_ratios(None, series_bench_view(d))}  # fmt: skip
 
 
 #: {kind: the names its earlier runs are kept under in a tree's folder of experiments/results/}
-KEPT_FILES = {"bench": ("bench.*json", "pytest-benchmark.*json"), "upstream_bench": ("upstream_bench.*json",)}
+KEPT_FILES = {"bench": ("bench.*json", "pytest-benchmark.*json"),
+              "series_bench": ("series_bench.*json", "upstream_bench.*json")}  # upstream_bench: its earlier name
 
 #: {kind: how an earlier run's file reads (None: not a run of that benchmark)}: the project benchmark's
 #: runs in either store format (report.benchmarks), the series' benchmark's of the current schema.
 READERS = {"bench": lambda old, doc, name: benchmarks.normalize(old, name),
-           "upstream_bench": lambda old, doc, name: old if (old or {}).get("schema") == doc.get("schema") else None}  # fmt: skip
+           "series_bench": lambda old, doc, name: old if (old or {}).get("schema") == doc.get("schema") else None}  # fmt: skip
 
 
 def repeats_view(

@@ -71,7 +71,7 @@ def knee(doc: Doc, default_ring: Ring | None) -> dict[str, Any] | None:
     return out
 
 
-def upstream_bench_view(doc: Doc | None) -> dict[str, Any] | None:
+def series_bench_view(doc: Doc | None) -> dict[str, Any] | None:
     rows = (doc or {}).get("rows") or []
     if not rows:
         return None

@@ -43,9 +43,9 @@ REPORT = Command("report", ("report",))
 SASS = Command("sass", ("conformance.sass", "--arch", "80,90,100,120", "--save", "--check"))
 COMPARE = Command("compare", ("report.compare",), note="upstream, A/A and tma per (regime, layers, n), with the paired verdict")
 #: The benchmark the series adds to upstream's tree: one command to measure another host.
-UPSTREAM_BENCH = Command(None, ("benchmarks/bench_decode_gather.py",), module=False)
-#: ``nox -s upstream_bench`` runs it from .work/upstream and keeps its JSON with the results.
-UPSTREAM_BENCH_RUN = Command("upstream_bench", ("bench.upstream_bench",), note="the series' benchmark")
+SERIES_BENCH = Command(None, ("benchmarks/bench_decode_gather.py",), module=False)
+#: ``nox -s series_bench`` runs it from .work/upstream and keeps its JSON with the results.
+SERIES_BENCH_RUN = Command("series_bench", ("bench.series_bench",), note="the series' benchmark")
 STEP = Command("step", ("bench.step_pdl",), note="decode-step breakdown and PDL A/B")
 CONTENTION = Command("contention", ("bench.contention",), note="needs two GPUs")
 #: The end-to-end A/B through FreeToken's engine; ``--model PATH`` comes from the caller.
@@ -54,8 +54,8 @@ E2E = Command("e2e", ("bench.e2e", "run"), note="needs --model PATH")
 E2E_CHECKPOINT = Command(None, ("bench.e2e", "make-checkpoint"), note="DIR [--layers N]")
 
 #: The GPU sessions, in the order of a full run on a GPU machine.
-GPU_RUN = (GPU, SANITIZE, BENCH, SWEEP, UPSTREAM_BENCH_RUN, STEP, CONTENTION)
+GPU_RUN = (GPU, SANITIZE, BENCH, SWEEP, SERIES_BENCH_RUN, STEP, CONTENTION)
 
 
-def upstream_bench_line() -> str:
-    return "python " + shlex.join(UPSTREAM_BENCH.args)
+def series_bench_line() -> str:
+    return "python " + shlex.join(SERIES_BENCH.args)

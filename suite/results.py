@@ -16,7 +16,7 @@ Kinds (:data:`KINDS`) and their writers:
 - ``sanitizer``: ``<device>/conformance/sanitizer.json`` (logs beside it), ``python -m conformance.gpu.run_sanitizer``
 - ``step_pdl``: ``<device>/step_pdl.json``, ``python -m bench.step_pdl``
 - ``contention``: ``<device>x2/contention.json``, ``python -m bench.contention`` (two GPUs)
-- ``upstream_bench``: ``<device>/upstream_bench.json``, ``python -m bench.upstream_bench``
+- ``series_bench``: ``<device>/series_bench.json``, ``python -m bench.series_bench``
 - ``e2e``: ``<device>/e2e.json``, ``python -m bench.e2e run`` (the end-to-end A/B)
 - ``auto_stability``: ``<device>/auto_stability.json``, ``python -m bench.auto_stability`` (what
   ``FREETOKEN_DECODE_GATHER=auto`` chose in N fresh processes, and the probe's cost)
@@ -71,7 +71,7 @@ KINDS: dict[str, Kind] = {
     "sanitizer": Kind("freetoken-decode-gather-sanitizer/1", "conformance/sanitizer.json"),
     "step_pdl": Kind("freetoken-decode-gather-step-pdl/1", "step_pdl.json"),
     "contention": Kind("freetoken-decode-gather-contention/1", "contention.json", gpus=2),
-    "upstream_bench": Kind("freetoken-decode-gather-upstream-bench/1", "upstream_bench.json"),
+    "series_bench": Kind("freetoken-decode-gather-upstream-bench/1", "series_bench.json"),
     "e2e": Kind("freetoken-decode-gather-e2e/1", "e2e.json"),
     "auto_stability": Kind("freetoken-decode-gather-auto-stability/1", "auto_stability.json"),
     "probe": Kind("freetoken-decode-gather-probe/1", "probes/probe.json"),  # experiments/: named per run

@@ -193,7 +193,7 @@ def write_synthetic_results(root: Path) -> None:
     }
     write(d / "bench.json", bench)
     write(d / "step_pdl.json", synthetic_step_pdl(machine))
-    write(d / "upstream_bench.json", synthetic_upstream_bench(machine))
+    write(d / "series_bench.json", synthetic_series_bench(machine))
     args = _ap.Namespace(flat_bytes="64M", gather_n=32)
     ring_list = sweep.parse_rings([4, 16, 64], "4x8K,4x16K")
     ceiling = sweep.synthetic(args, ring_list, [4, 8], [1 << 20, 64 << 20], 96 * 1024)
@@ -250,8 +250,8 @@ def synthetic_step_pdl(machine: dict) -> dict:
             "provenance": {"series_hash": "000000000000", "tree": None}, "decode_step": step, "per_layer": per_layer}
 
 
-def synthetic_upstream_bench(machine: dict) -> dict:
-    """An upstream_bench document: 32 blocks per bank faster at n >= 1 and slower at n = 0, tma a tie."""
+def synthetic_series_bench(machine: dict) -> dict:
+    """An series_bench document: 32 blocks per bank faster at n >= 1 and slower at n = 0, tma a tie."""
     rows = [{"n": n, "median_us": {"upstream": 1.3 + 36 * n}, "aa_spread": 0.005, "verified_sets": 30,
              "ratio": {"upstream_bpb32": 0.9 if n == 0 else 1.02, "tma": 1.0}, "gbps": {"tma": 40.0 if n else None}}
             for n in (0, 1, 2)]  # fmt: skip

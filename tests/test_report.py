@@ -100,7 +100,7 @@ FLIPS = {
         ("REPORT.md", ": beyond this run's A/A spread (±0.005)"),
     ),
     "wider grid verdicts": (
-        "upstream_bench.json", lambda d: [r["ratio"].update(upstream_bpb32=0.9) for r in d["rows"]],
+        "series_bench.json", lambda d: [r["ratio"].update(upstream_bpb32=0.9) for r in d["rows"]],
         ("PR.md", "`upstream_bpb32`: faster at n = 1, 2; slower at n = 0"),
         ("PR.md", "`upstream_bpb32`: slower at n = 0, 1, 2"),
     ),
@@ -167,7 +167,7 @@ def test_report_renders_the_synthetic_tree(synthetic_results, tmp_path):
     assert rep.index("**Verdict.**") < rep.index("## Synthetic GPU")
     summary = pr.split("## What changed")[0].strip().splitlines()
     assert len([line for line in summary if line.startswith("- ")]) == 7  # adds, enable, cost, measured, loses, measure, consumer card
-    assert commands.upstream_bench_line() in pr.split("## Reproduce")[1]
+    assert commands.series_bench_line() in pr.split("## Reproduce")[1]
     assert "bench/" not in pr.split("## Reproduce")[1], "PR.md's reproduce section names overlay paths"
     assert "**faster**" not in rep + pr + readme, "verdicts are words, not claims in bold"
     empty = tmp_path / "empty"
@@ -277,35 +277,35 @@ def test_end_to_end_ratio_is_settled_only_outside_the_repeats_spread():
 def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthetic_results):
     from suite import results
     from report.repeats import current_ratios, decode_losses, repeats_view
-    from report.views import upstream_bench_view
+    from report.views import series_bench_view
 
     slug = "synthetic-gpu"
-    current = json.loads((synthetic_results / slug / "upstream_bench.json").read_text())
+    current = json.loads((synthetic_results / slug / "series_bench.json").read_text())
     current["provenance"]["tree"] = "t" * 40
     current["generated_at"] = "2026-01-02T00:00:00+00:00"
     for r in current["rows"]:
         r["regime"] = "decode"
-    (synthetic_results / slug / "upstream_bench.json").write_text(json.dumps(current))
+    (synthetic_results / slug / "series_bench.json").write_text(json.dumps(current))
     runs = synthetic_results.parent / "experiments" / "results" / slug / f"tree-{'t' * 12}"  # kept by tree
     runs.mkdir(parents=True)
     earlier = json.loads(json.dumps(current))
     earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
     earlier["rows"][1]["ratio"]["tma"] = 0.98  # n = 1 slower beyond the A/A spread 0.005
-    (runs / "upstream_bench.1.json").write_text(json.dumps(earlier))
+    (runs / "series_bench.1.json").write_text(json.dumps(earlier))
     other = json.loads(json.dumps(earlier))
     other["provenance"]["tree"] = "u" * 40  # another tree: not a repeat
-    (runs / "upstream_bench.2.json").write_text(json.dumps(other))  # misfiled: the provenance decides
+    (runs / "series_bench.2.json").write_text(json.dumps(other))  # misfiled: the provenance decides
 
     docs = results.load_device(slug, synthetic_results)
-    now = current_ratios(None, upstream_bench_view(docs["upstream_bench"]))
+    now = current_ratios(None, series_bench_view(docs["series_bench"]))
     reps = repeats_view(synthetic_results, slug, docs, now)
-    assert [r["kind"] for r in reps] == ["upstream_bench"]
-    assert [run["file"] for run in reps[0]["runs"]] == [f"{slug}/upstream_bench.json",
-                                                         f"../experiments/results/{slug}/tree-{'t' * 12}/upstream_bench.1.json"]  # fmt: skip
+    assert [r["kind"] for r in reps] == ["series_bench"]
+    assert [run["file"] for run in reps[0]["runs"]] == [f"{slug}/series_bench.json",
+                                                         f"../experiments/results/{slug}/tree-{'t' * 12}/series_bench.1.json"]  # fmt: skip
     assert reps[0]["runs"][1]["ratios"][1]["verdict"] == "slower"
     lost = decode_losses({}, reps)
     assert [(x["n"], x["ratio"]) for x in lost] == [(1, 0.98)]
-    assert "upstream_bench.1.json" in lost[0]["where"]
+    assert "series_bench.1.json" in lost[0]["where"]
     earlier["rows"][1]["ratio"]["tma"] = 1.0  # the repeat agrees: nothing lost
-    (runs / "upstream_bench.1.json").write_text(json.dumps(earlier))
+    (runs / "series_bench.1.json").write_text(json.dumps(earlier))
     assert decode_losses({}, repeats_view(synthetic_results, slug, docs, now)) == []

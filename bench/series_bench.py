@@ -2,10 +2,10 @@
 
 The benchmark ships in the upstream tree and knows nothing of this repository; this wrapper runs it
 from ``.work/upstream`` (after ``nox -s apply build``) and stores what it wrote as an
-``upstream_bench`` result document (schema id, provenance, machine) in ``results/<device>/``.
+``series_bench`` result document (schema id, provenance, machine) in ``results/<device>/``.
 Extra arguments go to the benchmark (``--ring 8x4x16384``, ``--misses 0 1 2``, ...).
 
-``python -m bench.upstream_bench [--out DIR] [BENCHMARK ARGS...]`` (default: where :mod:`suite.results` keeps it)
+``python -m bench.series_bench [--out DIR] [BENCHMARK ARGS...]`` (default: where :mod:`suite.results` keeps it)
 """
 
 from __future__ import annotations
@@ -25,28 +25,28 @@ SCRIPT = Path("benchmarks") / "bench_decode_gather.py"
 
 
 def fields_of(raw: dict, **extra) -> dict:
-    """The benchmark's own JSON as the fields of an ``upstream_bench`` document (kept under their names)."""
+    """The benchmark's own JSON as the fields of an ``series_bench`` document (kept under their names)."""
     return {k: v for k, v in raw.items() if k not in ("schema", "machine")} | {"benchmark_schema": raw.get("schema")} | extra
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=None, help="directory for upstream_bench.json (default: results/<device>/)")
+    ap.add_argument("--out", default=None, help="directory for series_bench.json (default: results/<device>/)")
     args, rest = ap.parse_known_args(argv)
     script = work_repo(Workdir.from_env()) / SCRIPT
     if not script.is_file():
-        print(f"[upstream_bench] {script} is missing: run `nox -s apply` first", file=sys.stderr)
+        print(f"[series_bench] {script} is missing: run `nox -s apply` first", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="upstream-bench-") as tmp:
         raw_path = Path(tmp) / "raw.json"
         rc = subprocess.run([sys.executable, str(script), "--json", str(raw_path), *rest], check=False).returncode
         raw = results.read_json(raw_path)
     if raw is None:
-        print(f"[upstream_bench] the benchmark wrote no JSON (exit {rc})", file=sys.stderr)
+        print(f"[series_bench] the benchmark wrote no JSON (exit {rc})", file=sys.stderr)
         return rc or 1
     info = machine_info()
-    out = results.save("upstream_bench", machine=info, out_dir=args.out, **fields_of(raw, exit_code=rc))
-    print(f"[upstream_bench] wrote {out} (benchmark exit {rc})")
+    out = results.save("series_bench", machine=info, out_dir=args.out, **fields_of(raw, exit_code=rc))
+    print(f"[series_bench] wrote {out} (benchmark exit {rc})")
     return rc
 
 
