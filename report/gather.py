@@ -38,7 +38,7 @@ def gather_row(r: Doc) -> dict[str, Any]:
         "layers": r["layers"],
         "n": r["n"],
         "bytes": r.get("bytes_per_layer") or 0,
-        "us": us,
+        "us": d.get("us_per_step") or {},
         "ratio": r.get("speedup"),
         "spread": r.get("aa_spread"),
         "verdict": verdict(r.get("speedup"), r.get("aa_spread")),
@@ -122,11 +122,9 @@ def decode_step_view(bench: Doc | None) -> dict[str, Any] | None:
     r = d.get("rounds_us") or {}
     pairs = [u / t for u, t in zip(r.get("upstream") or [], r.get("tma") or []) if t]
     lo, hi = (min(pairs), max(pairs)) if pairs else (None, None)
-    us = d.get("us_per_step") or {}
     return {
         **d,
-        # PR.md.j2 (the issue-25 template) reads us.unset: the legacy name of upstream, kept for it alone
-        "us": {**us, "unset": us.get("upstream")},
+        "us": us,
         "benchmark": {k: v.get("median") for k, v in (d.get("benchmark") or {}).items()},
         "store": bench.get("store"),
         "ratio": d.get("speedup"),
