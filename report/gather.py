@@ -38,7 +38,7 @@ def gather_row(r: Doc) -> dict[str, Any]:
         "layers": r["layers"],
         "n": r["n"],
         "bytes": r.get("bytes_per_layer") or 0,
-        "us": d.get("us_per_step") or {},
+        "us": us,
         "ratio": r.get("speedup"),
         "spread": r.get("aa_spread"),
         "verdict": verdict(r.get("speedup"), r.get("aa_spread")),
@@ -124,7 +124,7 @@ def decode_step_view(bench: Doc | None) -> dict[str, Any] | None:
     lo, hi = (min(pairs), max(pairs)) if pairs else (None, None)
     return {
         **d,
-        "us": us,
+        "us": d.get("us_per_step") or {},
         "benchmark": {k: v.get("median") for k, v in (d.get("benchmark") or {}).items()},
         "store": bench.get("store"),
         "ratio": d.get("speedup"),
