@@ -32,14 +32,15 @@ if str(ROOT) not in sys.path:
 from freetoken_overlay import requirements as req  # noqa: E402
 from freetoken_overlay.pin import get_pin  # noqa: E402
 from freetoken_overlay.series import series_hash, work_repo  # noqa: E402
-from freetoken_overlay.util import NOX_ENV, SYSTEM_SITE_ENV, WHEELHOUSE_ENV, OverlayError, Workdir  # noqa: E402
+from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, SYSTEM_SITE_ENV, WHEELHOUSE_ENV, OverlayError, Workdir  # noqa: E402
 from freetoken_overlay.util import env_flag, wheelhouse_dir  # noqa: E402
 from freetoken_overlay.wheel import local_version  # noqa: E402
 from suite import commands  # noqa: E402
 
 nox.options.sessions = ["test"]  # GPU sessions are tagged: nox -t gpu
 nox.options.reuse_venv = "yes"
-os.environ[NOX_ENV] = "1"  # the steps' advice names nox sessions
+os.environ[NOX_ENV] = "1"  # the steps' advice names nox sessions, as nox was started:
+os.environ[NOX_COMMAND_ENV] = "python3 -m nox" if Path(sys.argv[0]).name == "__main__.py" else "nox"
 # nox looks for uv on every run and says so at info level; this project installs with pip.
 logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv binary not found.")
 
@@ -184,7 +185,7 @@ def test(session: nox.Session) -> None:
 def _run_patched(session: nox.Session, cmd: commands.Command, *extra_requirements: str) -> None:
     """``cmd`` on a GPU, in the session's environment with the patched wheel (files go where suite.results says)."""
     _require_gpu(session)
-    _install_patched(session, *_group("test"), *extra_requirements)
+    _install_patched(session, *_group("test"), *_group("gpu"), *extra_requirements)
     session.run(_python(session), *(["-m"] if cmd.module else []), *cmd.args, *session.posargs, external=True)
 
 
@@ -192,7 +193,7 @@ def _run_patched(session: nox.Session, cmd: commands.Command, *extra_requirement
 def gpu(session: nox.Session) -> None:
     """GPU tier only: conformance/gpu + the series' upstream tests, summary into results/<device>/conformance/."""
     _require_gpu(session)
-    _install_patched(session, *_group("test"))
+    _install_patched(session, *_group("test"), *_group("gpu"))
     session.env[commands.CONFORMANCE_SUMMARY_ENV] = "1"
     upstream = work_repo(_setting(session, Workdir.from_env)) / "tests"
     session.run(_python(session), "-m", *commands.GPU.args, *([str(upstream)] if upstream.is_dir() else []),

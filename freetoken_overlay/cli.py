@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--force",
         action="store_true",
         help="move the series branch to patches/ even where it holds commits patches/ does not (its old tip "
-        "stays as a named branch, printed) / with --upstream: move an existing branch",
+        "stays named: a branch or tag there, else a new kept/ branch, printed) / with --upstream: move an "
+        "existing branch (its old tip kept the same way)",
     )
     command("export", cmd_export, "write patches/ from upstream-<version>..decode-gather", wheelhouse=False, pip=False)
     wheel = command("build-wheel", cmd_build_wheel, "build the patched wheel into <workdir>/dist/")

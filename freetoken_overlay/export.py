@@ -2,7 +2,8 @@
 
 export writes a patch file only where that loses nothing: the file is missing, identical to what
 it writes, one export wrote (its bytes unchanged since), or clean in the project's own git (so git
-holds its old text).  It removes a file only when export wrote it.  Anything else (a hand edit, a
+holds its old text).  It removes a file only when export wrote it, or when the project's git holds it
+clean and its change is in a file this export writes (a reworded or renumbered commit).  Anything else (a hand edit, a
 reviewer's note below ``---``, a patch file from elsewhere) stops it before a byte is written, with
 the files named.  A commit that changes nothing is refused with its subject named (it would export
 as an empty patch that no later apply takes).

@@ -32,7 +32,7 @@ PYPROJECT = REPO_ROOT / "pyproject.toml"
 
 @functools.cache
 def pyproject() -> dict[str, Any]:
-    """The checkout's pyproject.toml, read once (the one reader: noxfile, cli and this module)."""
+    """The checkout's pyproject.toml, read once (for cli and this module; the noxfile reads it through nox.project)."""
     with PYPROJECT.open("rb") as f:
         return tomllib.load(f)
 

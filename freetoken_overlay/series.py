@@ -296,7 +296,7 @@ def _unexported_advice(repo: Path, pin: Pin, branch: str, tip: str, applied: str
         f"to put them into patches/, run {hint('export', *args)} (if patches/ changed since, a pull for one, "
         "export refuses: then use the next line)\n"
         f"to apply patches/ anyway, run {hint('apply', *args, '--force')}: {branch} moves to the series of "
-        f"patches/ and its tip stays as branch kept/{branch}-{tip[:12]}, whose commits you can cherry-pick"
+        f"patches/ and its tip stays named (a branch or tag already there, else branch kept/{branch}-{tip[:12]}), whose commits you can cherry-pick"
     )
 
 
@@ -359,9 +359,10 @@ def apply_to_clone(
             f"to move it, run {hint('apply', '--upstream', str(clone), '--rev', rev, '--branch', branch, '--force')} "
             "(or pick another --branch NAME)"
         )
+    kept = keep_ref(clone, branch, current) if current else None  # the old tip stays named, as in the work repo
     git(clone, "branch", "-f", branch, head, hermetic=False)
-    if current:
-        log(f"{clone}: moved branch {branch} from {current} (git -C {clone} branch -f {branch} {current} restores it)")
+    if kept:
+        log(f"{clone}: moved branch {branch} from {current}; its old tip stays as {kept}")
     log(f"{clone}: branch {branch} at {head} ({len(patches)} patch(es) on {rev})")
     return head
 

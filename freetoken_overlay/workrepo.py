@@ -1,7 +1,8 @@
 """The work repository's git plumbing: recorded state, what is checked out, the base commit, patch-ids.
 
 The work repository (``<workdir>/upstream/``) is created once and then only added to: the tools
-create commits, tags and branches in it and move branch ``decode-gather`` forward in the ways
+create commits, tags and branches in it and move branch ``decode-gather`` (its old tip kept under a
+named ref) in the ways
 :func:`freetoken_overlay.series.apply` describes; they never delete it, move it, or delete a ref,
 stash entry, file or directory in it (CONTRIBUTING.md, "Nothing is thrown away").  Where git
 itself would refuse (an operation in progress, local changes in the way), they refuse too.
@@ -170,18 +171,18 @@ def empty_commits(repo: Path, base: str, tip: str) -> list[str]:
     return empty
 
 
-def named_ref_at(repo: Path, commit: str) -> str | None:
-    """A branch or tag (short name) that points at ``commit``, if any."""
+def named_ref_at(repo: Path, commit: str, besides: str = "") -> str | None:
+    """A branch or tag (short name) other than ``besides`` that points at ``commit``, if any."""
     out = git_out(repo, "for-each-ref", "--points-at", commit, "--format=%(refname:short)", "refs/heads", "refs/tags")
-    return out.splitlines()[0] if out else None
+    return next((r for r in out.splitlines() if r != besides), None)
 
 
 def keep_ref(repo: Path, branch: str, commit: str) -> str:
     """A named ref at ``commit`` before ``branch`` moves off it: an existing branch or tag there, else a new
     branch ``kept/<branch>-<sha12>`` (never moved: created only where that name is free)."""
     name = f"kept/{branch}-{commit[:12]}"
-    existing = named_ref_at(repo, commit)
-    if existing is not None and existing != branch:
+    existing = named_ref_at(repo, commit, besides=branch)
+    if existing is not None:
         return existing
     git(repo, "update-ref", "-m", f"overlay: {branch} was here", f"refs/heads/{name}", commit, "")
     return name

@@ -214,6 +214,27 @@ def test_apply_onto_an_upstream_clone(throwaway_series: Path, tmp_path: Path, wo
     assert "up to date" in overlay(*args, workdir=workdir).stdout
 
 
+def test_forcing_a_clone_branch_keeps_its_old_tip(throwaway_series: Path, tmp_path: Path, workdir: Path) -> None:
+    """--upstream --force moves an existing branch of the user's clone; its old tip stays named."""
+    clone = tmp_path / "clone"
+    shutil.copytree(workdir / "upstream", clone)
+    git(clone, "checkout", "-q", "-b", "main", PIN.tag)
+    git(clone, "branch", "-f", "mine", PIN.tag)
+    (clone / "mine.txt").write_text("my work\n")
+    git(clone, "checkout", "-q", "mine")
+    git(clone, "add", "mine.txt")
+    git(clone, "commit", "-q", "-m", "my work")
+    mine = git(clone, "rev-parse", "mine")
+    git(clone, "checkout", "-q", "main")
+    args = ("apply", "--patches", str(throwaway_series), "--upstream", str(clone), "--rev", "main", "--branch", "mine")
+    refused = overlay(*args, workdir=workdir, check=False)
+    assert refused.returncode != 0 and git(clone, "rev-parse", "mine") == mine
+    proc = overlay(*args, "--force", workdir=workdir)
+    assert git(clone, "rev-parse", "mine") != mine
+    kept = proc.stdout.split("its old tip stays as ", 1)[1].split()[0]
+    assert git(clone, "rev-parse", kept) == mine and git(clone, "show", f"{kept}:mine.txt") == "my work"
+
+
 def test_submission_branch_has_a_real_author(throwaway_series: Path, tmp_path: Path, workdir: Path) -> None:
     clone = tmp_path / "clone"
     shutil.copytree(workdir / "upstream", clone)
