@@ -8,7 +8,7 @@ the A/A control) and at 32, decode_gather as installed, and decode_gather with t
 L2 prefetch per chunk). Optionally the captured decode step of the real OffloadMoeCache
 (``--step``), and other rings of the installed kernel (``--rings``). Writes ``$OUT/probe_fresh.json``.
 
-The toucher warp is not in the series (it did not pay: ``results/<device>/probes/``); ``--touch`` needs its
+The toucher warp is not in the series (it did not pay: ``experiments/results/h200/tree-f6d9b53d0132/``); ``--touch`` needs its
 kernel, ``ktouch-experiment.patch`` in that folder, committed on top of the series in
 ``.work/upstream`` before the wheel is built. ``--backing thp|hugetlb`` puts the banks on 2 MiB pages
 (experiments.regimes.HugePageBank) to test the cold rows' address translations. Run 1 of session 4 was:

@@ -13,7 +13,7 @@ module that replaces decode_gather's (a kernel variant)::
     assert step.state_diff("upstream", "tma") is None
 
 ``bench/test_bench_gather.py`` (the one decode-step A/B: pytest-benchmark records with the paired
-verdict), ``bench.step_pdl`` (the per-layer breakdown) and ``bench/probes`` build on it; so can a
+verdict), ``bench.step_pdl`` (the per-layer breakdown) and ``experiments/`` build on it; so can a
 two-GPU contention run (``device=``).
 """
 

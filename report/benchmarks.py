@@ -114,17 +114,18 @@ def bench_doc(pb: Doc, file: str = results.KINDS["benchmark"].file) -> dict[str,
     }  # fmt: skip
 
 
-def _renamed(d: Any) -> Any:
+def renamed(d: Any) -> Any:
+    """``d``'s keys in the switch's words (a document written before them names kernels ours/unset/unset_aa)."""
     return {LEGACY_NAMES.get(k, k): v for k, v in d.items()} if isinstance(d, dict) else d
 
 
 def legacy_doc(doc: Doc, file: str = LEGACY_FILE) -> dict[str, Any]:
     """A ``freetoken-decode-gather-bench/1`` document in the same rows, its kernels renamed to the switch's words."""
     keys = ("us", "rounds_us", "gbps", "pct_of_ceiling", "us_per_step")
-    gather = [{**r, **{k: _renamed(r[k]) for k in keys if k in r}} for r in doc.get("gather") or []]
+    gather = [{**r, **{k: renamed(r[k]) for k in keys if k in r}} for r in doc.get("gather") or []]
     step = doc.get("decode_step")
     if step:
-        step = {**step, **{k: _renamed(step[k]) for k in keys if k in step}}
+        step = {**step, **{k: renamed(step[k]) for k in keys if k in step}}
     kernel = doc.get("kernel") or {}
     return {**doc, "store": file, "gather": gather, "decode_step": step,
             "kernel": {"tma_default_ring": kernel.get("decode_gather_default_ring"), "upstream": kernel.get("upstream") or {}}}  # fmt: skip
@@ -141,10 +142,12 @@ def normalize(doc: Doc | None, file: str) -> dict[str, Any] | None:
     return None
 
 
-def load(slug: str, base: Path | None = None) -> dict[str, Any] | None:
-    """The device's benchmark rows: its pytest-benchmark run, else (until one exists) its legacy ``bench.json``."""
+def load(slug: str, base: Path | None = None, docs: Mapping[str, Doc] | None = None) -> dict[str, Any] | None:
+    """The device's benchmark rows: its pytest-benchmark run, else (until one exists) its legacy ``bench.json``
+    (from ``docs``, the device's documents already read, where given)."""
     for kind in ("benchmark", "bench"):
-        doc = normalize(results.load(kind, slug, base), f"{slug}/{results.KINDS[kind].file}")
+        raw = docs.get(kind) if docs is not None else results.load(kind, slug, base)
+        doc = normalize(raw, f"{slug}/{results.KINDS[kind].file}")
         if doc is not None:
             return doc
     return None

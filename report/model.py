@@ -56,9 +56,9 @@ def older_runs(docs: Mapping[str, Doc], tree: str | None) -> list[dict[str, str]
 
 def device_view(slug: str, base: Path) -> dict[str, Any]:
     docs = dict(results.load_device(slug, base))
-    for kind in ("benchmark", "bench"):  # the raw store: benchmarks.load reads it into rows
+    bench = benchmarks.load(slug, docs=docs)  # the store's rows, from the documents read once
+    for kind in ("benchmark", "bench"):  # the raw store: only its rows go on
         docs.pop(kind, None)
-    bench = benchmarks.load(slug, base)
     if bench:
         docs = {"bench": bench, **docs}
     machine, prov = machine_of(docs)

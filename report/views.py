@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from gpukit.geometry import Ring
 from suite.stats import median, verdict
 from report import words
+from report.benchmarks import renamed
 from report.gather import Doc, regime, regime_key
 
 KNEE_SHARE = 0.97  # the open question's "knee": the fewest bytes in flight within this share of the best ring
@@ -119,6 +120,7 @@ def step_pdl_view(doc: Doc | None, gather: dict[str, Any] | None) -> dict[str, A
     s = (doc or {}).get("decode_step") or {}
     if not s:
         return None
+    s = {**s, **{k: renamed(s[k]) for k in ("median_us", "ratio", "breakdown") if k in s}}
     ratio, spread = s.get("ratio") or {}, s.get("aa_spread")
     out: dict[str, Any] = {"doc": doc, "step": s, "spread": spread, "cells": ratio_cells(ratio, spread)}
     if "tma" in ratio:
@@ -140,7 +142,7 @@ def step_pdl_view(doc: Doc | None, gather: dict[str, Any] | None) -> dict[str, A
     out["breakdown"] = b
     first = next(iter(b.values()), None)
     out["breakdown_steps"] = first.get("steps") if first else None
-    u = b.get("upstream") or b.get("unset")  # "unset": step_pdl.json before the switch's words
+    u = b.get("upstream")
     if u:
         per = u["per_step_us"]
         total = sum(per.values())
@@ -149,13 +151,14 @@ def step_pdl_view(doc: Doc | None, gather: dict[str, Any] | None) -> dict[str, A
     if u and b.get("tma_pdl"):
         g0, g1 = u["mean_us"]["gap_us"], b["tma_pdl"]["mean_us"]["gap_us"]
         out["gap"] = {"before": g0, "after": g1, "change": words.change(g0, g1)}
-    per_layer = doc.get("per_layer") or {}
+    per_layer = {n: {**r, "median_us": renamed(r["median_us"]), "ratio": renamed(r.get("ratio") or {})}
+                 for n, r in (doc.get("per_layer") or {}).items()}
     if per_layer:
         names = list(next(iter(per_layer.values())).get("ratio") or {})
         rows = [
             {
                 "n": n,
-                "upstream_us": r["median_us"].get("upstream", r["median_us"].get("unset")),
+                "upstream_us": r["median_us"].get("upstream"),
                 "spread": r.get("aa_spread"),
                 "cells": ratio_cells(r["ratio"], r.get("aa_spread")),
             }
