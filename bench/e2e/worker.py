@@ -106,7 +106,8 @@ def copy_grid(cache, kernel: str) -> dict[str, Any]:
     if kernel == "decode_gather":
         from freetoken.kernel import decode_gather
 
-        ctas, stages, chunk = getattr(cache, "_decode_gather_ring", None) or decode_gather.default_ring()
+        switch = getattr(cache, "_decode_gather_switch", None)
+        ctas, stages, chunk = getattr(switch, "ring", None) or decode_gather.default_ring()
         return {"ctas": ctas, "stages": stages, "chunk_bytes": chunk}
     return {"blocks_per_bank": getattr(cache, "_copy_blocks_per_bank", None)}
 
