@@ -160,7 +160,8 @@ def main() -> None:
         specs += [StepVariant(f"tma_{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
                   for r in step_rings]  # fmt: skip
         if args.step_variants:
-            specs += [StepVariant(f"tma_{v}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=m) for v, m in var_mods.items()]
+            specs += [StepVariant(f"tma_{v}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=m)
+                      for v, m in var_mods.items()]  # fmt: skip
         log["step"] = harness.decode_step(specs, rounds=9)
         harness.print_step(log["step"])
     harness.save(log, args.name)

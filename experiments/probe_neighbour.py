@@ -55,7 +55,8 @@ def main() -> None:
     assert not errors, errors
     log: dict = {"rings": [r.tag for r in RINGS]}
     gather = harness.Gather(dev)
-    kernels = {UPSTREAM: gather.upstream(fic), UPSTREAM_AA: gather.upstream(fic), **{r.tag: gather.ring(dgm, r) for r in RINGS}}
+    kernels = {UPSTREAM: gather.upstream(fic), UPSTREAM_AA: gather.upstream(fic),
+               **{r.tag: gather.ring(dgm, r) for r in RINGS}}  # fmt: skip
     neighbours = {"alone": None, "nbdef": neighbour("A", None), "nbshm": neighbour("B", 100)}
     log["A"] = {}
     t0 = time.time()

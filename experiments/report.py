@@ -108,15 +108,15 @@ INTRO = """\
 `python -m experiments.probe_fresh`: per layer in a captured graph over the model's bank footprint (HostBank: mmap, \
 fill, register), a new miss list before every replay (`decode`) or one list replayed (`replay`), paired alternating \
 rounds (their number named with each run), every replay byte-verified; ratio = upstream (8 blocks per bank) / \
-variant, paired per round, and its verdict against the run's A/A spread. `upstream_bpb32`: upstream at 32 blocks per bank; \
-`tma`: the series' kernel; `tma+t1`/`t2`/`t3`: the ring with a second warp that touches every 4 KiB host page of \
+variant, paired per round, and its verdict against the run's A/A spread. `upstream_bpb32`: upstream at 32 blocks \
+per bank; `tma`: the series' kernel; `tma+t1`/`t2`/`t3`: the ring with a second warp that touches every 4 KiB host page of \
 the CTA's later chunks first (`prefetch.global.L2`, a 4-byte load, `cp.async.bulk.prefetch.L2` of the chunk; \
 kernel: `{slug}/tree-f6d9b53d0132/ktouch-experiment.patch`, not in the series); `tma_<ring>`: other rings of the \
 series' kernel; `tma_hybrid1`/`tma_hybrid2`: the series' kernel at 256 threads per CTA, a call of at most 1 (2) rows \
 copied by every thread with 16-byte loads instead of the ring, on its 16 CTAs, and `tma_hybrid1w`/`tma_hybrid2w` on \
 64 CTAs; `tma_prewalk`: the series' kernel with a second warp per CTA that reads 4 bytes in every 2 MiB block of the \
-call's rows as soon as the count is known (`experiments/variants.py`). `upstream_nc`, `upstream_nc_l2_128`, `upstream_nc_l2_256`: \
-upstream's kernel with its row load written in PTX (`ld.global.nc`), without and with an L2 fetch-size hint. \
+call's rows as soon as the count is known (`experiments/variants.py`). `upstream_nc`, `upstream_nc_l2_128`, \
+`upstream_nc_l2_256`: upstream's kernel with its row load written in PTX (`ld.global.nc`), without and with an L2 fetch-size hint. \
 `decode_src`: new host rows before every replay into the same slots; `decode_dst`: the same rows into new slots (the \
 two halves of `decode`). `decode_touch4K`, `decode_touch64K`, `decode_touch2M`: `decode`, with 16 bytes in every \
 4 KiB, 64 KiB or 2 MiB block of the new list's host rows read by a separate kernel before the clock starts (the timed \
