@@ -168,9 +168,6 @@ def page_toucher(fic, rg, stride: int) -> Callable[[Any], None]:
     return touch
 
 
-StepSpec = StepVariant  # name, env, module (a kernel variant's JIT module), copy
-
-
 def decode_step(specs: list[StepVariant], *, rounds: int = 7, per_block: int = 10, warm: int = 40,
                 zipf_exponent: float = 1.867) -> dict[str, dict[str, Any]]:
     """The captured decode step of gpukit.decode_step (40 layers, top-8 Zipf routing at a ~10% miss rate;

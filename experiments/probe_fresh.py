@@ -25,10 +25,11 @@ import time
 
 import torch
 
-from experiments import harness as H
-from experiments import variants
+from experiments import harness, variants
+from experiments.labels import TMA, UPSTREAM, UPSTREAM_AA, UPSTREAM_BPB32, upstream_load
 from experiments.regimes import BACKINGS, REGIME_ORDER, TOUCH_REGIMES, ProbeGraphs, model_banks
 from gpukit.decode_regime import Footprint, RegimeGraphs, poisoned_slots, replays_per_set
+from gpukit.decode_step import StepVariant
 from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import call_upstream, default_ring, load_kernels, precompile, probe_headers
 from suite.rounds import run_rounds
@@ -92,7 +93,7 @@ def main() -> None:
     mods: dict[int, object] = {}
     extra = {f"touch{t}": (lambda t=t: mods.setdefault(t, touch_module(t))) for t in sorted(set(touches) | {
         int(x) for x in args.step.split(",") if x})}  # fmt: skip
-    extra.update({f"up_{x}": (lambda x=x: fic_mods.setdefault(x, fic_module(x))) for x in loads})
+    extra.update({upstream_load(x): (lambda x=x: fic_mods.setdefault(x, fic_module(x))) for x in loads})
     from freetoken.kernel.utils import KERNEL_PATH
 
     var_files, var_texts, skipped = variants.make(KERNEL_PATH / "jit", [v for v in args.tma_variants.split(",") if v])
@@ -116,18 +117,19 @@ def main() -> None:
     log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "rings": [r.tag for r in rings], "bank_setup_s": time.perf_counter() - t0, "bank_pages": pages,
                  "per_n": {}}  # fmt: skip
 
-    def up(bpb: int):
+    def upstream(bpb: int):
         return functools.partial(call_upstream, fic, blocks_per_bank=bpb)
 
     def mod(m):
-        return functools.partial(H.call_module, m)
+        return functools.partial(harness.call_module, m)
 
-    kernels = {"up": up(8), "upAA": up(8), "up32": up(32), "tma": mod(dgm.decode_gather_module(*ring))}
+    kernels = {UPSTREAM: upstream(8), UPSTREAM_AA: upstream(8), UPSTREAM_BPB32: upstream(32),
+               TMA: mod(dgm.decode_gather_module(*ring))}  # fmt: skip
     kernels.update({f"tma+t{t}": mod(mods[t]) for t in touches})
     kernels.update({f"tma_{r.tag}": mod(dgm.decode_gather_module(*r)) for r in rings})
     kernels.update({f"tma_{v}": mod(var_mods[v]) for v in var_files})
     # a fast_index_copy_multi variant's launch also takes the wait flag (0: none)
-    kernels.update({f"up_{x}": lambda *a, m=fic_mods[x]: H.call_module(m, *a, 0) for x in loads})
+    kernels.update({upstream_load(x): lambda *a, m=fic_mods[x]: harness.call_module(m, *a, 0) for x in loads})
     for n in ns:
         rg = ProbeGraphs(banks, slots, n, layers=fp.layers if n <= 32 else 4)
         for name, fn in kernels.items():
@@ -137,53 +139,56 @@ def main() -> None:
             entry["interleaved"] = interleaved(rg, fic, kernels, regimes, args.rounds)
         for regime, (timed_as, touch) in ({} if args.interleave else how_timed(rg, fic, regimes)).items():
             rounds = rg.rounds(list(kernels), timed_as, args.rounds, replays_per_set(n), prepare=touch).values
-            summ = {k: summarize_rounds(rounds, candidate=k, base="up", aa="upAA") for k in kernels if k not in ("up", "upAA")}
+            summ = {k: summarize_rounds(rounds, candidate=k, base=UPSTREAM, aa=UPSTREAM_AA)
+                    for k in kernels if k not in (UPSTREAM, UPSTREAM_AA)}  # fmt: skip
             entry[regime] = {"rounds_us": rounds, "summary": summ}
-            us = {k: H.median(v) for k, v in rounds.items()}
-            aa = summ["tma"]["aa_spread"]
-            logger.info(f"n={n:3d} {regime:6s} up {us['up']:8.2f} us  A/A +-{aa:.4f}  "
+            us = {k: harness.median(v) for k, v in rounds.items()}
+            aa = summ[TMA]["aa_spread"]
+            logger.info(f"n={n:3d} {regime:6s} {UPSTREAM} {us[UPSTREAM]:8.2f} us  A/A +-{aa:.4f}  "
                   + "  ".join(f"{k} {s['speedup_paired']:.4f}" for k, s in summ.items()))  # fmt: skip
         entry["verified_replays"] = rg.verified
         log["per_n"][n] = entry
-        H.save(log, args.name)  # after every n: a run cut short still leaves its figures
+        harness.save(log, args.name)  # after every n: a run cut short still leaves its figures
         del rg
     slots = None
     banks.close()
     step_rings = [Ring.parse(r) for r in args.step_rings.split(",") if r]
     if args.step or step_rings or (args.step_variants and var_mods):
-        specs = [H.StepSpec("unset", {}), H.StepSpec("unsetAA", {}), H.StepSpec("tma", {"FREETOKEN_DECODE_GATHER": "tma"})]
-        specs += [H.StepSpec(f"tma+t{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mods[int(t)])
+        specs = [StepVariant(UPSTREAM), StepVariant(UPSTREAM_AA), StepVariant(TMA, {"FREETOKEN_DECODE_GATHER": "tma"})]
+        specs += [StepVariant(f"tma+t{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mods[int(t)])
                   for t in args.step.split(",") if t]  # fmt: skip
-        specs += [H.StepSpec(f"tma_{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
+        specs += [StepVariant(f"tma_{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
                   for r in step_rings]  # fmt: skip
         if args.step_variants:
-            specs += [H.StepSpec(f"tma_{v}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=m) for v, m in var_mods.items()]
-        log["step"] = H.decode_step(specs, rounds=9)
-        H.print_step(log["step"])
-    H.save(log, args.name)
+            specs += [StepVariant(f"tma_{v}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=m)
+                      for v, m in var_mods.items()]  # fmt: skip
+        log["step"] = harness.decode_step(specs, rounds=9)
+        harness.print_step(log["step"])
+    harness.save(log, args.name)
 
 
 def how_timed(rg: RegimeGraphs, fic, regimes: list[str]) -> dict[str, tuple[str, object]]:
     """{label: (regime RegimeGraphs.time_set takes, its prepare hook or None)}: a touch label is the
     decode regime with its page toucher."""
-    return {reg: ("decode", H.page_toucher(fic, rg, TOUCH_REGIMES[reg])) if reg in TOUCH_REGIMES else (reg, None)
+    return {reg: ("decode", harness.page_toucher(fic, rg, TOUCH_REGIMES[reg])) if reg in TOUCH_REGIMES else (reg, None)
             for reg in regimes}  # fmt: skip
 
 
 def interleaved(rg: RegimeGraphs, fic, kernels: dict, regimes: list[str], rounds: int) -> dict:
     """Every kernel in every regime as one variant ``kernel@regime`` of the same alternating rounds, each
-    summarised against ``up@decode`` with ``upAA@decode`` as the A/A control: what a regime (a page
+    summarised against ``upstream@decode`` with ``upstream_aa@decode`` as the A/A control: what a regime (a page
     touch, a replayed list) changes, free of the host's slow drifts between regimes run one after another."""
     how = how_timed(rg, fic, regimes)
     reps = replays_per_set(rg.n)
     sets = {f"{k}@{reg}": (lambda _r, k=k, reg=reg: rg.time_set(k, how[reg][0], reps, prepare=how[reg][1]))
             for reg in regimes for k in kernels}  # fmt: skip
-    times = run_rounds(sets, rounds, base="up@decode", aa="upAA@decode").values
-    summ = {lab: summarize_rounds(times, candidate=lab, base="up@decode", aa="upAA@decode") for lab in sets if lab != "upAA@decode"}
+    base, aa = f"{UPSTREAM}@decode", f"{UPSTREAM_AA}@decode"
+    times = run_rounds(sets, rounds, base=base, aa=aa).values
+    summ = {lab: summarize_rounds(times, candidate=lab, base=base, aa=aa) for lab in sets if lab != aa}
     for reg in regimes:
-        logger.info(f"n={rg.n:3d} {reg:16s} " + "  ".join(f"{k} {H.median(times[f'{k}@{reg}']):8.2f} us x{summ[f'{k}@{reg}']['speedup_paired']:.4f}"
+        logger.info(f"n={rg.n:3d} {reg:16s} " + "  ".join(f"{k} {harness.median(times[f'{k}@{reg}']):8.2f} us x{summ[f'{k}@{reg}']['speedup_paired']:.4f}"
                                                     for k in kernels if f"{k}@{reg}" in summ))  # fmt: skip
-    logger.info(f"n={rg.n:3d} A/A +-{summ['up@decode']['aa_spread']:.4f} (ratios: up@decode / kernel@regime, paired)")
+    logger.info(f"n={rg.n:3d} A/A +-{summ[base]['aa_spread']:.4f} (ratios: {base} / kernel@regime, paired)")
     return {"regimes": regimes, "kernels": list(kernels), "rounds_us": times, "summary": summ}
 
 

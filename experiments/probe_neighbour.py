@@ -8,7 +8,7 @@ A: 40-layer captured graphs at n = 0, 1, 2 of upstream (twice) and each ring, al
 one-CTA cupy kernel before every layer (default shared-memory carveout, and carveout 100% shared),
 to see whether alternating with a kernel of another shared-memory configuration costs the ring
 anything. B: the captured decode step of the real OffloadMoeCache (40 layers, Zipf routing, ~10%
-misses) for unset, unset A/A, ensure_experts alone, and tma with each ring
+misses) for upstream, upstream A/A, ensure_experts alone, and tma with each ring
 (FREETOKEN_DECODE_GATHER_RING), 7 alternating rounds, the caches' bytes compared every round.
 Writes ``$OUT/probe_step.json`` (default: the current directory).
 """
@@ -20,7 +20,9 @@ import time
 import cupy
 import torch
 
-from experiments import harness as H
+from experiments import harness
+from experiments.labels import UPSTREAM, UPSTREAM_AA
+from gpukit.decode_step import StepVariant
 from gpukit.geometry import Ring
 from gpukit.kernels import load_kernels, precompile
 
@@ -52,17 +54,18 @@ def main() -> None:
     errors = precompile(dgm, fic, RINGS, progress=logger.info)
     assert not errors, errors
     log: dict = {"rings": [r.tag for r in RINGS]}
-    G = H.Gather(dev)
-    kernels = {"up": G.upstream(fic), "upAA": G.upstream(fic), **{r.tag: G.ring(dgm, r) for r in RINGS}}
+    gather = harness.Gather(dev)
+    kernels = {UPSTREAM: gather.upstream(fic), UPSTREAM_AA: gather.upstream(fic),
+               **{r.tag: gather.ring(dgm, r) for r in RINGS}}  # fmt: skip
     neighbours = {"alone": None, "nbdef": neighbour("A", None), "nbshm": neighbour("B", 100)}
     log["A"] = {}
     t0 = time.time()
     for n in (0, 1, 2):
-        G.set_misses(n)
-        graphs = {(kn, nb): G.graph(fn, before) for kn, fn in kernels.items() for nb, before in neighbours.items()}
-        graphs.update({("none", nb): G.graph(None, before) for nb, before in neighbours.items() if before})
-        times = G.time_rounds(graphs, copies=lambda key: key[0] != "none")
-        res = {f"{k[0]}|{k[1]}": H.median(v) for k, v in times.items()}
+        gather.set_misses(n)
+        graphs = {(kn, nb): gather.graph(fn, before) for kn, fn in kernels.items() for nb, before in neighbours.items()}
+        graphs.update({("none", nb): gather.graph(None, before) for nb, before in neighbours.items() if before})
+        times = gather.time_rounds(graphs, copies=lambda key: key[0] != "none")
+        res = {f"{k[0]}|{k[1]}": harness.median(v) for k, v in times.items()}
         log["A"][n] = res
         logger.info(f"--- A n={n}")
         for nb in neighbours:
@@ -70,15 +73,15 @@ def main() -> None:
         for nb in ("nbdef", "nbshm"):
             logger.info(f"  neighbour {nb} alone {res[f'none|{nb}']:.2f}")
     logger.info(f"A done {time.time() - t0:.0f}s")
-    specs = [H.StepSpec("unset", {}), H.StepSpec("ensure", {}, copy=False)]
+    specs = [StepVariant(UPSTREAM), StepVariant("ensure", copy=False)]
     specs += [
-        H.StepSpec(f"tma{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
+        StepVariant(f"tma{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
         for r in RINGS
     ]
-    specs.append(H.StepSpec("unsetAA", {}))
-    log["B"] = H.decode_step(specs)
-    H.print_step(log["B"])
-    H.save(log, "probe_step.json")
+    specs.append(StepVariant(UPSTREAM_AA))
+    log["B"] = harness.decode_step(specs)
+    harness.print_step(log["B"])
+    harness.save(log, "probe_step.json")
 
 
 if __name__ == "__main__":

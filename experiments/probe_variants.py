@@ -11,7 +11,7 @@ It writes the variants of :mod:`variants` next to the installed decode_gather.cu
 n > 32) of upstream fast_index_copy_multi (twice: the A/A control) and every module, 7 rounds in
 alternating order, every timed set verified byte-exact against a device copy of the sources.
 ``PROBE_STEP`` ("variant:ring,...") adds the captured decode step of the real OffloadMoeCache
-(unset, unset A/A, and those modules). Writes ``$OUT/probe_var.json`` (default: the current directory).
+(upstream, upstream A/A, and those modules). Writes ``$OUT/probe_var.json`` (default: the current directory).
 """
 
 import logging
@@ -21,8 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from experiments import harness as H
-from experiments import variants
+from experiments import harness, variants
+from experiments.labels import UPSTREAM, UPSTREAM_AA
+from gpukit.decode_step import StepVariant
 from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import load_kernels, probe_headers
 
@@ -36,11 +37,11 @@ STEP = [tuple(x.split(":")) for x in os.environ.get("PROBE_STEP", "").split(",")
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from freetoken.kernel import utils as U
+    from freetoken.kernel import utils as freetoken_utils
 
     dev = torch.device("cuda")
     dgm, fic = load_kernels()
-    files, texts, skipped = variants.make(U.KERNEL_PATH / "jit", VARS)
+    files, texts, skipped = variants.make(freetoken_utils.KERNEL_PATH / "jit", VARS)
     for name, why in skipped.items():
         logger.info(f"variant {name} skipped: {why}")
     names = [v for v in VARS if v in files]
@@ -52,31 +53,31 @@ def main() -> None:
         mods = {k: f.result() for k, f in futs.items()}
     logger.info(f"{len(mods)} modules in {time.time() - t0:.0f}s")
 
-    G = H.Gather(dev)
-    kernels = {"up": G.upstream(fic), "upAA": G.upstream(fic)}
-    kernels.update({f"{v}:{r.tag}": G.module(m) for (v, r), m in mods.items()})
+    gather = harness.Gather(dev)
+    kernels = {UPSTREAM: gather.upstream(fic), UPSTREAM_AA: gather.upstream(fic)}
+    kernels.update({f"{v}:{r.tag}": gather.module(m) for (v, r), m in mods.items()})
     log: dict = {"rings": [r.tag for r in RINGS], "vars": names, "skipped": skipped, "A": {}}
     for n in NS:
-        G.set_misses(n)
-        graphs = {k: G.graph(fn) for k, fn in kernels.items()}
-        times = G.time_rounds(graphs, copies=lambda key: True)
-        res = {k: H.median(v) for k, v in times.items()}
-        rat = H.paired(times, "up")
+        gather.set_misses(n)
+        graphs = {k: gather.graph(fn) for k, fn in kernels.items()}
+        times = gather.time_rounds(graphs, copies=lambda key: True)
+        res = {k: harness.median(v) for k, v in times.items()}
+        rat = harness.paired(times, UPSTREAM)
         log["A"][n] = {"us": res, "paired_ratio": rat, "rounds": times}
-        logger.info(f"--- n={n} up={res['up']:.2f} AA={rat['upAA']:.4f}")
+        logger.info(f"--- n={n} {UPSTREAM}={res[UPSTREAM]:.2f} A/A={rat[UPSTREAM_AA]:.4f}")
         for r in RINGS:
             logger.info(
                 f"  {r.tag:9s} "
                 + " ".join(f"{v}={res[f'{v}:{r.tag}']:.2f}({rat[f'{v}:{r.tag}']:.4f})" for v in names))
     if STEP:
-        specs = [H.StepSpec("unset", {}), H.StepSpec("unsetAA", {})]
+        specs = [StepVariant(UPSTREAM), StepVariant(UPSTREAM_AA)]
         specs += [
-            H.StepSpec(f"{v}:{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mods[(v, Ring.parse(t))])
+            StepVariant(f"{v}:{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mods[(v, Ring.parse(t))])
             for v, t in STEP
         ]
-        log["B"] = H.decode_step(specs, rounds=9)
-        H.print_step(log["B"])
-    H.save(log, "probe_var.json")
+        log["B"] = harness.decode_step(specs, rounds=9)
+        harness.print_step(log["B"])
+    harness.save(log, "probe_var.json")
 
 
 if __name__ == "__main__":

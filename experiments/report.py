@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from experiments.labels import UPSTREAM, UPSTREAM_AA, in_switch_words
 from experiments.regimes import REGIME_ORDER, TOUCH_REGIMES
 from gpukit.geometry import fmt_bytes
 from suite import results
@@ -45,7 +46,7 @@ def touch_recovery(n: int, iv: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for k in iv["kernels"]:
         dec, rep = med.get(f"{k}@decode"), med.get(f"{k}@replay")
-        if k == "upAA" or dec is None or rep is None or not touches or dec <= rep:
+        if k == UPSTREAM_AA or dec is None or rep is None or not touches or dec <= rep:
             continue
         shares = {r: (dec - med[f"{k}@{r}"]) / (dec - rep) for r in touches if f"{k}@{r}" in med}
         out.append({"n": n, "kernel": k, "gap_us": dec - rep, "shares": shares})
@@ -53,8 +54,9 @@ def touch_recovery(n: int, iv: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def probe_run(path: Path, name: str) -> dict[str, Any] | None:
-    """One probe document as table rows (None when it holds no per-n regimes: the prologue probes)."""
-    doc = results.read_json(path) or {}
+    """One probe document as table rows (None when it holds no per-n regimes: the prologue probes); its
+    kernel labels in the switch's words, whatever the file was written with (:func:`in_switch_words`)."""
+    doc = in_switch_words(results.read_json(path) or {})
     rows, rounds, recovered, interleaved = [], set(), [], False
 
     def add_row(n: str, reg: str, spread: float, summaries: Mapping[str, Any]) -> None:
@@ -64,13 +66,14 @@ def probe_run(path: Path, name: str) -> dict[str, Any] | None:
 
     for n, entry in (doc.get("per_n") or {}).items():
         iv = entry.get("interleaved")
-        if iv:  # every kernel@regime in the same rounds, each against up@decode
+        if iv:  # every kernel@regime in the same rounds, each against upstream@decode
             interleaved = True
             rounds.update(len(v) for v in iv["rounds_us"].values())
             recovered += touch_recovery(int(n), iv)
             for reg in iv["regimes"]:
-                summ = {k: iv["summary"][f"{k}@{reg}"] for k in iv["kernels"] if k != "upAA" and f"{k}@{reg}" in iv["summary"]}
-                add_row(n, reg, iv["summary"]["up@decode"]["aa_spread"], summ)
+                summ = {k: iv["summary"][f"{k}@{reg}"] for k in iv["kernels"]
+                        if k != UPSTREAM_AA and f"{k}@{reg}" in iv["summary"]}  # fmt: skip
+                add_row(n, reg, iv["summary"][f"{UPSTREAM}@decode"]["aa_spread"], summ)
         for reg in sorted((k for k in entry if k in REGIME_ORDER), key=regime_key):
             rounds.update(len(v) for v in (entry[reg].get("rounds_us") or {}).values())
             summ = entry[reg]["summary"]
@@ -105,20 +108,22 @@ INTRO = """\
 `python -m experiments.probe_fresh`: per layer in a captured graph over the model's bank footprint (HostBank: mmap, \
 fill, register), a new miss list before every replay (`decode`) or one list replayed (`replay`), paired alternating \
 rounds (their number named with each run), every replay byte-verified; ratio = upstream (8 blocks per bank) / \
-variant, paired per round, and its verdict against the run's A/A spread. `up32`: upstream at 32 blocks per bank; \
-`tma`: the series' kernel; `tma+t1`/`t2`/`t3`: the ring with a second warp that touches every 4 KiB host page of \
+variant, paired per round, and its verdict against the run's A/A spread. `upstream_bpb32`: upstream at 32 blocks \
+per bank; `tma`: the series' kernel; `tma+t1`/`t2`/`t3`: the ring with a second warp that touches every 4 KiB host page of \
 the CTA's later chunks first (`prefetch.global.L2`, a 4-byte load, `cp.async.bulk.prefetch.L2` of the chunk; \
 kernel: `{slug}/tree-f6d9b53d0132/ktouch-experiment.patch`, not in the series); `tma_<ring>`: other rings of the \
 series' kernel; `tma_hybrid1`/`tma_hybrid2`: the series' kernel at 256 threads per CTA, a call of at most 1 (2) rows \
 copied by every thread with 16-byte loads instead of the ring, on its 16 CTAs, and `tma_hybrid1w`/`tma_hybrid2w` on \
 64 CTAs; `tma_prewalk`: the series' kernel with a second warp per CTA that reads 4 bytes in every 2 MiB block of the \
-call's rows as soon as the count is known (`experiments/variants.py`). `up_nc`, `up_nc_l2_128`, `up_nc_l2_256`: \
-upstream's kernel with its row load written in PTX (`ld.global.nc`), without and with an L2 fetch-size hint. \
+call's rows as soon as the count is known (`experiments/variants.py`). `upstream_nc`, `upstream_nc_l2_128`, \
+`upstream_nc_l2_256`: upstream's kernel with its row load written in PTX (`ld.global.nc`), without and with an L2 fetch-size hint. \
 `decode_src`: new host rows before every replay into the same slots; `decode_dst`: the same rows into new slots (the \
 two halves of `decode`). `decode_touch4K`, `decode_touch64K`, `decode_touch2M`: `decode`, with 16 bytes in every \
 4 KiB, 64 KiB or 2 MiB block of the new list's host rows read by a separate kernel before the clock starts (the timed \
 replay then finds warm whatever a first read of a block warms, its address translations above all, and almost none \
-of the rows' bytes). The backing named with a run is where its banks' pages came from (`--backing`)."""
+of the rows' bytes). The backing named with a run is where its banks' pages came from (`--backing`). Files written \
+before the switch's words name upstream's kernel `up` (`upAA` its A/A twin, `up32`, `up_<load>`) or, in a decode \
+step, `unset` (`unsetAA`); the tables read them in these words (`experiments/labels.py`)."""
 
 
 def _ratio(x: float | None) -> str:
@@ -134,7 +139,7 @@ def run_lines(run: dict[str, Any]) -> list[str]:
     head = f"`{run['file']}` ({what})"
     if run["interleaved"]:
         head += ("; every kernel in every regime timed in each round, and each ratio = upstream in the `decode` "
-                 "regime / the kernel in the row's regime (so `up` in a touch row is what the touch saves upstream's kernel)")  # fmt: skip
+                 "regime / the kernel in the row's regime (so `upstream` in a touch row is what the touch saves upstream's kernel)")  # fmt: skip
     header = ["regime", "n / layer", "A/A", *run["variants"]]
     out = [head + ":", "", "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for r in run["rows"]:
@@ -148,7 +153,7 @@ def run_lines(run: dict[str, Any]) -> list[str]:
             out.append(f"- n = {r['n']}, `{r['kernel']}`: {r['gap_us']:.2f} µs; {shares}.")
     if run["step"]:
         step = ", ".join(f"{k} {_ratio(v.get('paired'))}" for k, v in run["step"].items())
-        out += ["", f"Decode step of the real OffloadMoeCache in the same run (unset / variant, paired): {step}."]
+        out += ["", f"Decode step of the real OffloadMoeCache in the same run (upstream / variant, paired): {step}."]
     return out
 
 

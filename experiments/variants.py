@@ -295,7 +295,7 @@ def make(jit_dir: Path, names: list[str]) -> tuple[dict[str, str], dict[str, str
 def load(files: dict[str, str], name: str, ring):
     """Build variant ``name`` (a file of :func:`make`, laid beside the installed headers) with ``ring``
     (gpukit.geometry.Ring) as its own JIT module ``dg<name>``."""
-    from freetoken.kernel import utils as U
+    from freetoken.kernel import utils as freetoken_utils
 
-    args = U.make_cpp_args(ring.ctas, ring.stages, ring.chunk_bytes)
-    return U.load_jit(f"dg{name}", *args, cuda_files=[files[name]], cuda_wrappers=[("launch", f"&DecodeGatherKernel<{args}>::run")])
+    args = freetoken_utils.make_cpp_args(ring.ctas, ring.stages, ring.chunk_bytes)
+    return freetoken_utils.load_jit(f"dg{name}", *args, cuda_files=[files[name]], cuda_wrappers=[("launch", f"&DecodeGatherKernel<{args}>::run")])

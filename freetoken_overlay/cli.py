@@ -4,8 +4,12 @@ Commands: apply, export, build (= build-wheel --install + build-kernels),
 build-wheel, build-kernels, verify, series-hash, wheelhouse.  Settings come
 from the environment: FT_OVERLAY_WORKDIR (work directory, an absolute path;
 default ``<repo>/.work``), FT_OVERLAY_WHEELHOUSE (offline wheelhouse; also
-``--wheelhouse``), FT_OVERLAY_VERBOSE=1 (pip's own output; also ``-v`` on the
-commands that run pip), TVM_FFI_CUDA_ARCH_LIST (kernel architectures).
+``--wheelhouse``), FT_OVERLAY_VERBOSE=1 (pip's own output and the overlay's DEBUG
+log records; also ``-v`` on the commands that run pip), TVM_FFI_CUDA_ARCH_LIST (kernel
+architectures).
+
+The modules log their progress to ``logging.getLogger(__name__)``; :func:`setup_logging`
+(run by :func:`main`) shows those records on stdout as ``[freetoken-overlay] MESSAGE`` lines.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import logging
 import os
 import shlex
 import sys
@@ -28,10 +33,42 @@ from .util import (
     OverlayError,
     Workdir,
     check_flags,
-    log,
     pip_source_args,
+    verbose,
     wheelhouse_dir,
 )
+
+logger = logging.getLogger(__name__)
+
+#: Every progress line starts with this (docs and tests look for it).
+LOG_PREFIX = "[freetoken-overlay]"
+_HANDLER_NAME = "freetoken-overlay-cli"
+
+
+class _StdoutHandler(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stdout`` is when a record comes (as :data:`logging.lastResort`
+    does for stderr), so the lines interleave with the output of the tools the steps run."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def setup_logging(*, debug: bool = False) -> logging.Logger:
+    """Show the package's log records (INFO and up; DEBUG too with ``debug``) on stdout, one
+    ``[freetoken-overlay] MESSAGE`` line each, flushed; the handler is added once per process."""
+    package = logging.getLogger(__package__)
+    if not any(h.get_name() == _HANDLER_NAME for h in package.handlers):
+        handler = _StdoutHandler()
+        handler.set_name(_HANDLER_NAME)
+        handler.setFormatter(logging.Formatter(f"{LOG_PREFIX} %(message)s"))
+        package.addHandler(handler)
+    package.setLevel(logging.DEBUG if debug else logging.INFO)
+    return package
 
 
 def _patches(args: argparse.Namespace) -> Path:
@@ -117,7 +154,7 @@ def cmd_verify(args: argparse.Namespace) -> None:
     pin = pins.get_pin(args.release)
     names = sorted(pin.wheels) if args.all_wheels else None
     load_source_tree(pin, cache=Workdir.from_env().wheels, wheelhouse=wheelhouse_dir(args.wheelhouse), names=names)
-    log(f"FreeToken {pin.version}: tree {pin.tree_id}, base commit {pin.base_commit}")
+    logger.info(f"FreeToken {pin.version}: tree {pin.tree_id}, base commit {pin.base_commit}")
 
 
 def cmd_series_hash(args: argparse.Namespace) -> None:
@@ -208,8 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
+    setup_logging()
     try:
         check_flags()
+        setup_logging(debug=verbose())
         args.func(args)
     except OverlayError as exc:
         print(f"freetoken_overlay {args.command}: error: {exc}", file=sys.stderr, flush=True)

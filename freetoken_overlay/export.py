@@ -11,14 +11,14 @@ as an empty patch that no later apply takes).
 
 from __future__ import annotations
 
+import logging
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 
 from .pin import Pin
 from .series import PATCHES_DIR, series_args, patch_files, series_hash, work_repo
-from .util import OverlayError, Workdir, git, git_out, hint, log
+from .util import OverlayError, Workdir, git, git_bytes, git_out, hint
 from .workrepo import (
     dirt,
     empty_commits,
@@ -34,6 +34,8 @@ from .workrepo import (
     write_manifest,
     write_state,
 )
+
+logger = logging.getLogger(__name__)
 
 #: ``git format-patch`` flags that make the output a pure function of the commits: no commit ids
 #: (--zero-commit), no git version (--no-signature), no abbreviation-dependent index lines
@@ -53,17 +55,29 @@ FORMAT_PATCH_FLAGS = (
 
 
 def clean_in_git(folder: Path) -> set[Path]:
-    """The files under ``folder`` that the project's own git tracks unchanged (none outside a git checkout)."""
-    def run(*args: str) -> str:
-        proc = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, check=False)
-        return proc.stdout if proc.returncode == 0 else ""
+    """The files under ``folder`` that the project's own git tracks unchanged (none outside a git checkout).
 
-    top = run("rev-parse", "--show-toplevel").strip()
+    git's output is read as bytes, NUL-separated (``-z``), so any file name (a space, a newline, a quote,
+    a byte that is not UTF-8) is read as is.
+    """
+
+    def run(*args: str) -> list[str]:  # the project's git, with its user's configuration (their checkout)
+        try:
+            return os.fsdecode(git_bytes(folder, *args, hermetic=False)).split("\0")
+        except OverlayError:
+            return []
+
+    top = "".join(run("rev-parse", "--show-toplevel")).removesuffix("\n")
     if not top:
         return set()
-    tracked = {Path(top, p).resolve() for p in run("ls-files", "-z", "--full-name", "--", ".").split("\0") if p}
-    changed = {Path(top, line[3:]).resolve() for line in run("status", "--porcelain", "--untracked-files=no",
-                                                            "--", ".").splitlines() if line}  # fmt: skip
+    tracked = {Path(top, p).resolve() for p in run("ls-files", "-z", "--full-name", "--", ".") if p}
+    changed: set[Path] = set()
+    entries = iter(run("status", "--porcelain", "-z", "--untracked-files=no", "--", "."))
+    for entry in entries:  # "XY PATH", relative to the top; a rename or copy is followed by its source path
+        if entry:
+            changed.add(Path(top, entry[3:]).resolve())
+            if {"R", "C"} & set(entry[:2]):
+                changed.add(Path(top, next(entries, "")).resolve())
     return tracked - changed
 
 
@@ -117,7 +131,7 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
     """
     patches_dir = patches_dir or PATCHES_DIR
     args, branch = series_args(pin, patches_dir), series_branch(pin)
-    repo = work_repo(workdir, pin.version)
+    repo = work_repo(workdir)
     if not (repo / ".git").is_dir():
         raise OverlayError(f"{repo} does not exist: run {hint('apply', *args)} first")
     refuse_if_busy(repo, "export")
@@ -129,7 +143,7 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
         )
     status = git_out(repo, "status", "--porcelain")
     if status:
-        log(f"warning: {dirt(status)} in {repo} are not exported "
+        logger.warning(f"warning: {dirt(status)} in {repo} are not exported "
             f"(commit them there first: git -C {repo} add -A && git -C {repo} commit):\n{status}")  # fmt: skip
     head = git_out(repo, "rev-parse", f"refs/heads/{branch}")
     empty = empty_commits(repo, pin.tag, head)
@@ -161,14 +175,14 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
             tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
             tmp.write_bytes(new[target.name])
             os.replace(tmp, target)
-            log(f"wrote {target.relative_to(patches_dir.parent)}")
+            logger.info(f"wrote {target.relative_to(patches_dir.parent)}")
         for stale in removes:
             stale.unlink()
-            log(f"removed {stale.relative_to(patches_dir.parent)} (no longer in the series)")
+            logger.info(f"removed {stale.relative_to(patches_dir.parent)} (no longer in the series)")
     except OSError as exc:
         raise OverlayError(f"export stopped writing {patches_dir}: {exc}") from None
     series = series_hash(patches_dir)
     write_state(repo, branch, series, head)
     write_manifest(repo, branch, new)
-    log(f"exported {len(new)} patch(es) from {pin.tag}..{branch} ({head}); series {series}")
+    logger.info(f"exported {len(new)} patch(es) from {pin.tag}..{branch} ({head}); series {series}")
     return patch_files(patches_dir)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,7 +25,9 @@ from pathlib import Path
 
 from . import toolchain
 from .requirements import NVCC_FROM_PYPI
-from .util import OverlayError, Workdir, log, run_checked
+from .util import OverlayError, Workdir, run_checked
+
+logger = logging.getLogger(__name__)
 
 #: Kernel specs of the series: names ``freetoken__decode_gather...``.
 SPEC_PREFIX = "freetoken__decode_gather"
@@ -121,7 +124,7 @@ def ensure_cuda_home(workdir: Workdir, *, pip_args: list[str]) -> Path:
         return home
     major = _torch_cuda_major() or DEFAULT_CUDA_MAJOR
     packages = [spec.format(major=major) for spec in NVCC_FROM_PYPI]
-    log(f"no nvcc found (CUDA_HOME unset, none on PATH or at /usr/local/cuda); installing {' '.join(packages)}")
+    logger.info(f"no nvcc found (CUDA_HOME unset, none on PATH or at /usr/local/cuda); installing {' '.join(packages)}")
     try:
         run_checked([sys.executable, "-m", "pip", "install", *pip_args, *packages], what="installing nvcc from PyPI")
     except OverlayError as exc:
@@ -151,7 +154,7 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     archs = cuda_arch_list()
     names = select_specs()
     if not names:
-        log(
+        logger.info(
             f"freetoken {freetoken.__version__} has no kernel spec named {SPEC_PREFIX}* in "
             "default_kernel_specs() (the series adds none yet); skipping the kernel cache"
         )
@@ -159,7 +162,7 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     cuda_home = ensure_cuda_home(workdir, pip_args=pip_args)
     os.environ["CUDA_HOME"] = str(cuda_home)
     os.environ[CUDA_ARCH_LIST_ENV] = archs
-    log(f"building {len(names)} kernel(s) for archs {archs} with {cuda_home}/bin/nvcc: {', '.join(names)}")
+    logger.info(f"building {len(names)} kernel(s) for archs {archs} with {cuda_home}/bin/nvcc: {', '.join(names)}")
 
     from freetoken.kernel.aot import compile_and_package_kernels
 
@@ -180,6 +183,6 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     }
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     for path in built:
-        log(f"built {path} ({path.stat().st_size} bytes)")
-    log(f"kernel cache: {out}  (use it with FREETOKEN_KERNEL_CACHE_DIR={out})")
+        logger.info(f"built {path} ({path.stat().st_size} bytes)")
+    logger.info(f"kernel cache: {out}  (use it with FREETOKEN_KERNEL_CACHE_DIR={out})")
     return out

@@ -18,6 +18,7 @@ progress or where local changes are in the way.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from .pin import DEFAULT_VERSION, Pin
 from .upstream import load_source_tree
-from .util import REPO_ROOT, OverlayError, Workdir, git, git_out, hint, log
+from .util import REPO_ROOT, OverlayError, Workdir, git, git_out, hint
 from .workrepo import (
     BRANCH,
     branch_tip,
@@ -38,7 +39,6 @@ from .workrepo import (
     init_repo,
     keep_ref,
     make_base_commit,
-    make_base_repo,
     on_branch,
     patch_ids,
     q,
@@ -48,7 +48,9 @@ from .workrepo import (
     write_state,
 )
 
-__all__ = ["BRANCH", "apply", "apply_to_clone", "ensure_applied", "make_base_repo", "series_hash", "work_repo"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["BRANCH", "apply", "apply_to_clone", "ensure_applied", "series_hash", "work_repo"]
 
 PATCHES_DIR = REPO_ROOT / "patches"
 SERIES_HASH_LENGTH = 12
@@ -68,9 +70,9 @@ class PatchError(OverlayError):
         self.patch, self.index, self.count, self.applied = patch, index, count, applied
 
 
-def work_repo(workdir: Workdir, version: str = DEFAULT_VERSION) -> Path:
-    """The work repository, ``<workdir>/upstream`` (every pinned release's base and branch live in it)."""
-    del version  # one repository for all releases: another release is another tag and branch in it
+def work_repo(workdir: Workdir) -> Path:
+    """The work repository, ``<workdir>/upstream``: one for all releases (every pinned release's base
+    is another tag, and its series another branch, in it)."""
     return workdir.root / "upstream"
 
 
@@ -135,7 +137,7 @@ def am_series(
             )  # fmt: skip
         if identity:
             git(repo, "commit", "-q", "--amend", "--no-edit", "--reset-author", hermetic=hermetic, env=identity)
-        log(f"[{index}/{len(patches)}] {patch.name}: {output.splitlines()[0] if output else 'applied'}")
+        logger.info(f"[{index}/{len(patches)}] {patch.name}: {output.splitlines()[0] if output else 'applied'}")
     return git_out(repo, "rev-parse", "HEAD", hermetic=hermetic)
 
 
@@ -176,8 +178,11 @@ def series_args(pin: Pin, patches_dir: Path | None) -> list[str]:
     return args
 
 
-def _base(repo: Path, pin: Pin, workdir: Workdir, wheelhouse: Path | None) -> str:
-    """The base commit of ``pin`` in ``repo``, made and tagged if missing; a tag moved elsewhere is refused."""
+def _base(
+    repo: Path, pin: Pin, workdir: Workdir, wheelhouse: Path | None, files: Mapping[str, bytes] | None = None
+) -> str:
+    """The base commit of ``pin`` in ``repo``, made (from ``files``, the verified source tree, loaded here
+    if not given) and tagged if missing; a tag moved elsewhere is refused."""
     tagged = git(repo, "rev-parse", "-q", "--verify", f"refs/tags/{pin.tag}^{{commit}}", check=False).stdout.strip()
     if tagged and tagged != pin.base_commit:
         raise OverlayError(
@@ -186,10 +191,11 @@ def _base(repo: Path, pin: Pin, workdir: Workdir, wheelhouse: Path | None) -> st
             "then run this again"
         )
     if not tagged:
-        files = load_source_tree(pin, cache=workdir.wheels, wheelhouse=wheelhouse)
+        if files is None:
+            files = load_source_tree(pin, cache=workdir.wheels, wheelhouse=wheelhouse)
         make_base_commit(repo, pin, files)
         git(repo, "tag", pin.tag, pin.base_commit)
-        log(f"base commit {pin.base_commit} tagged {pin.tag}")
+        logger.info(f"base commit {pin.base_commit} tagged {pin.tag}")
     return pin.base_commit
 
 
@@ -236,7 +242,8 @@ def apply(
     """
     patches = patch_files(patches_dir)
     series = series_hash(patches_dir)
-    repo, branch, args = work_repo(workdir, pin.version), series_branch(pin), series_args(pin, patches_dir)
+    repo, branch, args = work_repo(workdir), series_branch(pin), series_args(pin, patches_dir)
+    files = None  # the verified source tree, read once: only a new repository needs it before _base
     if not (repo / ".git").is_dir():
         if repo.exists() and (not repo.is_dir() or any(repo.iterdir())):
             moved = f"{repo}.not-git"
@@ -244,14 +251,14 @@ def apply(
                 f"{repo} exists and is not a git repository; apply never moves or deletes it\n"
                 f"to keep it and go on, move it yourself: mv {q(repo)} {q(moved)} && {hint('apply', *args)}"
             )
-        load_source_tree(pin, cache=workdir.wheels, wheelhouse=wheelhouse)  # verified before anything is made
+        files = load_source_tree(pin, cache=workdir.wheels, wheelhouse=wheelhouse)  # verified before anything is made
         init_repo(repo, branch)
-        log(f"created the work repository {repo}")
+        logger.info(f"created the work repository {repo}")
     refuse_if_busy(repo, "apply")
     tip = branch_tip(repo, branch)
     recorded, applied = read_state(repo, branch)
     if tip is not None and recorded == series and tip == applied:
-        log(f"{repo} is up to date: {branch} at {tip} (series {series}); nothing to do")
+        logger.info(f"{repo} is up to date: {branch} at {tip} (series {series}); nothing to do")
         return repo
     elsewhere = checked_out_elsewhere(repo, branch)
     if elsewhere:
@@ -259,27 +266,27 @@ def apply(
                            f"branch there (git -C {q(elsewhere)} switch --detach), then run {hint('apply', *args)}")  # fmt: skip
     if on_branch(repo, branch) and tip is not None:
         _refuse_local_changes(repo, branch, args)
-    base = _base(repo, pin, workdir, wheelhouse)
-    log(f"applying {len(patches)} patch(es) onto {pin.tag}")
+    base = _base(repo, pin, workdir, wheelhouse, files)
+    logger.info(f"applying {len(patches)} patch(es) onto {pin.tag}")
     try:
         new = build_aside(repo, base, patches)
     except PatchError as exc:
         raise PatchError(_patch_advice(exc, repo, branch, args), exc.patch, exc.index, exc.count, exc.applied) from None
     if tip == new:
         write_state(repo, branch, series, new)
-        log(f"{repo}: {branch} already holds series {series} ({new})")
+        logger.info(f"{repo}: {branch} already holds series {series} ({new})")
         return repo
     if tip is not None and not force and not _exported(repo, pin, tip, applied, patches):
         raise OverlayError(_unexported_advice(repo, pin, branch, tip, applied, args))
     kept = keep_ref(repo, branch, tip) if tip is not None else None
     _move_branch(repo, branch, tip, new)
     write_state(repo, branch, series, new)
-    log(f"{repo}: {branch} at {new} (series {series}, {len(patches)} patch(es))")
+    logger.info(f"{repo}: {branch} at {new} (series {series}, {len(patches)} patch(es))")
     if kept:
         carry = ""
         if applied and applied != tip and _is_ancestor(repo, applied, tip):
             carry = f"; to carry its commits over: git -C {q(repo)} cherry-pick {applied}..{kept}"
-        log(f"its previous tip {tip} stays as {kept}{carry}")
+        logger.info(f"its previous tip {tip} stays as {kept}{carry}")
     return repo
 
 
@@ -337,7 +344,7 @@ def apply_to_clone(
     if not base:
         raise OverlayError(f"--rev {rev!r}: no such commit in {clone}")
     patches = patch_files(patches_dir)
-    log(f"applying {len(patches)} patch(es) onto {rev} ({base}) of {clone}")
+    logger.info(f"applying {len(patches)} patch(es) onto {rev} ({base}) of {clone}")
     try:
         head = build_aside(clone, base, patches, hermetic=False, identity=identity)
     except PatchError as exc:
@@ -351,7 +358,7 @@ def apply_to_clone(
         clone, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", hermetic=False, check=False
     ).stdout.strip()
     if current == head:
-        log(f"{clone}: branch {branch} is up to date at {head}")
+        logger.info(f"{clone}: branch {branch} is up to date at {head}")
         return head
     if current and not force:
         raise OverlayError(
@@ -362,8 +369,8 @@ def apply_to_clone(
     kept = keep_ref(clone, branch, current) if current else None  # the old tip stays named, as in the work repo
     git(clone, "branch", "-f", branch, head, hermetic=False)
     if kept:
-        log(f"{clone}: moved branch {branch} from {current}; its old tip stays as {kept}")
-    log(f"{clone}: branch {branch} at {head} ({len(patches)} patch(es) on {rev})")
+        logger.info(f"{clone}: moved branch {branch} from {current}; its old tip stays as {kept}")
+    logger.info(f"{clone}: branch {branch} at {head} ({len(patches)} patch(es) on {rev})")
     return head
 
 
@@ -376,7 +383,7 @@ def ensure_applied(
     holding the series with commits not exported, uncommitted or untracked files, or HEAD on
     another branch is refused: the wheel would not match what is tested.
     """
-    repo, branch = work_repo(workdir, pin.version), series_branch(pin)
+    repo, branch = work_repo(workdir), series_branch(pin)
     series = series_hash(patches_dir)
     if (repo / ".git").is_dir():
         recorded, applied = read_state(repo, branch)
@@ -403,5 +410,5 @@ def ensure_applied(
                     f"git -C {repo} switch {branch}, then build again"
                 )
             return repo
-        log(f"{repo} holds series {recorded}, patches/ is {series}: applying")
+        logger.info(f"{repo} holds series {recorded}, patches/ is {series}: applying")
     return apply(pin, workdir=workdir, patches_dir=patches_dir, wheelhouse=wheelhouse)

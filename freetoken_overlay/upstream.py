@@ -11,6 +11,7 @@ or it is refused before anything is written.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import subprocess
 import sys
@@ -20,7 +21,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .pin import PLATFORM_TAG, Pin
-from .util import OverlayError, log, python_tag, verbose, verify_sha256
+from .util import OverlayError, python_tag, verbose, verify_sha256
+
+logger = logging.getLogger(__name__)
 
 #: Where the package lives in the upstream repository (and in our work repo).
 SOURCE_PREFIX = "python/"
@@ -101,7 +104,7 @@ def _pip_download(pin: Pin, name: str, dest: Path) -> Path:
         "--python-version", py_version, "--implementation", "cp", "--abi", py_tag,
         "--platform", PLATFORM_TAG, "-d", str(dest), f"freetoken=={pin.version}",
     ]  # fmt: skip
-    log(f"downloading {name} ...")
+    logger.info(f"downloading {name} ...")
     quiet = not verbose()
     proc = subprocess.run(cmd, check=False, stdout=subprocess.PIPE if quiet else None,
                           stderr=subprocess.STDOUT if quiet else None, text=True)  # fmt: skip
@@ -141,7 +144,7 @@ def fetch_wheel(pin: Pin, name: str, *, cache: Path, wheelhouse: Path | None = N
         downloaded = _pip_download(pin, name, Path(tmp))
         verify_sha256(downloaded, expected)
         os.replace(downloaded, path)
-    log(f"verified sha256 of {name}; cached at {path}")
+    logger.info(f"verified sha256 of {name}; cached at {path}")
     return path
 
 
@@ -168,7 +171,7 @@ def load_source_tree(
         wheel = fetch_wheel(pin, name, cache=cache, wheelhouse=wheelhouse)
         files = source_files(wheel)
         verify_tree(pin, wheel, files)
-        log(f"verified source tree of {name}: {pin.tree_id} ({len(files)} files)")
+        logger.info(f"verified source tree of {name}: {pin.tree_id} ({len(files)} files)")
     return files
 
 

@@ -1,4 +1,4 @@
-"""Small shared helpers: errors, logging, environment settings, paths, git.
+"""Small shared helpers: errors, environment settings, paths, git.
 
 Everything in :mod:`freetoken_overlay` except :mod:`freetoken_overlay.kernels`
 uses the standard library only, so it runs in any Python >= 3.11 (the nox
@@ -9,6 +9,7 @@ anything.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shlex
 import subprocess
@@ -16,6 +17,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 #: The repository that holds this package (patches/, tests/, noxfile.py, ...).
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -37,11 +40,6 @@ class OverlayError(Exception):
     """A failure with a message meant for the user; the CLI prints it and exits 1."""
 
 
-def log(message: str) -> None:
-    """Print a progress line (flushed, so it interleaves with subprocess output)."""
-    print(f"[freetoken-overlay] {message}", flush=True)
-
-
 def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
     """Read a boolean environment variable; refuse anything but the usual spellings."""
     raw = (os.environ if environ is None else environ).get(name, "")
@@ -55,7 +53,8 @@ def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
 
 
 def verbose() -> bool:
-    """Whether pip and the other tools show their own output ($FT_OVERLAY_VERBOSE, or ``-v``)."""
+    """Whether pip and the other tools show their own output ($FT_OVERLAY_VERBOSE, or ``-v``; the CLI
+    then also shows the overlay's DEBUG log records)."""
     return env_flag(VERBOSE_ENV)
 
 
@@ -234,9 +233,11 @@ def git_out(repo: Path, *args: str, hermetic: bool = True) -> str:
     return git(repo, *args, hermetic=hermetic).stdout.strip()
 
 
-def git_bytes(repo: Path, *args: str) -> bytes:
-    """Raw stdout of ``git args...`` in ``repo`` (for blob contents)."""
-    proc = subprocess.run(["git", "-C", str(repo), *args], env=git_env(hermetic=True), capture_output=True, check=False)
+def git_bytes(repo: Path, *args: str, hermetic: bool = True) -> bytes:
+    """Raw stdout of ``git args...`` in ``repo`` (for blob contents, and NUL-separated ``-z`` output)."""
+    proc = subprocess.run(
+        ["git", "-C", str(repo), *args], env=git_env(hermetic=hermetic), capture_output=True, check=False
+    )
     if proc.returncode != 0:
         raise OverlayError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.decode(errors='replace')}")
     return proc.stdout
@@ -244,14 +245,14 @@ def git_bytes(repo: Path, *args: str) -> bytes:
 
 def run_checked(cmd: Sequence[str], *, what: str, env: Mapping[str, str] | None = None) -> None:
     """Run a command; raise on failure.  Its output shows only when verbose or when it fails."""
-    log(f"$ {' '.join(cmd)}")
+    logger.info(f"$ {' '.join(cmd)}")
     quiet = not verbose()
     proc = subprocess.run(
         list(cmd), env=None if env is None else dict(env), check=False,
         stdout=subprocess.PIPE if quiet else None, stderr=subprocess.STDOUT if quiet else None, text=True,
     )  # fmt: skip
     if proc.returncode != 0:
-        if quiet and proc.stdout:
+        if quiet and proc.stdout:  # the failed tool's own output, as it would have shown (not a log line)
             print(proc.stdout, end="" if proc.stdout.endswith("\n") else "\n", file=sys.stderr, flush=True)
         raise OverlayError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}")
 

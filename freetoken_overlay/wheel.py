@@ -19,6 +19,7 @@ import csv
 import hashlib
 import importlib.metadata
 import io
+import logging
 import os
 import re
 import sys
@@ -31,7 +32,9 @@ from .pin import PLATFORM_TAG, Pin
 from .series import ensure_applied, series_hash
 from .workrepo import series_branch
 from .upstream import PACKAGE, SOURCE_PREFIX, fetch_wheel
-from .util import OverlayError, Workdir, git, git_bytes, log, python_tag, run_checked
+from .util import OverlayError, Workdir, git, git_bytes, python_tag, run_checked
+
+logger = logging.getLogger(__name__)
 
 #: Local version label of patched wheels: ``0.2.1+dg.<series hash>``.
 LOCAL_LABEL = "dg"
@@ -139,7 +142,7 @@ def rewrite_wheel(official: Path, out: Path, pin: Pin, series: str, changes: Ser
             dst.writestr(info, data)
     os.chmod(tmp.name, 0o644)
     os.replace(tmp.name, out)
-    log(
+    logger.info(
         f"wrote {out} ({len(changes.files) - len(added)} file(s) replaced, {len(added)} added, "
         f"{len(changes.deleted)} deleted)"
     )
@@ -178,7 +181,7 @@ def build_wheel(
     series = series_hash(patches_dir)
     out = workdir.dist / patched_wheel_name(pin, series, py_tag)
     if out.is_file():
-        log(f"patched wheel is up to date: {out}")
+        logger.info(f"patched wheel is up to date: {out}")
         return out
     official = fetch_wheel(pin, official_name, cache=workdir.wheels, wheelhouse=wheelhouse)
     rewrite_wheel(official, out, pin, series, series_changes(repo, pin))
@@ -197,9 +200,9 @@ def install_wheel(wheel: Path) -> None:
     except importlib.metadata.PackageNotFoundError:
         installed = None
     if installed == version:
-        log(f"{PACKAGE} {version} is installed already: {wheel.name}")
+        logger.info(f"{PACKAGE} {version} is installed already: {wheel.name}")
         return
-    log(f"installing {wheel.name}")
+    logger.info(f"installing {wheel.name}")
     run_checked(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall",
          "--disable-pip-version-check", str(wheel)],

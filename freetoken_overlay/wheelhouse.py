@@ -8,6 +8,7 @@ nox and nox's dependencies.  See CONTRIBUTING.md for how it is used there.
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import sys
@@ -23,7 +24,9 @@ from .requirements import (
     gpu_wheels_with_deps,
 )
 from .upstream import fetch_wheel
-from .util import OverlayError, Workdir, log, run_checked
+from .util import OverlayError, Workdir, run_checked
+
+logger = logging.getLogger(__name__)
 
 # manylinux tags the GPU machine (glibc 2.39) accepts, newest first.
 _PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
@@ -64,14 +67,14 @@ def download_wheelhouse(dest: Path, pin: Pin, *, workdir: Workdir, python_versio
         _pip_download(GPU_WHEELS_NO_DEPS, Path(tmp), python_version, deps=False)
         for wheel in sorted(Path(tmp).glob("*.whl")):
             if project_name(wheel) in GPU_PREINSTALLED:
-                log(f"skipping {wheel.name} (the GPU machine has {project_name(wheel)})")
+                logger.info(f"skipping {wheel.name} (the GPU machine has {project_name(wheel)})")
                 continue
             wheels.append(Path(shutil.move(wheel, dest / wheel.name)))
 
     total = sum(w.stat().st_size for w in wheels)
     for wheel in wheels:
-        log(f"{wheel.stat().st_size / 2**20:7.2f} MiB  {wheel.name}")
-    log(f"wheelhouse {dest}: {len(wheels)} wheels, {total / 2**20:.1f} MiB")
+        logger.info(f"{wheel.stat().st_size / 2**20:7.2f} MiB  {wheel.name}")
+    logger.info(f"wheelhouse {dest}: {len(wheels)} wheels, {total / 2**20:.1f} MiB")
     if total > WHEELHOUSE_MAX_BYTES:
         raise OverlayError(
             f"wheelhouse {dest} is {total / 2**20:.1f} MiB, over the {WHEELHOUSE_MAX_BYTES / 2**20:.0f} MiB budget"

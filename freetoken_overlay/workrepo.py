@@ -233,17 +233,6 @@ def make_base_commit(repo: Path, pin: Pin, files: Mapping[str, bytes]) -> str:
     return commit
 
 
-def make_base_repo(pin: Pin, files: dict[str, bytes], repo: Path) -> str:
-    """A new repository ``repo`` holding the base commit, tagged ``upstream-<version>`` and checked out
-    on the series branch; the commit's id."""
-    branch = series_branch(pin)
-    init_repo(repo, branch)
-    commit = make_base_commit(repo, pin, files)
-    git(repo, "tag", pin.tag, commit)
-    check_out_new_branch(repo, branch, commit)
-    return commit
-
-
 def check_out_new_branch(repo: Path, branch: str, commit: str) -> None:
     """Create ``branch`` at ``commit`` where HEAD points at it unborn, filling the work tree (git refuses
     rather than overwrite an untracked file in the way)."""

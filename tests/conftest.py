@@ -16,9 +16,11 @@ from bench import sweep
 from gpukit.geometry import NVFP4_EXPERT_BYTES
 from suite.results import write_json as write
 from suite.stats import summarize_rounds
-from freetoken_overlay.pin import get_pin
+from freetoken_overlay import util as overlay_util
+from freetoken_overlay.pin import Pin, get_pin
 from freetoken_overlay.upstream import fetch_wheel
 from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, REPO_ROOT, VERBOSE_ENV, Workdir, python_tag, wheelhouse_dir
+from freetoken_overlay.workrepo import check_out_new_branch, init_repo, make_base_commit, series_branch
 
 PIN = get_pin()
 AUTHOR = {"GIT_AUTHOR_NAME": "Series Author", "GIT_AUTHOR_EMAIL": "author@example.com"}
@@ -45,6 +47,17 @@ def git(repo: Path, *args: str, date: str | None = None, check: bool = True) -> 
         env["GIT_AUTHOR_DATE"] = date
     return subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True,
                           check=check).stdout.strip()  # fmt: skip
+
+
+def make_base_repo(pin: Pin, files: dict[str, bytes], repo: Path) -> str:
+    """A new repository ``repo`` holding the base commit (made as apply makes it), tagged
+    ``upstream-<version>`` and checked out on the series branch; the commit's id."""
+    branch = series_branch(pin)
+    init_repo(repo, branch)
+    commit = make_base_commit(repo, pin, files)
+    overlay_util.git(repo, "tag", pin.tag, commit)
+    check_out_new_branch(repo, branch, commit)
+    return commit
 
 
 def commit_project(patches: Path, message: str = "patches") -> None:

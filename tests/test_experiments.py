@@ -114,7 +114,7 @@ def test_page_toucher_reads_the_blocks_of_the_current_list_and_checks_them():
 def test_interleaved_probe_times_every_kernel_in_every_regime_against_upstream_decode(monkeypatch):
     """experiments.probe_fresh.interleaved with a stand-in for the graphs: one variant per kernel and
     regime in the same rounds, touch regimes timed as decode with their touch hook, ratios against
-    ``up@decode`` and the A/A from ``upAA@decode``."""
+    ``upstream@decode`` and the A/A from ``upstream_aa@decode``."""
     pytest.importorskip("torch")
     import types
 
@@ -130,11 +130,11 @@ def test_interleaved_probe_times_every_kernel_in_every_regime_against_upstream_d
 
     monkeypatch.setattr(harness, "page_toucher", lambda fic, rg, stride: ("touch", stride))
     rg = types.SimpleNamespace(n=1, time_set=time_set)
-    out = probe_fresh.interleaved(rg, None, {"up": None, "upAA": None, "tma": None}, ["decode", "replay", "decode_touch4K"], 3)
+    out = probe_fresh.interleaved(rg, None, {"upstream": None, "upstream_aa": None, "tma": None}, ["decode", "replay", "decode_touch4K"], 3)
     assert len(calls) == 3 * 3 * 3 and {c[2] for c in calls if c[1] == "decode"} == {None, ("touch", 4096)}
     s = out["summary"]
-    assert "upAA@decode" not in s and s["up@decode"]["speedup_paired"] == 1.0 and s["up@decode"]["aa_spread"] == 0.0
-    assert s["up@replay"]["speedup_paired"] == pytest.approx(40 / 38) and s["up@decode_touch4K"]["speedup_paired"] == pytest.approx(40 / 39)
+    assert "upstream_aa@decode" not in s and s["upstream@decode"]["speedup_paired"] == 1.0 and s["upstream@decode"]["aa_spread"] == 0.0
+    assert s["upstream@replay"]["speedup_paired"] == pytest.approx(40 / 38) and s["upstream@decode_touch4K"]["speedup_paired"] == pytest.approx(40 / 39)
     assert s["tma@decode"]["speedup_paired"] == pytest.approx(1 / 0.99)
     assert len(out["rounds_us"]["tma@replay"]) == 3
 
@@ -174,33 +174,61 @@ def test_model_banks_refuse_an_unknown_backing():
 
 
 def test_interleaved_touch_probe_rows_and_the_share_a_touch_takes_back(tmp_path):
-    """An interleaved probe file becomes one row per regime and n (ratios against up@decode, the A/A of
-    upAA@decode), and each kernel's fresh-row cost and the share each touch takes back are worked out
+    """An interleaved probe file becomes one row per regime and n (ratios against upstream@decode, the A/A of
+    upstream_aa@decode), and each kernel's fresh-row cost and the share each touch takes back are worked out
     from the rounds' medians: hand-computed here for a 40/38/39 µs decode/replay/touched kernel."""
     from suite.results import write_json
     from experiments.report import regime_probe_view
 
-    rounds = {"up@decode": [40.0, 40.2, 39.8], "upAA@decode": [40.1, 40.0, 39.9], "up@replay": [38.0] * 3,
-              "up@decode_touch2M": [39.0] * 3, "tma@decode": [41.0] * 3, "tma@replay": [40.0] * 3,
+    rounds = {"upstream@decode": [40.0, 40.2, 39.8], "upstream_aa@decode": [40.1, 40.0, 39.9], "upstream@replay": [38.0] * 3,
+              "upstream@decode_touch2M": [39.0] * 3, "tma@decode": [41.0] * 3, "tma@replay": [40.0] * 3,
               "tma@decode_touch2M": [40.5] * 3}  # fmt: skip
     from suite.stats import summarize_rounds
 
-    summ = {k: summarize_rounds(rounds, candidate=k, base="up@decode", aa="upAA@decode") for k in rounds if k != "upAA@decode"}
-    iv = {"regimes": ["decode", "replay", "decode_touch2M"], "kernels": ["up", "upAA", "tma"], "rounds_us": rounds, "summary": summ}
+    summ = {k: summarize_rounds(rounds, candidate=k, base="upstream@decode", aa="upstream_aa@decode") for k in rounds if k != "upstream_aa@decode"}
+    iv = {"regimes": ["decode", "replay", "decode_touch2M"], "kernels": ["upstream", "upstream_aa", "tma"], "rounds_us": rounds, "summary": summ}
     write_json(tmp_path / "dev" / "probes" / "probe_touchi-x.json",
                {"schema": "probe/1", "footprint": {}, "per_n": {"1": {"interleaved": iv}}})  # fmt: skip
     view = regime_probe_view(tmp_path, "dev")["runs"][0]
-    assert view["interleaved"] and view["rounds"] == "3" and view["variants"] == ["up", "tma"]
+    assert view["interleaved"] and view["rounds"] == "3" and view["variants"] == ["upstream", "tma"]
     assert [r["regime"] for r in view["rows"]] == ["decode", "replay", "decode_touch2M"]
     replay = view["rows"][1]
     assert replay["aa_spread"] == pytest.approx(0.005, abs=1e-6)  # 40.2 / 40.0
     assert replay["cells"][0]["ratio"] == pytest.approx(40.0 / 38.0) and replay["cells"][0]["verdict"] == "faster"
-    up, tma = view["recovered"]
-    assert up["kernel"] == "up" and up["gap_us"] == pytest.approx(2.0) and up["shares"]["decode_touch2M"] == pytest.approx(0.5)
+    upstream, tma = view["recovered"]
+    assert upstream["kernel"] == "upstream" and upstream["gap_us"] == pytest.approx(2.0) and upstream["shares"]["decode_touch2M"] == pytest.approx(0.5)
     assert tma["gap_us"] == pytest.approx(1.0) and tma["shares"]["decode_touch2M"] == pytest.approx(0.5)
     page = __import__("experiments.report", fromlist=["render"]).render(tmp_path)
-    assert "| replay | 1 | ±0.005 | 1.053 (faster) | 1.000 (tie) |" in page  # up 40/38, tma 40/40 against up@decode
-    assert "- n = 1, `up`: 2.00 µs; `decode_touch2M` 50%." in page
+    assert "| replay | 1 | ±0.005 | 1.053 (faster) | 1.000 (tie) |" in page  # upstream 40/38, tma 40/40 against upstream@decode
+    assert "- n = 1, `upstream`: 2.00 µs; `decode_touch2M` 50%." in page
+
+
+def test_old_labels_of_a_committed_probe_file_are_read_in_the_switchs_words():
+    """experiments.labels.in_switch_words on probe files committed before the vocabulary (the files stay
+    as measured): up/upAA/up32/up_<load> and a decode step's unset/unsetAA read as upstream/upstream_aa/
+    upstream_bpb32/upstream_<load>, suffixes (@regime, |neighbour) kept, numbers and other labels untouched."""
+    from experiments.labels import in_switch_words
+    from experiments.report import ROOT, probe_run
+    from suite.results import read_json
+
+    folder = ROOT / "h200" / "tree-cea31ee84447"
+    raw = read_json(folder / "probe_touchi-hostbank.json")
+    assert "up" in raw["per_n"]["1"]["interleaved"]["kernels"]  # as measured: the file is not rewritten
+    doc = in_switch_words(raw)
+    iv = doc["per_n"]["1"]["interleaved"]
+    assert iv["kernels"] == ["upstream", "upstream_aa", "upstream_bpb32", "tma"]
+    assert iv["rounds_us"]["upstream_aa@decode"] == raw["per_n"]["1"]["interleaved"]["rounds_us"]["upAA@decode"]
+    assert not any(k.startswith(("up@", "upAA@", "up32@")) for k in iv["summary"])
+    loads = in_switch_words(read_json(folder / "probe_loads.json"))
+    assert {"upstream_nc", "upstream_nc_l2_128", "upstream_nc_l2_256", "upstream_bpb32", "tma"} <= set(next(iter(loads["per_n"].values()))["decode"]["summary"])
+    step = in_switch_words(read_json(folder / "probe_hybrid.json"))["step"]
+    assert list(step)[:3] == ["upstream", "upstream_aa", "tma"]
+    neighbour = in_switch_words(read_json(ROOT / "h200" / "tree-075b55f2b374" / "probe_neighbour.1.json"))
+    assert {"upstream|alone", "upstream_aa|nbshm"} <= set(next(iter(neighbour["A"].values())))
+    run = probe_run(folder / "probe_touchi-hostbank.json", "h200/tree-cea31ee84447/probe_touchi-hostbank.json")
+    assert run["variants"] == ["upstream", "upstream_bpb32", "tma"] and {r["kernel"] for r in run["recovered"]} <= {"upstream", "upstream_bpb32", "tma"}
+    assert in_switch_words({"upstream": 1, "tma_32x4x4K@decode": [2], "decode_touch4K": "hostbank"}) == {
+        "upstream": 1, "tma_32x4x4K@decode": [2], "decode_touch4K": "hostbank"}  # fmt: skip
 
 
 def test_the_committed_probe_page_is_what_the_probe_files_give(tmp_path):

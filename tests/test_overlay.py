@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from freetoken_overlay import kernels, series, upstream
 from freetoken_overlay.pin import DEFAULT_VERSION, PINS, get_pin
-from freetoken_overlay.export import FORMAT_PATCH_FLAGS
+from freetoken_overlay.export import FORMAT_PATCH_FLAGS, clean_in_git
 from freetoken_overlay.series import BRANCH, series_hash
 from freetoken_overlay.upstream import fetch_wheel, git_tree_id, source_files, verify_tree
 from freetoken_overlay.util import (
@@ -44,7 +44,7 @@ from freetoken_overlay.util import (
 from freetoken_overlay.wheel import local_version, patched_wheel_name
 from freetoken_overlay.workrepo import series_branch
 
-from conftest import PIN, commit_project, git, overlay, read_dir  # noqa: E402  (tests/conftest.py: the overlay's helpers)
+from conftest import PIN, commit_project, git, make_base_repo, overlay, read_dir  # noqa: E402  (tests/conftest.py: the overlay's helpers)
 
 
 # --------------------------------------------------------------------------- the pin
@@ -72,7 +72,7 @@ def test_base_commit_is_deterministic(version: str, tmp_path: Path, wheel_cache:
     if wheelhouse_dir() is not None and not (wheelhouse_dir() / name).is_file():
         pytest.skip(f"offline: {name} is not in the wheelhouse")
     files = source_files(fetch_wheel(pin, name, cache=wheel_cache, wheelhouse=wheelhouse_dir()))
-    commit = series.make_base_repo(pin, files, tmp_path / "repo")  # asserts tree and commit ids
+    commit = make_base_repo(pin, files, tmp_path / "repo")  # asserts tree and commit ids
     assert commit == pin.base_commit
     repo = tmp_path / "repo"
     branch = series_branch(pin)  # decode-gather, or decode-gather-<version> for another release
@@ -251,6 +251,63 @@ def test_submission_branch_has_a_real_author(throwaway_series: Path, tmp_path: P
     assert sorted(p.read_bytes() for p in throwaway_series.glob("*.patch")) == before
     bad = overlay(*args, "--author", "nobody", "--branch", "other", workdir=workdir, check=False)
     assert bad.returncode != 0 and "--author 'nobody': expected 'Name <email>'" in bad.stderr
+
+
+def test_first_apply_reads_the_source_tree_once(tmp_path: Path, workdir: Path, monkeypatch) -> None:
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return upstream.load_source_tree(*args, **kwargs)
+
+    monkeypatch.setattr(series, "load_source_tree", counted)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    repo = series.apply(PIN, workdir=Workdir(workdir), patches_dir=empty)
+    assert len(calls) == 1  # verified before the repository is made, and the base commit made from it
+    assert git(repo, "rev-parse", PIN.tag) == PIN.base_commit
+
+
+def test_clean_in_git_reads_odd_file_names(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    patches = project / "patches"
+    patches.mkdir(parents=True)
+    git(project, "init", "-q")
+    names = ["0001-plain.patch", "0002-a space.patch", "0003-new\nline.patch", '0004-"quoted".patch',
+             "0005-edited name.patch", "0006-old name.patch"]  # fmt: skip
+    for name in names:
+        (patches / name).write_text(f"{name}\n")
+    (project / "outside.patch").write_text("not under patches/\n")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "patches")
+    (patches / "0005-edited name.patch").write_text("edited\n")
+    git(project, "mv", "patches/0006-old name.patch", "patches/0007-new\nname.patch")
+    (patches / "0008-untracked file.patch").write_text("untracked\n")
+    assert clean_in_git(patches) == {(patches / n).resolve() for n in names[:4]}
+    outside = tmp_path / "not-a-checkout"
+    outside.mkdir()
+    assert clean_in_git(outside) == set()
+
+
+def test_progress_lines_are_log_records_with_the_prefix(capsys) -> None:
+    import logging
+
+    from freetoken_overlay import cli
+
+    package = logging.getLogger("freetoken_overlay")
+    level, handlers = package.level, list(package.handlers)
+    try:
+        cli.setup_logging()
+        cli.setup_logging(debug=True)  # configured once: one handler, however often it is called
+        assert [h.get_name() for h in package.handlers].count("freetoken-overlay-cli") == 1
+        logging.getLogger("freetoken_overlay.series").info("applying 2 patch(es)")
+        logging.getLogger("freetoken_overlay.series").debug("a detail")
+        cli.setup_logging()
+        logging.getLogger("freetoken_overlay.series").debug("hidden")
+        assert capsys.readouterr().out == "[freetoken-overlay] applying 2 patch(es)\n[freetoken-overlay] a detail\n"
+    finally:
+        package.handlers[:] = handlers
+        package.setLevel(level)
 
 
 def test_format_patch_flags_are_stable() -> None:
