@@ -99,3 +99,11 @@ def test_paired_is_the_one_shape_of_a_case():
     assert doc["reps"] == 20 and "extra" not in doc and Paired.from_doc(doc) == p
     old = {"median_us": {"unset": 1.0, "unset_aa": 1.0, "ours": 0.5}, "ratio": {"ours": 2.0}, "aa_spread": 0.01}
     assert Paired.from_doc(old).median_us == {"upstream": 1.0, "upstream_aa": 1.0, "tma": 0.5}
+
+
+def test_the_probe_kind_has_no_results_path_its_writer_names_the_file():
+    assert results.KINDS["probe"].file is None and not results.KINDS["probe"].per_device
+    with pytest.raises(ValueError, match="named by their writer"):
+        results.path("probe")
+    assert results.load("probe") is None
+    assert results.document("probe", x=1)["schema"] == "freetoken-decode-gather-probe/1"
