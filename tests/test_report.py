@@ -247,7 +247,6 @@ def test_sweep_dry_run(tmp_path):
 
 def test_where_it_loses_follows_the_decode_regime_figures():
     from suite.stats import verdict
-    from report.model import models_of
     from report.repeats import current_ratios
     from report.repeats import decode_losses as losses
 
