@@ -48,6 +48,7 @@ from gpukit.geometry import MODEL, nvfp4_banks
 from gpukit.kernels import probe_headers
 from gpukit.machine import machine_info
 from gpukit.memory import cache_rows
+from suite.models import Paired, StepBreakdown, StepPdl, paired
 from suite.rounds import Rounds, run_rounds
 from gpukit.timing import time_replays
 
@@ -105,14 +106,12 @@ def variants(probes) -> list[StepVariant]:
     return [*DEFAULT_VARIANTS, *pdl_variants(probes)]
 
 
-def summarize(r: Rounds) -> dict:
+def summarize(r: Rounds, **extra) -> Paired:
     """Medians, the A/A spread of upstream against upstream_aa and, per other variant, the ratio upstream/variant
-    (>1: variant faster) and its verdict (``suite.stats``: a tie is within the A/A spread)."""
-    s = r.summaries()
-    first = next(iter(s.values()))
-    return {"median_us": {k: statistics.median(v) for k, v in r.values.items()}, "rounds_us": r.values,
-            "ratio": {k: v["speedup"] for k, v in s.items()}, "verdict": {k: v["verdict"] for k, v in s.items()},
-            "aa_ratios": first["aa_ratios"], "aa_spread": first["aa_spread"]}  # fmt: skip
+    (>1: variant faster) and its verdict (``suite.stats``: a tie is within the A/A spread): the benchmark's
+    paired shape (:func:`suite.models.paired`)."""
+    candidates = [k for k in r.values if k not in (r.base, r.aa)]
+    return paired(r.values, candidates, base=r.base, aa=r.aa, **extra)
 
 
 def profile_block(step: DecodeStep, name: str, start: int, count: int) -> dict:
@@ -214,8 +213,8 @@ def per_layer(args, probes) -> dict:
 
         timed = {v.name: functools.partial(timed_set, v.name) for v in vs}
         rounds = run_rounds(timed, args.rounds, base="upstream", aa="upstream_aa")
-        out[str(n)] = summarize(rounds) | {"verified_sets": args.rounds * len(vs)}
-        log(f"per layer n={n}: " + ", ".join(f"{k} {v:.2f} us" for k, v in out[str(n)]["median_us"].items()))
+        out[str(n)] = summarize(rounds, verified_sets=args.rounds * len(vs))
+        log(f"per layer n={n}: " + ", ".join(f"{k} {v:.2f} us" for k, v in out[str(n)].median_us.items()))
         graphs.clear()
     banks.close()
     return out
@@ -240,8 +239,8 @@ def main() -> int:
         if b.get("calls"):
             log(f"  {name}: per layer call ensure {b['mean_us']['ensure_us']:.2f} us, gap {b['mean_us']['gap_us']:.2f} us, "
                 f"copy {b['mean_us']['copy_us']:.2f} us ({b['calls']} calls)")
-    fields["per_layer"] = per_layer(args, probes)
-    path = results.save("step_pdl", machine=machine_info(), out_dir=args.out, **fields)
+    doc = StepPdl(args=fields["args"], decode_step=StepBreakdown.from_doc(s), per_layer=per_layer(args, probes))
+    path = results.save("step_pdl", machine=machine_info(), out_dir=args.out, **doc.to_doc())
     log(f"wrote {path} in {time.perf_counter() - t0:.0f}s")
     return 0
 

@@ -60,7 +60,7 @@ from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, pois
 from gpukit.timing import copy_engine_ceiling, device_clock, reps_for, time_replays
 from suite import results
 from suite.rounds import run_rounds
-from suite.stats import summarize_rounds
+from suite.models import paired as paired_result
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 log = logging.getLogger("bench")
@@ -111,18 +111,10 @@ STEP_PARAMS = [pytest.param("step", MODEL["moe_layers"], "zipf", k, id=f"step-L4
 
 
 def paired(rounds_us: dict[str, list[float]], candidates: list[str], **extra: Any) -> dict[str, Any]:
-    """The paired alternating-rounds result of one case: ratio upstream/candidate per candidate (> 1: the
-    candidate faster), the A/A ratio and spread, the verdicts, medians and every round (``rounds_us``)."""
-    s = {c: summarize_rounds(rounds_us, candidate=c, base=BASE, aa=AA) for c in candidates}
-    first = s[candidates[0]]
-    return {
-        "base": BASE, "aa": AA, "rounds": len(rounds_us[BASE]), "order": "alternating",
-        "ratio": {c: s[c]["speedup"] for c in candidates},
-        "ratio_paired": {c: s[c]["speedup_paired"] for c in candidates},
-        "verdict": {c: s[c]["verdict"] for c in candidates},
-        "aa_ratio": first["aa_ratio"], "aa_spread": first["aa_spread"],
-        "median_us": first["median_us"], "rounds_us": rounds_us, **extra,
-    }  # fmt: skip
+    """The paired alternating-rounds result of one case (:func:`suite.models.paired`, the one shape
+    ``bench/step_pdl.py`` writes too): ratio upstream/candidate per candidate (> 1: the candidate faster),
+    the A/A ratios and spread, the verdicts, medians and every round (``rounds_us``)."""
+    return paired_result(rounds_us, candidates, base=BASE, aa=AA, **extra).to_doc()
 
 
 class Case:

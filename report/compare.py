@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from suite import results
+from suite.models import BenchRun
 from report import benchmarks
 from report.gather import decode_step_view, gather_row, regime_key
 
@@ -35,9 +36,9 @@ def _times(view: dict) -> tuple:
     return tuple(t.get(k) for k in (benchmarks.BASE, benchmarks.AA, benchmarks.CANDIDATE))
 
 
-def records(bench: dict) -> list[tuple]:
+def records(bench: BenchRun) -> list[tuple]:
     """The rows as figures, numerically ordered by (regime, layers, n); the decode step last (n: misses per step)."""
-    rows = sorted((gather_row(r) for r in bench.get("gather") or []),
+    rows = sorted((gather_row(r) for r in bench.gather),
                   key=lambda r: (regime_key(r["regime"]), r["layers"], r["n"]))  # fmt: skip
     out = [(r["regime"], r["layers"], r["n"], *_times(r), r["ratio"], r["spread"], r["verdict"]) for r in rows]
     s = decode_step_view(bench)
@@ -58,11 +59,11 @@ def _cell(x) -> str:
     return "–" if x is None else f"{x:,.3f}"
 
 
-def header(slug: str, bench: dict) -> str:
-    m, p = bench.get("machine") or {}, bench.get("provenance") or {}
+def header(slug: str, bench: BenchRun) -> str:
+    m, p = bench.machine, bench.provenance
     series = p.get("series_hash") or m.get("series_hash")
-    times = "pytest-benchmark medians" if bench.get("pytest_benchmark") else "paired medians (run before the pytest-benchmark store)"
-    return f"{m.get('device_name') or slug} ({bench['store']}, series {series}; times: {times})"
+    times = "pytest-benchmark medians" if bench.pytest_benchmark else "paired medians (run before the pytest-benchmark store)"
+    return f"{m.get('device_name') or slug} ({bench.store}, series {series}; times: {times})"
 
 
 def table(rows: list[list[str]]) -> str:
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     base = args.results or results.root()
     found = {slug: benchmarks.load(slug, base) for slug in args.device or results.devices(base)}
-    benches = {slug: doc for slug, doc in found.items() if doc and (doc.get("gather") or doc.get("decode_step"))}
+    benches = {slug: doc for slug, doc in found.items() if doc and (doc.gather or doc.decode_step)}
     if not benches:
         print(f"[compare] no benchmark run under {base} for {', '.join(found) or 'any device'}", file=sys.stderr)
         return 1

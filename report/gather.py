@@ -5,10 +5,12 @@ without one a row is ``replay``): the decode regime's tables come first and make
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 from gpukit.decode_regime import REGIMES  # table order; a row without a regime is "replay"
 from gpukit.geometry import Ring
+from suite.models import BenchRun, CaseRow
 from suite.stats import verdict
 from report import words
 
@@ -19,8 +21,9 @@ TARGETS = {"parity": 1.0, "ideal_slack": 1.10, "ideal_from_n": 4, "small_ns": (1
 Doc = Mapping[str, Any]
 
 
-def regime(row: Doc) -> str:
-    return row.get("regime") or "replay"
+def regime(row: Any) -> str:
+    """A row's regime (a model's, normalised by its from_doc: ``replay`` where an older row has none)."""
+    return row.regime
 
 
 #: every regime a row may carry, in table order
@@ -31,24 +34,23 @@ def regime_key(name: str) -> int:
     return REGIME_ORDER.index(name) if name in REGIME_ORDER else len(REGIME_ORDER)
 
 
-def gather_row(r: Doc) -> dict[str, Any]:
-    us = r.get("us") or {}
+def gather_row(r: CaseRow) -> dict[str, Any]:
     return {
-        "regime": regime(r),
-        "layers": r["layers"],
-        "n": r["n"],
-        "bytes": r.get("bytes_per_layer") or 0,
-        "us": us,
-        "ratio": r.get("speedup"),
-        "spread": r.get("aa_spread"),
-        "verdict": verdict(r.get("speedup"), r.get("aa_spread")),
-        "gbps": (r.get("gbps") or {}).get("tma"),
-        "pct": (r.get("pct_of_ceiling") or {}).get("tma"),
+        "regime": r.regime,
+        "layers": r.layers,
+        "n": r.n,
+        "bytes": r.bytes_per_layer,
+        "us": r.us,
+        "ratio": r.speedup,
+        "spread": r.aa_spread,
+        "verdict": verdict(r.speedup, r.aa_spread),
+        "gbps": r.gbps.get("tma"),
+        "pct": r.pct_of_ceiling.get("tma"),
         # each kernel's pytest-benchmark medians (µs per layer; none in a legacy bench.json)
-        "benchmark": {k: v.get("median") for k, v in (r.get("benchmark") or {}).items()},
+        "benchmark": {k: v.get("median") for k, v in r.benchmark.items()},
         # bytes at the copy-engine ceiling of the same run
-        "ideal": (r.get("bytes_per_layer") or 0) / (r["ceiling_gbps"] * 1e9) * 1e6 if r.get("ceiling_gbps") else None,
-        "ceiling_gbps": r.get("ceiling_gbps"),
+        "ideal": r.bytes_per_layer / (r.ceiling_gbps * 1e9) * 1e6 if r.ceiling_gbps else None,
+        "ceiling_gbps": r.ceiling_gbps,
     }
 
 
@@ -69,8 +71,8 @@ def graphs_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"layers": k, "ns": by_layers[k]} for k in sorted(by_layers, reverse=True)]
 
 
-def gather_view(bench: Doc | None) -> dict[str, Any] | None:
-    rows = [gather_row(r) for r in (bench or {}).get("gather") or []]
+def gather_view(bench: BenchRun | None) -> dict[str, Any] | None:
+    rows = [gather_row(r) for r in (bench.gather if bench else [])]
     if not rows:
         return None
     keys = sorted({(r["regime"], r["layers"]) for r in rows}, key=lambda k: (regime_key(k[0]), -k[1]))
@@ -91,9 +93,7 @@ def gather_view(bench: Doc | None) -> dict[str, Any] | None:
     regimes = sorted({r["regime"] for r in rows}, key=regime_key)
     mains = [{"regime": reg, "rows": main_rows([r for r in rows if r["regime"] == reg])} for reg in regimes]
     head, main = regimes[0], mains[0]["rows"]
-    kernel = bench.get("kernel") or {}
-    ring = kernel.get("tma_default_ring") or {}
-    ceiling = bench.get("ceiling") or {}
+    ring = bench.tma_default_ring
     return {
         "tables": tables,
         "all_rows": rows,
@@ -104,46 +104,46 @@ def gather_view(bench: Doc | None) -> dict[str, Any] | None:
         "groups": words.groups(main),
         "graphs": graphs_of(main),
         "ring": Ring(ring["ctas"], ring["stages"], ring["chunk_bytes"]) if ring else None,
-        "upstream": kernel.get("upstream") or {},
-        "bytes_per_expert": (bench.get("geometry") or {}).get("bytes_per_expert"),
-        "rounds": (bench.get("method") or {}).get("rounds"),
-        "ceiling_start": ceiling.get("start") or {},
-        "ceiling_end": ceiling.get("end") or {},
-        "verified": bench.get("verified") or {},
-        "store": bench.get("store"),
-        "pytest_benchmark": bench.get("pytest_benchmark"),
+        "upstream": bench.upstream_kernel,
+        "bytes_per_expert": bench.geometry.get("bytes_per_expert"),
+        "rounds": bench.method.get("rounds"),
+        "ceiling_start": bench.ceiling.get("start") or {},
+        "ceiling_end": bench.ceiling.get("end") or {},
+        "verified": bench.verified,
+        "store": bench.store,
+        "pytest_benchmark": bench.pytest_benchmark,
     }
 
 
-def decode_step_view(bench: Doc | None) -> dict[str, Any] | None:
-    d = (bench or {}).get("decode_step")
+def decode_step_view(bench: BenchRun | None) -> dict[str, Any] | None:
+    d = bench.decode_step if bench else None
     if not d:
         return None
-    r = d.get("rounds_us") or {}
+    r = d.rounds_us
     pairs = [u / t for u, t in zip(r.get("upstream") or [], r.get("tma") or []) if t]
     lo, hi = (min(pairs), max(pairs)) if pairs else (None, None)
     return {
-        **d,
-        "us": d.get("us_per_step") or {},
-        "benchmark": {k: v.get("median") for k, v in (d.get("benchmark") or {}).items()},
-        "store": bench.get("store"),
-        "ratio": d.get("speedup"),
-        "spread": d.get("aa_spread"),
-        "verdict": verdict(d.get("speedup"), d.get("aa_spread")),
-        "within": words.within(d.get("speedup"), d.get("aa_spread")),
+        **{f.name: getattr(d, f.name) for f in dataclasses.fields(d)},
+        "us": d.us_per_step,
+        "benchmark": {k: v.get("median") for k, v in d.benchmark.items()},
+        "store": bench.store,
+        "ratio": d.speedup,
+        "spread": d.aa_spread,
+        "verdict": verdict(d.speedup, d.aa_spread),
+        "within": words.within(d.speedup, d.aa_spread),
         "pairs": {"lo": lo, "hi": hi, "count": len(pairs), "resolved": words.resolved(lo, hi)} if pairs else None,
         "auto": _step_auto(d),
     }
 
 
-def _step_auto(d: Doc) -> dict[str, Any] | None:
+def _step_auto(d: Any) -> dict[str, Any] | None:
     """The decode step's ``auto`` arm (FREETOKEN_DECODE_GATHER=auto) against upstream, and what its probe chose."""
-    ratio = (d.get("ratio_by_kernel") or {}).get("auto")
+    ratio = d.ratio_by_kernel.get("auto")
     if ratio is None:
         return None
-    choice = d.get("auto_choice") or {}
-    return {"ratio": ratio, "spread": d.get("aa_spread"), "verdict": verdict(ratio, d.get("aa_spread")),
-            "within": words.within(ratio, d.get("aa_spread")), "chose": choice.get("label"),
+    choice = d.auto_choice or {}
+    return {"ratio": ratio, "spread": d.aa_spread, "verdict": verdict(ratio, d.aa_spread),
+            "within": words.within(ratio, d.aa_spread), "chose": choice.get("label"),
             "reason": choice.get("reason")}  # fmt: skip
 
 

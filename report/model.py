@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from freetoken_overlay.series import series_hash
 from gpukit.machine import machine_line
 from report import benchmarks
-from report.gather import Doc, decode_step_view, gather_view, targets_view
+from report.gather import decode_step_view, gather_view, targets_view
 from report.repeats import current_ratios, decode_losses, repeats_view
 from report.series import commit_adding, series_commits, series_footprint
 from report.views import (
@@ -28,13 +28,14 @@ from report.views import (
     series_bench_view,
 )
 from suite import results
+from suite.models import MODELS, Document, Model
 
 
-def machine_of(docs: Mapping[str, Doc]) -> tuple[dict[str, Any], dict[str, Any]]:
+def machine_of(docs: Mapping[str, Model]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The first document's machine, and its provenance (older files carry the series in the machine)."""
     for doc in docs.values():
-        if doc.get("machine"):
-            return doc["machine"], doc.get("provenance") or {}
+        if doc.machine:
+            return doc.machine, doc.provenance or {}
     return {}, {}
 
 
@@ -44,32 +45,34 @@ RUN_WORDS = {"step_pdl": "the decode-step breakdown", "series_bench": "the serie
              "conformance": "the GPU tier", "sanitizer": "the sanitizers", "auto_stability": "auto's stability runs"}  # fmt: skip
 
 
-def older_runs(docs: Mapping[str, Doc], tree: str | None) -> list[dict[str, str]]:
+def older_runs(docs: Mapping[str, Model], tree: str | None) -> list[dict[str, str]]:
     """The documents measured on another patched tree than the benchmark's ``tree`` (not re-run on it)."""
     out = []
     for kind, doc in docs.items():
-        other = ((doc or {}).get("provenance") or {}).get("tree")
+        other = doc.tree
         if tree and other and other != tree and kind in RUN_WORDS:
             out.append({"kind": kind, "what": RUN_WORDS[kind], "tree": other[:12]})
     return out
 
 
+def models_of(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, Document]:
+    """The device's documents (:func:`suite.results.load_device`) as their models (the kinds that have one)."""
+    return {kind: MODELS[kind].from_doc(doc) for kind, doc in raw.items() if kind in MODELS}
+
+
 def device_view(slug: str, base: Path) -> dict[str, Any]:
-    docs = dict(results.load_device(slug, base))
-    bench = benchmarks.load(slug, docs=docs)  # the store's rows, from the documents read once
-    for kind in ("benchmark", "bench"):  # the raw store: only its rows go on
-        docs.pop(kind, None)
-    if bench:
-        docs = {"bench": bench, **docs}
+    raw = results.load_device(slug, base)
+    bench = benchmarks.load(slug, docs=raw)  # the store's rows, from the documents read once
+    docs: dict[str, Model] = {**({"bench": bench} if bench else {}), **models_of(raw)}
     machine, prov = machine_of(docs)
     name = machine.get("device_name") or slug
     gpus = results.KINDS["contention"].gpus
     gather = gather_view(bench)
     png = base / slug / "ceiling.png"
     ceiling = ceiling_view(
-        docs.get("ceiling"), f"{slug}/ceiling.png" if png.is_file() else None, (gather or {}).get("ring")
+        docs.get("ceiling"), f"{slug}/ceiling.png" if png.is_file() else None, gather["ring"] if gather else None
     )
-    bench_prov = (bench or {}).get("provenance") or {}
+    bench_prov = bench.provenance if bench else {}
     ubench = series_bench_view(docs.get("series_bench"))
     current = current_ratios(gather, ubench)
     repeats = repeats_view(base, slug, docs, current)

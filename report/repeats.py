@@ -7,17 +7,24 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from suite import results
+from suite.models import Model, SeriesBench
 from report import benchmarks
-from report.gather import Doc, gather_view, main_rows
+from report.gather import gather_view, main_rows
 from report.views import series_bench_view
 
-def decode_ratios(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
-    """{n: {ratio, spread, verdict}} of tma against upstream's default kernel in the decode
-    regime of one run: a :func:`gather_view` (the largest graph per n) or else an
-    :func:`series_bench_view` (its ``tma`` column)."""
-    if gather:
-        rows = [r for r in gather["all_rows"] if r["regime"] == "decode"]
-        return {r["n"]: {"ratio": r["ratio"], "spread": r["spread"], "verdict": r["verdict"]} for r in main_rows(rows)}
+
+def bench_decode_ratios(gather: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+    """{n: {ratio, spread, verdict}} of tma against upstream's default kernel in the decode regime of
+    one project benchmark run: its :func:`gather_view` (the largest graph per n)."""
+    if not gather:
+        return {}
+    rows = [r for r in gather["all_rows"] if r["regime"] == "decode"]
+    return {r["n"]: {"ratio": r["ratio"], "spread": r["spread"], "verdict": r["verdict"]} for r in main_rows(rows)}
+
+
+def series_decode_ratios(ubench: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+    """{n: {ratio, spread, verdict}} of tma against upstream's default kernel in the decode regime of
+    one run of the series' benchmark: its :func:`series_bench_view` (the ``tma`` column)."""
     if not ubench or "tma" not in ubench["names"]:
         return {}
     i = ubench["names"].index("tma")
@@ -30,13 +37,13 @@ REPEAT_KINDS = {"bench": "the project benchmark", "series_bench": "the series' b
 
 
 def current_ratios(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> dict[str, dict[int, Any]]:
-    """{kind: :func:`decode_ratios`} of a device's current project and series benchmark runs."""
-    return {"bench": decode_ratios(gather, None), "series_bench": decode_ratios(None, ubench)}
+    """{kind: its decode ratios} of a device's current project and series benchmark runs."""
+    return {"bench": bench_decode_ratios(gather), "series_bench": series_decode_ratios(ubench)}
 
 
-#: {kind: (its view, which decode_ratios reads)} of the runs a repeat table compares.
-REPEAT_VIEWS = {"bench": lambda d: decode_ratios(gather_view(d), None),
-                "series_bench": lambda d: decode_ratios(None, series_bench_view(d))}  # fmt: skip
+#: {kind: the decode ratios of one of its runs (a model)} of the runs a repeat table compares.
+REPEAT_VIEWS = {"bench": lambda d: bench_decode_ratios(gather_view(d)),
+                "series_bench": lambda d: series_decode_ratios(series_bench_view(d))}  # fmt: skip
 
 
 #: {kind: the names its earlier runs are kept under in a tree's folder of experiments/results/}
@@ -46,32 +53,33 @@ KEPT_FILES = {"bench": ("bench.*json", "pytest-benchmark.*json"),
 #: {kind: how an earlier run's file reads (None: not a run of that benchmark)}: the project benchmark's
 #: runs in either store format (report.benchmarks), the series' benchmark's of the current schema.
 READERS = {"bench": lambda old, doc, name: benchmarks.normalize(old, name),
-           "series_bench": lambda old, doc, name: old if (old or {}).get("schema") == doc.get("schema") else None}  # fmt: skip
+           "series_bench": lambda old, doc, name: (SeriesBench.from_doc(old) if isinstance(old, dict)
+                                                   and old.get("schema") == doc.schema else None)}  # fmt: skip
 
 
 def repeats_view(
-    base: Path, slug: str, docs: Mapping[str, Doc], current: Mapping[str, dict[int, dict[str, Any]]]
+    base: Path, slug: str, docs: Mapping[str, Model], current: Mapping[str, dict[int, dict[str, Any]]]
 ) -> list[dict[str, Any]]:
-    """Per benchmark: the current run (``current``: {kind: its :func:`decode_ratios`}) beside every
+    """Per benchmark: the current run (``current``: {kind: its decode ratios}) beside every
     earlier run of the SAME patched tree kept in ``experiments/results/<device>/tree-<tree id>/`` (:data:`READERS`), decode regime,
     so run-to-run variation of the verdicts is on the page. Earlier runs in ``generated_at`` order."""
     out = []
     for kind, where in REPEAT_KINDS.items():
         doc = docs.get(kind)
-        tree = ((doc or {}).get("provenance") or {}).get("tree")
-        if not doc or not tree:
+        tree = doc.tree if doc else None
+        if not tree:
             continue
         earlier = []
         kept = base.parent / "experiments" / "results" / slug / f"tree-{tree[:12]}"
         for path in sorted(p for g in KEPT_FILES[kind] for p in kept.glob(g)):
             name = f"../experiments/results/{slug}/{kept.name}/{path.name}"
-            old = READERS[kind](results.read_json(path), doc, name) or {}
-            if (old.get("provenance") or {}).get("tree") == tree and old.get("generated_at") != doc.get("generated_at"):
-                earlier.append((old.get("generated_at") or "", name, old))
+            old = READERS[kind](results.read_json(path), doc, name)
+            if old is not None and old.tree == tree and old.generated_at != doc.generated_at:
+                earlier.append((old.generated_at or "", name, old))
         if not earlier:
             continue
-        current_file = doc.get("store") or f"{slug}/{results.KINDS[kind].file}"
-        runs = [{"file": current_file, "at": doc.get("generated_at"), "ratios": current[kind]}]
+        current_file = getattr(doc, "store", None) or f"{slug}/{results.KINDS[kind].file}"
+        runs = [{"file": current_file, "at": doc.generated_at, "ratios": current[kind]}]
         runs += [{"file": f, "at": at, "ratios": REPEAT_VIEWS[kind](old)} for at, f, old in sorted(earlier)]
         ns = sorted({n for r in runs for n in r["ratios"]})
         out.append({"kind": kind, "where": where, "tree": tree, "runs": runs, "ns": ns,
@@ -83,7 +91,7 @@ def decode_losses(
     current: Mapping[str, dict[int, dict[str, Any]]], repeats: list[dict[str, Any]] | None = None
 ) -> list[dict[str, Any]]:
     """Every decode-regime figure where tma is slower beyond its run's A/A spread: in the
-    current runs (``current``: {kind: :func:`decode_ratios`}; the project benchmark's per-layer rows,
+    current runs (``current``: {kind: its decode ratios}; the project benchmark's per-layer rows,
     the series' benchmark's ``tma`` column) and in the earlier runs of the same tree in ``repeats``
     (:func:`repeats_view`)."""
     out = []

@@ -66,7 +66,7 @@ PAGE_WORDS = {"hostbank": "FreeToken's HostBank pages (4 KiB)", "thp": "transpar
 
 
 def e2e_settled(ratio: float | None, spreads: Iterable[float | None]) -> str:
-    """Whether an end-to-end tokens/s ratio (tma / unset) stands out of the repeats' own noise
+    """Whether an end-to-end tokens/s ratio (tma / upstream) stands out of the repeats' own noise
     (suite.stats.stands_out: the end-to-end stand-in for an A/A spread)."""
     out = stands_out(ratio, spreads)
     return "n/a" if out is None else ("stands out of" if out else "does not stand out of")

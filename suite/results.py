@@ -20,8 +20,8 @@ Kinds (:data:`KINDS`) and their writers:
 - ``e2e``: ``<device>/e2e.json``, ``python -m bench.e2e run`` (the end-to-end A/B)
 - ``auto_stability``: ``<device>/auto_stability.json``, ``python -m bench.auto_stability`` (what
   ``FREETOKEN_DECODE_GATHER=auto`` chose in N fresh processes, and the probe's cost)
-- ``probe``: ``experiments/`` (written to ``$OUT``, committed by hand under
-  ``experiments/results/<device>/tree-<tree id>/``, outside ``results/``)
+- ``probe``: no file of its own (``file`` None): ``experiments/harness.save`` names each probe's file in
+  ``$OUT``, committed by hand under ``experiments/results/<device>/tree-<tree id>/``, outside ``results/``
 - ``sass``: ``sass.json`` (no device), ``python -m conformance.sass --save``
 
 Every document starts with its schema id, the time it was made (not for ``sass``, which must
@@ -57,7 +57,7 @@ DEVICE_ENV = "FT_RESULTS_DEVICE"
 
 class Kind(NamedTuple):
     schema: str
-    file: str  # under results/<device>/ (results/ when not per device)
+    file: str | None  # under results/<device>/ (results/ when not per device); None: its writer names the file
     gpus: int = 1  # runs on several GPUs of one host go to results/<device>x<gpus>/
     per_device: bool = True
     timestamped: bool = True  # False: the document must re-render identically (no time in it)
@@ -74,7 +74,8 @@ KINDS: dict[str, Kind] = {
     "series_bench": Kind("freetoken-decode-gather-upstream-bench/1", "series_bench.json"),
     "e2e": Kind("freetoken-decode-gather-e2e/1", "e2e.json"),
     "auto_stability": Kind("freetoken-decode-gather-auto-stability/1", "auto_stability.json"),
-    "probe": Kind("freetoken-decode-gather-probe/1", "probes/probe.json"),  # experiments/: named per run
+    # experiments/harness.save: $OUT/<name per probe>, kept by hand under experiments/results/<device>/tree-<id>/
+    "probe": Kind("freetoken-decode-gather-probe/1", None, per_device=False),
     "sass": Kind("freetoken-decode-gather-sass/2", "sass.json", per_device=False, timestamped=False),
 }
 
@@ -121,6 +122,8 @@ def path(kind: str, device: str | None = None, out_dir: str | os.PathLike | None
     """The file of ``kind`` for ``device`` (this machine's by default); ``out_dir`` takes the file
     (its base name) somewhere else instead, e.g. a dry run's temporary directory."""
     k = KINDS[kind]
+    if k.file is None:
+        raise ValueError(f"{kind!r} documents are named by their writer (no results/ path)")
     if out_dir is not None:
         return Path(out_dir) / Path(k.file).name
     return (device_dir(device, k.gpus) if k.per_device else root()) / k.file
@@ -280,6 +283,8 @@ def load(kind: str, device: str | None = None, base: Path | None = None) -> dict
     """The document of ``kind`` in ``<base>/<device>/`` (``device``: a directory name such as ``h200x2``; by
     default this machine's), ``base`` defaulting to :func:`root`; None when missing."""
     k, base = KINDS[kind], base or root()
+    if k.file is None:
+        return None
     if not k.per_device:
         return read_json(base / k.file)
     return read_json(base / (device or device_dir(None, k.gpus).name) / k.file)

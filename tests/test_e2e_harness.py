@@ -25,28 +25,28 @@ def fake_result(tps: float, sha: str = "a" * 64, misses: int = 100, **kw) -> dic
 def test_schedule_alternates_the_first_variant_and_keeps_repeats_whole():
     plan = harness.schedule(points=2, repeats=3)
     assert len(plan) == 12
-    assert plan[:4] == [(0, 0, "unset"), (0, 0, "tma"), (0, 1, "tma"), (0, 1, "unset")]
-    assert plan[4:6] == [(1, 0, "tma"), (1, 0, "unset")]
+    assert plan[:4] == [(0, 0, "upstream"), (0, 0, "tma"), (0, 1, "tma"), (0, 1, "upstream")]
+    assert plan[4:6] == [(1, 0, "tma"), (1, 0, "upstream")]
     for r in range(3):
         for p in range(2):
-            assert sorted(v for rr, pp, v in plan if (rr, pp) == (r, p)) == ["tma", "unset"]
+            assert sorted(v for rr, pp, v in plan if (rr, pp) == (r, p)) == ["tma", "upstream"]
     firsts = [plan[i][2] for i in range(0, 12, 2)]
-    assert firsts.count("unset") == firsts.count("tma") == 3
+    assert firsts.count("upstream") == firsts.count("tma") == 3
 
 
 def test_summary_statistics_and_verdicts():
     runs = []
     for r, (u, t) in enumerate(((100.0, 101.0), (102.0, 103.5), (99.0, 100.0))):
-        runs += [{"repeat": r, "point": 0, "variant": "unset", **fake_result(u)},
+        runs += [{"repeat": r, "point": 0, "variant": "upstream", **fake_result(u)},
                  {"repeat": r, "point": 0, "variant": "tma", **fake_result(t)}]  # fmt: skip
     s = harness.summarize_point({"slots": 948}, 0, runs)
-    unset, tma = s["variants"]["unset"], s["variants"]["tma"]
-    assert unset["tokens_per_s"] == [100.0, 102.0, 99.0] and unset["tokens_per_s_median"] == 100.0
-    assert unset["tokens_per_s_spread"] == pytest.approx(3.0 / 100.0)
+    upstream, tma = s["variants"]["upstream"], s["variants"]["tma"]
+    assert upstream["tokens_per_s"] == [100.0, 102.0, 99.0] and upstream["tokens_per_s_median"] == 100.0
+    assert upstream["tokens_per_s_spread"] == pytest.approx(3.0 / 100.0)
     assert tma["tokens_per_s_median"] == 101.0
     assert s["speedup"] == pytest.approx(1.01)
     assert s["speedup_paired"] == pytest.approx([1.01, 103.5 / 102.0, 100.0 / 99.0])
-    # every repeat faster, but 1 % is inside unset's own 3 % spread over its repeats
+    # every repeat faster, but 1 % is inside upstream's own 3 % spread over its repeats
     assert s["verdict"] == "tie" and s["ids_identical"] is True and s["miss_counts_identical"] is True
     tight = [dict(x, tokens_per_s=(100.0 + x["repeat"] * 0.2) * (1.05 if x["variant"] == "tma" else 1.0)) for x in runs]
     assert harness.summarize_point({"slots": 948}, 0, tight)["verdict"] == "faster"  # 5 % against 0.4 %
@@ -58,19 +58,19 @@ def test_summary_statistics_and_verdicts():
     assert harness.summarize_point({"slots": 948}, 0, runs)["miss_counts_identical"] is False
     assert harness.spread([5.0]) is None
     runs[0]["step_ms"] = {"p10": 0.9, "p50": 1.0, "p90": 1.4}  # a worker's interval quantiles, repeat 0
-    unset = harness.summarize_point({"slots": 948}, 0, runs)["variants"]["unset"]
-    assert unset["step_ms_p50"] == [1.0, None, None] and unset["step_ms_p90"] == [1.4, None, None]
+    upstream = harness.summarize_point({"slots": 948}, 0, runs)["variants"]["upstream"]
+    assert upstream["step_ms_p50"] == [1.0, None, None] and upstream["step_ms_p90"] == [1.4, None, None]
 
 
 def test_ids_mismatch_is_found_per_repeat_and_point():
     runs = [
-        {"repeat": 0, "point": 0, "variant": "unset", "ids_sha256": "x"},
+        {"repeat": 0, "point": 0, "variant": "upstream", "ids_sha256": "x"},
         {"repeat": 0, "point": 0, "variant": "tma", "ids_sha256": "x"},
         {"repeat": 1, "point": 0, "variant": "tma", "ids_sha256": "y"},  # its pair has not run yet
         {"repeat": 0, "point": 1, "variant": "tma", "ids_sha256": "p"},
-        {"repeat": 0, "point": 1, "variant": "unset", "ids_sha256": "q"},
+        {"repeat": 0, "point": 1, "variant": "upstream", "ids_sha256": "q"},
     ]
-    assert harness.ids_mismatches(runs) == [{"repeat": 0, "point": 1, "tma": "p", "unset": "q"}]
+    assert harness.ids_mismatches(runs) == [{"repeat": 0, "point": 1, "tma": "p", "upstream": "q"}]
 
 
 class FakeRunner:
@@ -102,10 +102,10 @@ def test_execute_all_identical_is_exit_0_and_complete():
 
 
 def test_execute_stops_at_the_first_ids_difference_with_exit_1():
-    runner = FakeRunner(bad=(1, 0, "unset"))  # repeat 2, point 0: tma runs first, unset differs
+    runner = FakeRunner(bad=(1, 0, "upstream"))  # repeat 2, point 0: tma runs first, upstream differs
     code, updates = run_execute(runner)
     assert code == harness.EXIT_IDS_DIFFER == 1
-    assert runner.calls[-1] == (1, 0, "unset") and len(runner.calls) == 6
+    assert runner.calls[-1] == (1, 0, "upstream") and len(runner.calls) == 6
     assert updates[-1][1] is False and "ids differ" in updates[-1][2][0]
 
 
@@ -167,20 +167,20 @@ def test_main_writes_the_document(tmp_path, monkeypatch):
     )
     assert [p["slots"] for p in doc["points"]] == [51, 35]
     for p in doc["points"]:
-        for v in ("unset", "tma"):
+        for v in ("upstream", "tma"):
             d = p["variants"][v]
             assert len(d["tokens_per_s"]) == 3 and len(d["ids_sha256"]) == 3 and d["ttft_s_median"] == 0.5
             assert d["misses_per_token_median"] == 9.5 and d["vram_peak_reserved_bytes"] == 10 << 30
         assert p["speedup"] == pytest.approx(102.0 / 101.0)
     assert len(doc["runs"]) == 12 and "machine" not in doc["runs"][0]
     assert doc["settings"]["variants"] == {
-        "unset": {"FREETOKEN_DECODE_GATHER": None},
+        "upstream": {"FREETOKEN_DECODE_GATHER": None},
         "tma": {"FREETOKEN_DECODE_GATHER": "tma"},
     }
 
 
 def test_main_exits_1_when_ids_differ(tmp_path, monkeypatch):
-    code, doc = run_main(tmp_path, monkeypatch, FakeRunner(bad=(0, 1, "unset")), ["--repeats", "2"])
+    code, doc = run_main(tmp_path, monkeypatch, FakeRunner(bad=(0, 1, "upstream")), ["--repeats", "2"])
     assert code == 1
     assert doc["ids_identical"] is False and doc["complete"] is False and doc["exit_code"] == 1
     assert doc["points"][1]["ids_identical"] is False and doc["points"][0]["ids_identical"] is True
@@ -256,7 +256,7 @@ def test_resume_refuses_another_measurement():
     assert harness.resume_mismatch(doc, model, args, [{"slots": 400}], "t") == "its slot points differ"
     assert harness.resume_mismatch(doc, model, args, points, "u") == "it measured another patched tree"
     assert harness.resume_mismatch({**doc, "complete": True}, model, args, points, "t") == "it is complete"
-    differ = [{"repeat": 0, "point": 0, "variant": v, "ids_sha256": v} for v in ("unset", "tma")]
+    differ = [{"repeat": 0, "point": 0, "variant": v, "ids_sha256": v} for v in ("upstream", "tma")]
     assert "different ids" in harness.resume_mismatch({**doc, "runs": differ}, model, args, points, "t")
 
 
@@ -264,38 +264,38 @@ def test_resume_refuses_another_measurement():
 
 
 def test_schedule_with_auto_runs_every_variant_and_reverses_on_odd_points():
-    names = ("unset", "tma", "auto")
+    names = ("upstream", "tma", "auto")
     plan = harness.schedule(points=2, repeats=2, names=names)
     assert len(plan) == 12
-    assert [v for _, _, v in plan[:3]] == ["unset", "tma", "auto"]
-    assert [v for _, _, v in plan[3:6]] == ["auto", "tma", "unset"]  # repeat 0, point 1
+    assert [v for _, _, v in plan[:3]] == ["upstream", "tma", "auto"]
+    assert [v for _, _, v in plan[3:6]] == ["auto", "tma", "upstream"]  # repeat 0, point 1
     for r in range(2):
         for p in range(2):
-            assert sorted(v for rr, pp, v in plan if (rr, pp) == (r, p)) == ["auto", "tma", "unset"]
+            assert sorted(v for rr, pp, v in plan if (rr, pp) == (r, p)) == ["auto", "tma", "upstream"]
 
 
-def test_auto_arm_is_compared_with_unset_beside_tma():
+def test_auto_arm_is_compared_with_upstream_beside_tma():
     runs = []
     for r, (u, t, a) in enumerate(((100.0, 101.0, 100.2), (102.0, 103.5, 101.9), (99.0, 100.0, 99.1))):
-        arms = (("unset", u), ("tma", t), ("auto", a))
+        arms = (("upstream", u), ("tma", t), ("auto", a))
         runs += [{"repeat": r, "point": 0, "variant": v, **fake_result(x)} for v, x in arms]
-    s = harness.summarize_point({"slots": 948}, 0, runs, ("unset", "tma", "auto"))
+    s = harness.summarize_point({"slots": 948}, 0, runs, ("upstream", "tma", "auto"))
     assert s["speedup"] == pytest.approx(1.01)  # tma's keys stay where they were
-    assert s["versus_unset"]["tma"]["speedup"] == s["speedup"]
-    auto = s["versus_unset"]["auto"]
+    assert s["versus_upstream"]["tma"]["speedup"] == s["speedup"]
+    auto = s["versus_upstream"]["auto"]
     assert auto["speedup"] == pytest.approx(100.2 / 100.0)
     assert auto["speedup_paired"] == pytest.approx([1.002, 101.9 / 102.0, 99.1 / 99.0])
     assert auto["verdict"] == "tie" and s["ids_identical"] is True
     runs[-1]["ids_sha256"] = "c" * 64  # auto generated other ids in repeat 2
-    assert harness.summarize_point({"slots": 948}, 0, runs, ("unset", "tma", "auto"))["ids_identical"] is False
+    assert harness.summarize_point({"slots": 948}, 0, runs, ("upstream", "tma", "auto"))["ids_identical"] is False
 
 
 def test_ids_mismatch_counts_any_two_variants_so_far():
     runs = [
-        {"repeat": 0, "point": 0, "variant": "unset", "ids_sha256": "x"},
+        {"repeat": 0, "point": 0, "variant": "upstream", "ids_sha256": "x"},
         {"repeat": 0, "point": 0, "variant": "auto", "ids_sha256": "z"},  # tma has not run yet
     ]
-    assert harness.ids_mismatches(runs) == [{"repeat": 0, "point": 0, "unset": "x", "auto": "z"}]
+    assert harness.ids_mismatches(runs) == [{"repeat": 0, "point": 0, "upstream": "x", "auto": "z"}]
 
 
 def test_main_with_auto_runs_three_variants(tmp_path, monkeypatch):
@@ -303,7 +303,7 @@ def test_main_with_auto_runs_three_variants(tmp_path, monkeypatch):
     code, doc = run_main(tmp_path, monkeypatch, runner, ["--auto", "--repeats", "2"])
     assert code == 0 and len(doc["runs"]) == 2 * 2 * 3
     assert doc["settings"]["variants"]["auto"] == {"FREETOKEN_DECODE_GATHER": "auto"}
-    assert all(set(p["versus_unset"]) == {"tma", "auto"} for p in doc["points"])
+    assert all(set(p["versus_upstream"]) == {"tma", "auto"} for p in doc["points"])
     (tmp_path / "again").mkdir()
     code, doc = run_main(tmp_path / "again", monkeypatch, FakeRunner(bad=(1, 0, "auto")), ["--auto", "--repeats", "2"])
     assert code == 1 and doc["points"][0]["ids_identical"] is False
@@ -313,7 +313,7 @@ def test_resume_refuses_a_document_of_other_variants():
     doc = {"schema": harness.E2E_SCHEMA, "complete": False, "model": {"config_sha256": "c"},
            "points": [{"slots": 900}], "provenance": {"tree": "t"},
            "settings": {"tokens": 256, "skip": 128, "kv_tokens": 8192,
-                        "variants": {"unset": {}, "tma": {}}}}  # fmt: skip
+                        "variants": {"upstream": {}, "tma": {}}}}  # fmt: skip
     model, points = {"config_sha256": "c"}, [{"slots": 900}]
     args = argparse.Namespace(tokens=256, skip=128, kv_tokens=8192, auto=False)
     assert harness.resume_mismatch(doc, model, args, points, "t") is None

@@ -12,6 +12,7 @@ from typing import Callable
 import pytest
 
 from suite import commands
+from suite.models import BenchRun
 from suite.results import REPO_ROOT
 from report import compare
 from report.__main__ import main as report_main
@@ -155,7 +156,8 @@ def test_decode_regime_rows_come_first_and_make_the_headline(synthetic_results):
     assert "per layer (decode regime): slower at n = 0, 1, 2, 8." in pages["README.md"]
     assert rep.index("#### 40-layer graph, decode regime") < rep.index("#### 40-layer graph, replay regime")
     assert "| gather (decode), 40 layers | 1 | 0.900 |" in pages["README.md"]
-    out = [r for r in compare.records(json.loads((synthetic_results / "synthetic-gpu/bench.json").read_text()))]
+    legacy = json.loads((synthetic_results / "synthetic-gpu/bench.json").read_text())
+    out = [r for r in compare.records(BenchRun.read(legacy, "synthetic-gpu/bench.json"))]
     assert [r[0] for r in out].index("replay") > [r[0] for r in out].index("decode")
 
 
@@ -201,11 +203,11 @@ def test_committed_figures_equal_the_json():
     bench = _committed_benchmark()
     readme = (RESULTS / "README.md").read_text()
     rep = (RESULTS / "REPORT.md").read_text()
-    for row in bench["gather"]:
-        assert f"| {row['speedup']:.3f} | ±{row['aa_spread']:.3f} | {row['verdict']} |" in rep
-    d = bench["decode_step"]
-    side = "within" if abs(d["speedup"] - 1) <= d["aa_spread"] else "beyond"
-    assert f"({d['speedup']:.3f}, {side} its A/A spread ±{d['aa_spread']:.3f})" in readme
+    for row in bench.gather:
+        assert f"| {row.speedup:.3f} | ±{row.aa_spread:.3f} | {row.verdict} |" in rep
+    d = bench.decode_step
+    side = "within" if abs(d.speedup - 1) <= d.aa_spread else "beyond"
+    assert f"({d.speedup:.3f}, {side} its A/A spread ±{d.aa_spread:.3f})" in readme
     sass = json.loads((RESULTS / "sass.json").read_text())
     for r in sass["reports"]:
         regs = "/".join(sorted({str(f["registers"]) for f in r["functions"] if "decode_gather_kernel" in f["name"]}))
@@ -216,16 +218,16 @@ def test_compare_prints_upstream_and_ours_per_regime_layers_n(capsys):
     assert compare.main(["--results", str(RESULTS)]) == 0
     out = capsys.readouterr().out
     bench = _committed_benchmark()
-    assert out.startswith(f"{bench['machine']['device_name']} (") and "h200/pytest-benchmark.json, series" in out.splitlines()[0]
+    assert out.startswith(f"{bench.machine['device_name']} (") and "h200/pytest-benchmark.json, series" in out.splitlines()[0]
     lines = [line.split() for line in out.splitlines() if line.startswith(("decode ", "replay ")) and "step" not in line]
     keys = [(x[0] != "decode", int(x[1]), int(x[2])) for x in lines]
-    assert keys == sorted(keys) and len(keys) == len(bench["gather"])
+    assert keys == sorted(keys) and len(keys) == len(bench.gather)
     for x in lines:
-        row = next(r for r in bench["gather"] if (r.get("regime", "replay"), r["layers"], r["n"]) == (x[0], int(x[1]), int(x[2])))
-        assert x[6] == f"{row['speedup']:.3f}" and x[7] == f"±{row['aa_spread']:.3f}" and x[8] == row["verdict"]
+        row = next(r for r in bench.gather if (r.regime, r.layers, r.n) == (x[0], int(x[1]), int(x[2])))
+        assert x[6] == f"{row.speedup:.3f}" and x[7] == f"±{row.aa_spread:.3f}" and x[8] == row.verdict
     assert compare.main(["--results", str(RESULTS), "--csv"]) == 0
     csv_lines = capsys.readouterr().out.splitlines()
-    assert csv_lines[0].startswith("device,regime,layers,n,") and len(csv_lines) == len(bench["gather"]) + 2
+    assert csv_lines[0].startswith("device,regime,layers,n,") and len(csv_lines) == len(bench.gather) + 2
     assert compare.main(["--results", str(RESULTS), "--device", "h200x2"]) == 1
 
 
@@ -276,6 +278,7 @@ def test_end_to_end_ratio_is_settled_only_outside_the_repeats_spread():
 
 def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthetic_results):
     from suite import results
+    from report.model import models_of
     from report.repeats import current_ratios, decode_losses, repeats_view
     from report.views import series_bench_view
 
@@ -296,7 +299,7 @@ def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthet
     other["provenance"]["tree"] = "u" * 40  # another tree: not a repeat
     (runs / "series_bench.2.json").write_text(json.dumps(other))  # misfiled: the provenance decides
 
-    docs = results.load_device(slug, synthetic_results)
+    docs = models_of(results.load_device(slug, synthetic_results))
     now = current_ratios(None, series_bench_view(docs["series_bench"]))
     reps = repeats_view(synthetic_results, slug, docs, now)
     assert [r["kind"] for r in reps] == ["series_bench"]

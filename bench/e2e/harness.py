@@ -16,8 +16,8 @@ checkpoint has no such table, so it needs ``--slots`` (the proposal ran Qwen3.6-
 slots at 0.08-0.12). Either way the measured misses per lookup are reported.
 
 Verdict per point: the ids of all variants must be identical in every repeat (else exit 1, at
-once). The speedup is median(tma tokens/s) / median(unset tokens/s) (``auto``'s likewise, in
-``versus_unset``; its workers record what the probe chose); the paired ratios (one per
+once). The speedup is median(tma tokens/s) / median(upstream tokens/s) (``auto``'s likewise, in
+``versus_upstream``; its workers record what the probe chose); the paired ratios (one per
 repeat) give its spread. The point is a tie when they straddle 1 or when the speedup does not stand
 out of either variant's spread over its repeats (suite.stats.stands_out: fresh processes have no A/A).
 
@@ -44,6 +44,7 @@ from bench.e2e import synth
 from bench.e2e.summary import AUTO, VARIANT_ENV, VARIANTS, ids_mismatches, spread, summarize_point  # noqa: F401
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
 from suite import results
+from suite.models import E2E
 from suite.rounds import round_order
 
 E2E_SCHEMA = results.KINDS["e2e"].schema
@@ -65,13 +66,13 @@ log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
 def variant_names(args: argparse.Namespace) -> tuple[str, ...]:
-    """The variants of this session: unset and tma, and auto with ``--auto``."""
+    """The variants of this session: upstream (FREETOKEN_DECODE_GATHER unset) and tma, and auto with ``--auto``."""
     return VARIANTS + ((AUTO,) if getattr(args, "auto", False) else ())
 
 
 def schedule(points: int, repeats: int, names: Sequence[str] = VARIANTS) -> list[tuple[int, int, str]]:
     """``(repeat, point, variant)`` in run order: repeats outermost so an early stop still leaves
-    every point with whole repeats; within a (repeat, point) both variants, unset first when
+    every point with whole repeats; within a (repeat, point) both variants, upstream first when
     ``repeat + point`` is even and ``tma`` first when it is odd (drift cancels across repeats)."""
     out = []
     for r in range(repeats):
@@ -304,6 +305,7 @@ def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]], model: di
     doc = results.read_json(path)
     if doc is None:
         return [], None
+    doc = E2E.from_doc(doc).to_doc()  # a run of before the switch's words names the upstream arm unset
     why = resume_mismatch(doc, model, args, points, results.provenance().get("tree"))
     if why:
         log(f"--resume: not continuing {path}: {why}; starting afresh (it will be overwritten)")
@@ -400,9 +402,9 @@ def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]], name
                 parts.append(f"{v} {d['tokens_per_s_median']:.2f} tok/s [{d['tokens_per_s_min']:.2f}-"
                              f"{d['tokens_per_s_max']:.2f}] x{d['repeats']}, {d['misses_per_token_median']:.1f} misses/token")  # fmt: skip
         ratios = []
-        for arm, x in s["versus_unset"].items():
-            ratios.append(f"{arm}/unset {x['speedup']:.4f} (paired {x['speedup_paired_min']:.4f}-"
+        for arm, x in s["versus_upstream"].items():
+            ratios.append(f"{arm}/upstream {x['speedup']:.4f} (paired {x['speedup_paired_min']:.4f}-"
                           f"{x['speedup_paired_max']:.4f}, {x['verdict']})" if x["speedup"] and x["speedup_paired"]
-                          else f"{arm}/unset n/a")  # fmt: skip
+                          else f"{arm}/upstream n/a")  # fmt: skip
         log(f"slots {pt['slots']}: {'; '.join(parts) or 'no runs'}; {'; '.join(ratios)}; "
             f"ids identical: {s['ids_identical']}")

@@ -1,4 +1,4 @@
-"""The end-to-end A/B's statistics: one variant over its repeats, and every arm against unset
+"""The end-to-end A/B's statistics: one variant over its repeats, and every arm against upstream
 (tokens/s of fresh processes; suite.stats.stands_out decides what is a difference)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any
 
 from suite.stats import median, stands_out
 
-#: The A/B's variants by default: ``unset`` (the baseline, first) and ``tma``; ``run --auto`` adds
+#: The A/B's variants by default: ``upstream`` (the baseline, first: ``FREETOKEN_DECODE_GATHER`` unset) and ``tma``; ``run --auto`` adds
 #: :data:`AUTO` (FREETOKEN_DECODE_GATHER=auto: what each process's start-up probe chose).
-VARIANTS = ("unset", "tma")
+VARIANTS = ("upstream", "tma")
 AUTO = "auto"
-VARIANT_ENV: dict[str, str | None] = {"unset": None, "tma": "tma", AUTO: "auto"}
+VARIANT_ENV: dict[str, str | None] = {"upstream": None, "tma": "tma", AUTO: "auto"}
 
 
 def spread(xs: Sequence[float]) -> float | None:
@@ -64,18 +64,18 @@ def ids_mismatches(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def versus_unset(mine: list[dict[str, Any]], arm: str, variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """``arm`` against unset at one point: the ratio of medians, the paired ratios (one per repeat
+def versus_upstream(mine: list[dict[str, Any]], arm: str, variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``arm`` against upstream at one point: the ratio of medians, the paired ratios (one per repeat
     with both) and the verdict; a difference needs both every paired repeat on one side of 1 and
     the ratio out of either variant's spread over its repeats."""
-    base, ours = variants["unset"]["tokens_per_s_median"], variants[arm]["tokens_per_s_median"]
+    base, ours = variants["upstream"]["tokens_per_s_median"], variants[arm]["tokens_per_s_median"]
     paired = []
     for r in sorted({x["repeat"] for x in mine}):
         pair = {x["variant"]: x["tokens_per_s"] for x in mine if x["repeat"] == r}
-        if arm in pair and pair.get("unset"):
-            paired.append(pair[arm] / pair["unset"])
+        if arm in pair and pair.get("upstream"):
+            paired.append(pair[arm] / pair["upstream"])
     speedup = ours / base if base and ours else None
-    spreads = [variants[v].get("tokens_per_s_spread") for v in ("unset", arm)]
+    spreads = [variants[v].get("tokens_per_s_spread") for v in ("upstream", arm)]
     if not paired:
         verdict = "n/a"
     elif min(paired) <= 1.0 <= max(paired) or not stands_out(speedup, spreads):
@@ -83,7 +83,7 @@ def versus_unset(mine: list[dict[str, Any]], arm: str, variants: dict[str, dict[
     else:
         verdict = "faster" if min(paired) > 1.0 else "slower"
     return {
-        "speedup": speedup,  # arm / unset, medians of tokens/s (> 1: arm faster)
+        "speedup": speedup,  # arm / upstream, medians of tokens/s (> 1: arm faster)
         "speedup_paired": paired,
         "speedup_paired_min": min(paired) if paired else None,
         "speedup_paired_max": max(paired) if paired else None,
@@ -94,8 +94,8 @@ def versus_unset(mine: list[dict[str, Any]], arm: str, variants: dict[str, dict[
 def summarize_point(
     point: dict[str, Any], index: int, runs: list[dict[str, Any]], names: Sequence[str] = VARIANTS
 ) -> dict[str, Any]:
-    """One slot point: every variant of ``names`` (``unset`` first) over its repeats, ``tma`` against
-    unset at the top level, and every arm against unset in ``versus_unset``."""
+    """One slot point: every variant of ``names`` (``upstream`` first) over its repeats, ``tma`` against
+    upstream at the top level, and every arm against upstream in ``versus_upstream``."""
     mine = [r for r in runs if r["point"] == index]
     variants = {v: summarize_variant([r for r in mine if r["variant"] == v]) for v in names}
     complete = [
@@ -103,12 +103,12 @@ def summarize_point(
     ]
     mism = ids_mismatches(mine)
     counts = [{x["variant"]: x.get("misses_total") for x in mine if x["repeat"] == r} for r in complete]
-    versus = {arm: versus_unset(mine, arm, variants) for arm in names if arm != "unset"}
+    versus = {arm: versus_upstream(mine, arm, variants) for arm in names if arm != "upstream"}
     return {
         **point,
         "variants": variants,
         **versus["tma"],
-        "versus_unset": versus,
+        "versus_upstream": versus,
         "ids_identical": (not mism) if complete else None,
         "miss_counts_identical": all(len(set(c.values())) == 1 for c in counts) if counts else None,
     }

@@ -1,0 +1,112 @@
+"""The base of the result documents' typed models: one field per key of the JSON, nested models named
+in ``NESTED``, the keys no field names kept in ``extra`` (so a document reads back whole).
+
+    doc = AutoStability.from_doc(results.load("auto_stability", "h200"))   # None when missing
+    doc.summary.counts                                                        # attributes, not .get chains
+    results.save("auto_stability", machine=m, **AutoStability(...).to_doc())
+
+``from_doc`` is the one place a model's older shapes and names are normalised (:meth:`Model.normalise`);
+``to_doc`` is what a writer saves. The header (``schema``, ``generated_at``, ``provenance``, ``machine``)
+is left out of ``to_doc`` while unset: :func:`suite.results.document` adds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Mapping
+
+HEADER = ("schema", "generated_at", "provenance", "machine")
+
+#: the kernel names of the documents written before the switch's words (ours/unset/unset_aa)
+LEGACY_NAMES = {"ours": "tma", "unset": "upstream", "unset_aa": "upstream_aa"}
+
+
+def renamed(d: Any) -> Any:
+    """``d``'s keys in the switch's words (a document written before them names kernels ours/unset/unset_aa)."""
+    return {LEGACY_NAMES.get(k, k): v for k, v in d.items()} if isinstance(d, Mapping) else d
+
+
+def _load(spec: Any, value: Any) -> Any:
+    if spec is None or value is None:
+        return value
+    if isinstance(spec, tuple):
+        kind, cls = spec
+        if kind is list:
+            return [cls.from_doc(x) for x in value]
+        return {k: cls.from_doc(x) for k, x in value.items()}
+    return spec.from_doc(value)
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, Model):
+        return value.to_doc()
+    if isinstance(value, list):
+        return [_dump(x) for x in value]
+    if isinstance(value, dict):
+        return {k: _dump(x) for k, x in value.items()}
+    return value
+
+
+class Model:
+    """Mixin of the result models (each a dataclass): ``from_doc`` / ``to_doc``."""
+
+    #: {field: a Model class, (list, class) or (dict, class)}: the nested documents
+    NESTED: ClassVar[dict[str, Any]] = {}
+    #: fields left out of ``to_doc`` while None (besides the header)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
+        """``doc`` (a copy) in the current shape and names: older documents' differences, here only."""
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any] | None):
+        """The model of ``doc`` (None: None)."""
+        if doc is None:
+            return None
+        if isinstance(doc, cls):
+            return doc
+        rest = cls.normalise(dict(doc))
+        kw = {}
+        for f in dataclasses.fields(cls):
+            if f.name != "extra" and f.name in rest:
+                kw[f.name] = _load(cls.NESTED.get(f.name), rest.pop(f.name))
+        if "extra" in {f.name for f in dataclasses.fields(cls)}:
+            kw["extra"] = rest
+        return cls(**kw)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The JSON a writer saves (the header only where set)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "extra" or (value is None and (f.name in HEADER or f.name in self.OPTIONAL)):
+                continue
+            out[f.name] = _dump(value)
+        out.update(_dump(getattr(self, "extra", {})))
+        return out
+
+    @property
+    def tree(self) -> str | None:
+        """The patched tree the document was measured on (its provenance's)."""
+        return (getattr(self, "provenance", None) or {}).get("tree")
+
+
+def field(default: Any = None) -> Any:
+    """A dataclass field defaulting to ``default`` (a fresh copy of a dict or list)."""
+    if isinstance(default, (dict, list)):
+        return dataclasses.field(default_factory=lambda: type(default)(default))
+    return dataclasses.field(default=default)
+
+
+
+@dataclasses.dataclass
+class Document(Model):
+    """A result document's header (:func:`suite.results.document`); the kinds' models add their fields."""
+
+    schema: str | None = None
+    generated_at: str | None = None
+    provenance: dict[str, Any] | None = None
+    machine: dict[str, Any] | None = None
+    extra: dict[str, Any] = field({})

@@ -1,0 +1,297 @@
+"""The typed models of the result documents other than the benchmark's store (kinds of :mod:`suite.results`).
+
+Each model's fields are the keys its writer saves; what no field names stays in ``extra`` (a document
+reads back whole). Older shapes are normalised in each model's ``normalise`` and nowhere else:
+``step_pdl.json`` of before the benchmark took over the decode step's A/B (its kernels named unset/unset_aa),
+``e2e.json`` naming the upstream arm ``unset``, ``series_bench`` rows of ``verified_sets``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from suite.models.base import LEGACY_NAMES, Document, Model, field, renamed
+from suite.models.paired import Paired
+
+# --------------------------------------------------------------------------- step_pdl
+
+
+@dataclasses.dataclass
+class StepBreakdown(Model):
+    """``step_pdl.json``'s decode step: the torch.profiler breakdown per variant and the trace's miss figures;
+    a document of before the benchmark's decode step also holds the step's paired A/B (medians, ratios)."""
+
+    breakdown: dict[str, dict[str, Any]] = field({})  # per variant: calls, steps, mean_us, median_us, per_step_us
+    zipf_exponent: float | None = None
+    modelled_miss_rate: float | None = None
+    cache_slots: int | None = None
+    misses_per_step: float | None = None
+    miss_stats: dict[str, Any] | None = None
+    # the older shape's A/B (written no more: the benchmark's test_decode_step times the variants)
+    median_us: dict[str, float] | None = None
+    rounds_us: dict[str, list[float]] | None = None
+    ratio: dict[str, float] | None = None
+    verdict: dict[str, str] | None = None
+    aa_ratios: list[float] | None = None
+    aa_spread: float | None = None
+    rounds: int | None = None
+    per_block: int | None = None
+    extra: dict[str, Any] = field({})
+
+    OPTIONAL = ("miss_stats", "median_us", "rounds_us", "ratio", "verdict", "aa_ratios", "aa_spread", "rounds", "per_block")
+
+    @classmethod
+    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
+        return {**doc, **{k: renamed(doc[k]) for k in ("breakdown", "median_us", "rounds_us", "ratio", "verdict") if k in doc}}
+
+
+@dataclasses.dataclass
+class StepPdl(Document):
+    args: dict[str, Any] = field({})
+    decode_step: StepBreakdown | None = None
+    per_layer: dict[str, Paired] = field({})  # per miss count n (a string)
+
+    NESTED = {"decode_step": StepBreakdown, "per_layer": (dict, Paired)}
+
+
+# --------------------------------------------------------------------------- conformance, sanitizer
+
+
+@dataclasses.dataclass
+class Conformance(Document):
+    """The GPU tier's summary (``conformance/gpu`` with ``CONFORMANCE_SUMMARY=1``)."""
+
+    exitstatus: int | None = None
+    passed: bool = False
+    duration_s: float | None = None
+    groups: dict[str, dict[str, Any]] = field({})  # per group: calls, bytes, tests (outcome counts)
+    totals: dict[str, Any] = field({})  # verified_calls, verified_bytes, upstream_control_calls, tests
+    failures: list[str] = field([])
+    notes: dict[str, Any] = field({})
+    default_ring: dict[str, int] | None = None
+    extra_rings: list[dict[str, int]] = field([])
+    command: str | None = None
+
+
+@dataclasses.dataclass
+class Sanitizer(Document):
+    """compute-sanitizer's tools over the sanitizer case (``python -m conformance.gpu.run_sanitizer``)."""
+
+    sanitizer: str | None = None
+    case: str | None = None
+    tools: dict[str, dict[str, Any]] = field({})  # per tool: errors, warnings, hazards, exit_code, case_exact, ...
+    sanitizer_version: str | None = None
+    plain: dict[str, Any] | None = None
+    total_errors: int | None = None
+    passed: bool = False
+    dry_run: bool | None = None
+
+    OPTIONAL = ("sanitizer", "case", "sanitizer_version", "plain", "total_errors", "dry_run")
+
+
+# --------------------------------------------------------------------------- e2e
+
+
+def _arm(name: Any) -> Any:
+    return LEGACY_NAMES.get(name, name) if isinstance(name, str) else name
+
+
+@dataclasses.dataclass
+class E2EPoint(Model):
+    """One slot-cache point of the end-to-end A/B: every arm over its repeats, tma against upstream."""
+
+    slots: int
+    target_miss_rate: float | None = None
+    predicted_miss_rate: float | None = None
+    variants: dict[str, dict[str, Any]] = field({})  # per arm: tokens/s over the repeats, miss rates, ...
+    speedup: float | None = None  # tma / upstream, medians of tokens/s
+    speedup_paired: list[float] = field([])
+    speedup_paired_min: float | None = None
+    speedup_paired_max: float | None = None
+    verdict: str | None = None
+    ids_identical: bool | None = None
+    miss_counts_identical: bool | None = None
+    versus_upstream: dict[str, dict[str, Any]] | None = None  # every arm against upstream (a run with auto)
+    extra: dict[str, Any] = field({})
+
+    OPTIONAL = ("versus_upstream",)
+
+    @classmethod
+    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
+        """``unset`` (the harness's name of the upstream arm before the switch's words) is ``upstream``."""
+        doc = {**doc, "variants": renamed(doc.get("variants") or {})}
+        if "versus_unset" in doc:
+            doc["versus_upstream"] = doc.pop("versus_unset")
+        return doc
+
+
+@dataclasses.dataclass
+class E2E(Document):
+    """The end-to-end A/B (``python -m bench.e2e run``)."""
+
+    model: dict[str, Any] = field({})
+    settings: dict[str, Any] = field({})
+    points: list[E2EPoint] = field([])
+    ids_identical: bool | None = None
+    complete: bool = False
+    exit_code: int | None = None
+    errors: list[Any] = field([])
+    runs: list[dict[str, Any]] = field([])  # one per fresh process: repeat, point, variant, tokens/s, ...
+
+    NESTED = {"points": (list, E2EPoint)}
+
+    @classmethod
+    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
+        settings = doc.get("settings") or {}
+        if "variants" in settings:
+            settings = {**settings, "variants": renamed(settings["variants"])}
+        runs = [{**r, "variant": _arm(r.get("variant"))} if "variant" in r else r for r in doc.get("runs") or []]
+        return {**doc, "settings": settings, "runs": runs}
+
+
+# --------------------------------------------------------------------------- auto_stability
+
+
+@dataclasses.dataclass
+class AutoSummary(Model):
+    runs: int | None = None
+    chosen: list[str] = field([])
+    chosen_again: list[str] = field([])
+    counts: dict[str, int] = field({})
+    same_every_time: bool | None = None
+    default: str | None = None
+    kept_default_every_time: bool | None = None
+    probe_ms_min: float | None = None
+    probe_ms_median: float | None = None
+    probe_ms_max: float | None = None
+    load_ms_max: float | None = None
+    spread_max: float | None = None
+    cache_left_as_found: bool | None = None
+    extra: dict[str, Any] = field({})
+
+
+@dataclasses.dataclass
+class AutoStability(Document):
+    """What ``FREETOKEN_DECODE_GATHER=auto`` chose in fresh processes (``python -m bench.auto_stability``)."""
+
+    settings: dict[str, Any] = field({})
+    summary: AutoSummary = field(None)
+    runs: list[dict[str, Any]] = field([])  # per process: choice, again (each a probe's choice), timings
+    errors: list[str] = field([])
+
+    NESTED = {"summary": AutoSummary}
+
+    def __post_init__(self) -> None:
+        self.summary = self.summary if self.summary is not None else AutoSummary()
+
+
+# --------------------------------------------------------------------------- series_bench
+
+
+@dataclasses.dataclass
+class SeriesRow(Model):
+    n: int
+    regime: str = "replay"
+    median_us: dict[str, float] = field({})
+    rounds_us: dict[str, list[float]] = field({})
+    aa_spread: float | None = None
+    verified: int = 0
+    ratio: dict[str, float | None] = field({})  # upstream (default grid) / variant
+    verdict: dict[str, str] = field({})
+    gbps: dict[str, float | None] = field({})
+    extra: dict[str, Any] = field({})
+
+    @classmethod
+    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
+        """A row of before ``verified`` counts its timed copies as ``verified_sets``; no regime: ``replay``."""
+        if "verified" not in doc and "verified_sets" in doc:
+            doc["verified"] = doc.pop("verified_sets")
+        return {**doc, "regime": doc.get("regime") or "replay"}
+
+
+@dataclasses.dataclass
+class SeriesBench(Document):
+    """The series' own benchmark (``benchmarks/bench_decode_gather.py``) kept by ``python -m bench.series_bench``
+    (its earlier name ``upstream_bench``: the schema id keeps it)."""
+
+    benchmark_schema: str | None = None
+    args: dict[str, Any] = field({})
+    expert_bytes: int | None = None
+    footprint_bytes: int | None = None
+    full_footprint: bool | None = None
+    decides: str | None = None
+    copy_engine_gbps: list[float] = field([])
+    rows: list[SeriesRow] = field([])
+    failures: list[Any] = field([])
+    exit_code: int | None = None
+
+    NESTED = {"rows": (list, SeriesRow)}
+    OPTIONAL = ("benchmark_schema", "footprint_bytes", "full_footprint", "decides", "exit_code")
+
+
+# --------------------------------------------------------------------------- ceiling, contention
+
+
+@dataclasses.dataclass
+class CeilingRow(Model):
+    """One swept configuration: a TMA ring (ctas, stages, chunk_bytes) or an LDG grid (blocks_per_bank, threads)."""
+
+    ctas: int | None = None
+    stages: int | None = None
+    chunk_bytes: int | None = None
+    blocks_per_bank: int | None = None
+    threads: int | None = None
+    tag: str | None = None
+    bytes_in_flight: int | None = None
+    flat_gbps: float | None = None
+    gather_gbps: float | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field({})
+
+    OPTIONAL = ("ctas", "stages", "chunk_bytes", "blocks_per_bank", "threads", "tag")
+
+
+@dataclasses.dataclass
+class CeilingSummary(Model):
+    """The copy engine's GB/s and the best of each path (each ``{config, gbps, bytes_in_flight, pct_of_copy_engine}``)."""
+
+    copy_engine_gbps: float | None = None
+    best_ring_flat_gbps: dict[str, Any] | None = None
+    best_ring_gather_gbps: dict[str, Any] | None = None
+    best_ldg_flat_gbps: dict[str, Any] | None = None
+    best_ldg_gather_gbps: dict[str, Any] | None = None
+    extra: dict[str, Any] = field({})
+
+    OPTIONAL = ("best_ring_flat_gbps", "best_ring_gather_gbps", "best_ldg_flat_gbps", "best_ldg_gather_gbps")
+
+
+@dataclasses.dataclass
+class Ceiling(Document):
+    """The ceiling sweep (``python -m bench.sweep``)."""
+
+    dry_run: bool = False
+    synthetic: bool = False
+    command: str | None = None
+    flat: dict[str, Any] = field({})
+    gather: dict[str, Any] = field({})
+    copy_engine: list[dict[str, Any]] = field([])
+    ldg: list[CeilingRow] = field([])
+    ring: list[CeilingRow] = field([])
+    skipped: list[dict[str, Any]] = field([])
+    errors: dict[str, Any] = field({})
+    summary: CeilingSummary | None = None
+
+    NESTED = {"ldg": (list, CeilingRow), "ring": (list, CeilingRow), "summary": CeilingSummary}
+    OPTIONAL = ("summary",)
+
+
+@dataclasses.dataclass
+class Contention(Document):
+    """Two GPUs alone and together (``python -m bench.contention``)."""
+
+    gpus: dict[str, dict[str, Any]] = field({})
+    args: dict[str, Any] = field({})
+    rows: list[dict[str, Any]] = field([])
+    summary: list[dict[str, Any]] = field([])  # per GPU and kernel: alone, together, kept
+    wrong_sets: int | None = None
