@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import results
+from suite.models import AutoStability, AutoSummary
 
 GATHER_ENV = "FREETOKEN_DECODE_GATHER"
 EXIT_OK, EXIT_CHANGED, EXIT_FAILED = 0, 1, 2
@@ -206,15 +207,16 @@ def main(argv: list[str] | None = None) -> int:
             f"again {r['again_wall_s'] * 1e3:.0f} ms wall; left as found: "
             f"{not r['again_changed'] and r['again_allocated_bytes'] == 0}")  # fmt: skip
     machine = next((r.pop("machine") for r in runs if r.get("machine")), {})
-    summary = summarize(runs)
     settings = {"runs": args.runs, "slots": args.slots, "gib": args.gib, "seed": args.seed}
+    doc = AutoStability(settings=settings, summary=AutoSummary.from_doc(summarize(runs)), runs=runs, errors=errors)
     path = results.save("auto_stability", machine=machine, device=machine.get("device_slug"), out_dir=args.out,
-                        settings=settings, summary=summary, runs=runs, errors=errors)  # fmt: skip
-    log(f"{summary['counts']} over {len(runs)} process(es) x 2 probes; probe {summary['probe_ms_min']}-"
-        f"{summary['probe_ms_max']} ms; cache left as found: {summary['cache_left_as_found']}; wrote {path}")
+                        **doc.to_doc())  # fmt: skip
+    s = doc.summary
+    log(f"{s.counts} over {len(runs)} process(es) x 2 probes; probe {s.probe_ms_min}-{s.probe_ms_max} ms; "
+        f"cache left as found: {s.cache_left_as_found}; wrote {path}")
     if errors:
         return EXIT_FAILED
-    return EXIT_OK if summary["cache_left_as_found"] else EXIT_CHANGED
+    return EXIT_OK if s.cache_left_as_found else EXIT_CHANGED
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from freetoken_overlay.util import env_flag
 from conformance.prereq import skip_or_fail  # noqa: E402
 from suite import results
 from suite.commands import CONFORMANCE_SUMMARY_ENV as SUMMARY_ENV
+from suite.models import Conformance
 from gpukit.geometry import CONFORMANCE_EXTRA_RINGS, Ring
 from gpukit.kernels import default_ring, load_kernels, precompile
 from gpukit.machine import machine_info
@@ -218,17 +219,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "upstream_control_calls": sum(v["upstream_calls"] for v in SESSION.counts.values()),
         "tests": dict(sum((collections.Counter(c) for c in SESSION.outcomes.values()), collections.Counter())),
     }
-    fields = {
-        "exitstatus": int(exitstatus),
-        "passed": int(exitstatus) == 0 and not SESSION.failures,
-        "duration_s": round(time.time() - SESSION.started, 1),
-        "groups": groups,
-        "totals": totals,
-        "failures": SESSION.failures,
-        "notes": SESSION.notes,
-        "default_ring": env.ring._asdict(),
-        "extra_rings": [r._asdict() for r in CONFORMANCE_EXTRA_RINGS],
-        "command": " ".join(sys.argv),
-    }
-    path = results.save("conformance", machine=info, **fields)
+    summary = Conformance(
+        exitstatus=int(exitstatus),
+        passed=int(exitstatus) == 0 and not SESSION.failures,
+        duration_s=round(time.time() - SESSION.started, 1),
+        groups=groups,
+        totals=totals,
+        failures=SESSION.failures,
+        notes=SESSION.notes,
+        default_ring=env.ring._asdict(),
+        extra_rings=[r._asdict() for r in CONFORMANCE_EXTRA_RINGS],
+        command=" ".join(sys.argv),
+    )
+    path = results.save("conformance", machine=info, **summary.to_doc())
     print(f"\n[conformance] wrote {path}", file=sys.stderr)

@@ -23,6 +23,7 @@ import time
 
 from freetoken_overlay.toolchain import find_tool
 from suite import results
+from suite.models import Sanitizer
 from gpukit.machine import machine_info
 
 logger = logging.getLogger(__name__)
@@ -105,16 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     out = target.parent
     out.mkdir(parents=True, exist_ok=True)
 
-    summary = results.document("sanitizer", machine=info, sanitizer=san, case=" ".join(case_cmd), tools={})
+    summary = Sanitizer(sanitizer=san, case=" ".join(case_cmd))
     ver = subprocess.run([san, "--version"], capture_output=True, text=True)
-    summary["sanitizer_version"] = (ver.stdout.strip().splitlines() or [""])[-1]
+    summary.sanitizer_version = (ver.stdout.strip().splitlines() or [""])[-1]
 
     t0 = time.perf_counter()
     plain = subprocess.run(case_cmd, capture_output=True, text=True, timeout=args.timeout, cwd=results.REPO_ROOT)
     (out / "sanitizer-plain.log").write_text(plain.stdout + plain.stderr)
-    summary["plain"] = {"exit_code": plain.returncode, "seconds": round(time.perf_counter() - t0, 1)}
+    summary.plain = {"exit_code": plain.returncode, "seconds": round(time.perf_counter() - t0, 1)}
     ok = plain.returncode == 0
-    logger.info("plain run: exit %s (%s s)", plain.returncode, summary["plain"]["seconds"])
+    logger.info("plain run: exit %s (%s s)", plain.returncode, summary.plain["seconds"])
     for tool in tools:
         cmd = [san, "--tool", tool, "--print-limit", "100", *case_cmd]
         t0 = time.perf_counter()
@@ -134,14 +135,14 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": round(time.perf_counter() - t0, 1),
             "log": log.name,
         }
-        summary["tools"][tool] = rec
+        summary.tools[tool] = rec
         good = parsed["errors"] == 0 and case_ok
         ok &= good
         logger.info("%s: errors=%s warnings=%s case_exact=%s exit=%s (%s s)%s", tool, parsed["errors"], parsed["warnings"],
                     case_ok, rc, rec["seconds"], "" if good else "  <-- FAIL")  # fmt: skip
-    summary["total_errors"] = sum((r["errors"] or 0) for r in summary["tools"].values())
-    summary["passed"] = bool(ok)
-    path = results.write_json(target, results.scrub(summary))
+    summary.total_errors = sum((r["errors"] or 0) for r in summary.tools.values())
+    summary.passed = bool(ok)
+    path = results.write_json(target, results.scrub(results.document("sanitizer", machine=info, **summary.to_doc())))
     logger.info("wrote %s", path)
     return 0 if ok else 1
 
