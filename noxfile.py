@@ -2,7 +2,7 @@
 
 # Developer notes (not in the docstring, which ``nox -l`` prints).  ``nox -s apply build`` is the
 # main job, ``nox -s test`` the default.  Each installing session has its own venv under .nox/,
-# made and reused by nox (``reuse_venv = "yes"``; ``nox -R`` also skips the installs).  Settings:
+# made and reused by nox (``reuse_venv = "yes"``; ``nox -R`` also skips the pip runs).  Settings:
 # FT_OVERLAY_WORKDIR (absolute; default .work/), FT_OVERLAY_WHEELHOUSE (offline wheels: pip's own
 # PIP_NO_INDEX/PIP_FIND_LINKS are set from it), FT_OVERLAY_SYSTEM_SITE=1 (reuse the torch, triton,
 # ... of the Python running nox; ``nox --no-venv`` runs in it), FT_OVERLAY_VERBOSE=1 (pip's output),
@@ -23,9 +23,8 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).resolve().parent
-# The one place this checkout goes on sys.path by hand: nox (the ``nox`` script, unlike
-# ``python3 -m nox``) imports this file without the checkout on sys.path, and the noxfile needs
-# the overlay's own stdlib-only modules (requirements, paths, commands) before any session exists.
+# The one place this checkout goes on sys.path by hand: the ``nox`` script (unlike ``python3 -m nox``) imports this
+# file without it, and the noxfile needs the overlay's stdlib-only modules before any session exists.
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -48,9 +47,9 @@ PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 KERNEL_CACHE_ENV = "FREETOKEN_KERNEL_CACHE_DIR"
 
 
-def _group(name: str) -> list[str]:
-    """A PEP 735 dependency group of pyproject.toml."""
-    return list(nox.project.dependency_groups(PYPROJECT, name))
+def _group(*names: str) -> tuple[str, ...]:
+    """PEP 735 dependency groups of pyproject.toml."""
+    return nox.project.dependency_groups(PYPROJECT, *names)
 
 
 def _setting(session: nox.Session, read):
@@ -69,35 +68,31 @@ def _pip_env(session: nox.Session) -> Path | None:
 
 
 def _expose_outer_site(session: nox.Session) -> None:
-    """Make the venv see the site-packages of the Python running nox, after its own.
-
-    A ``.pth`` file rather than ``--system-site-packages``: the GPU machine's python3 is itself a
-    venv, whose packages a nested venv's "system site" (the base interpreter's) would not include.
-    """
+    """Make the venv see the site-packages of the Python running nox, after its own: a ``.pth`` file, since the GPU
+    machine's python3 is itself a venv, whose packages ``--system-site-packages`` (the base's) would not include."""
     outer = [p for p in (*site.getsitepackages(), site.getusersitepackages()) if Path(p).is_dir()]
     purelib = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True)
     (Path(purelib.strip()) / "_ft_overlay_outer_site.pth").write_text("".join(f"{p}\n" for p in outer))
 
 
 def _install_deps(session: nox.Session, *extra: str) -> None:
-    """The import closure of the patched paths (+ ``extra``), and CPU torch unless the outer one is reused."""
+    """The import closure of the patched paths (+ ``extra``) and NO_DEPS; CPU torch unless the outer one is reused."""
     wheelhouse = _pip_env(session)
     no_venv = session.venv_backend == "none"
-    reuse = no_venv or _setting(session, lambda: env_flag(SYSTEM_SITE_ENV))
-    requirements = [*req.IMPORT_CLOSURE, *extra]
-    if not reuse:
+    if no_venv or _setting(session, lambda: env_flag(SYSTEM_SITE_ENV)):
+        if not no_venv:
+            _expose_outer_site(session)
+        calls = [[*req.IMPORT_CLOSURE, *extra], ["--no-deps", *req.NO_DEPS]]  # torch unnamed: pip must not fetch one
+    else:
         if wheelhouse is not None and not any(wheelhouse.glob("torch-*.whl")):
             session.error(f"{WHEELHOUSE_ENV}={wheelhouse} has no torch wheel; set {SYSTEM_SITE_ENV}=1 "
                           "to reuse the torch of the Python running nox")  # fmt: skip
-        requirements.insert(0, req.TORCH_CPU)
-    elif not no_venv:
-        _expose_outer_site(session)
-    if no_venv:  # nox refuses session.install outside a venv: pip into the Python running nox
-        session.run(sys.executable, "-m", "pip", "install", "-q", *requirements, external=True)
-        session.run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", *req.NO_DEPS, external=True)
-    else:
-        session.install(*requirements)
-        session.install("--no-deps", *req.NO_DEPS)
+        calls = [[req.TORCH_CPU, *req.IMPORT_CLOSURE, *extra, *req.NO_DEPS]]  # one pip run: torch is named
+    for args in calls:
+        if no_venv:  # nox refuses session.install outside a venv: pip into the Python running nox
+            session.run_install(sys.executable, "-m", "pip", "install", "-q", *args, external=True)
+        else:
+            session.install(*args)
 
 
 def _python(session: nox.Session) -> str:
@@ -134,10 +129,10 @@ def _install_patched(session: nox.Session, *extra: str, kernel_cache: bool = Tru
         _use_kernel_cache(session)
 
 
-def _upstream_tests(session: nox.Session) -> list[str]:
-    """The series' upstream tests, where pyproject.toml's testpaths do not already name them (another workdir)."""
+def _upstream_tests(session: nox.Session, *, all_: bool = False) -> list[str]:
+    """The series' upstream tests, if any (unless ``all_``, only where pyproject.toml's testpaths do not name them)."""
     tests = work_repo(_setting(session, Workdir.from_env)) / "tests"
-    return [] if tests == ROOT / ".work" / "upstream" / "tests" or not tests.is_dir() else [str(tests)]
+    return [str(tests)] if tests.is_dir() and (all_ or tests != ROOT / ".work" / "upstream" / "tests") else []
 
 
 def _require_gpu(session: nox.Session) -> None:
@@ -151,9 +146,6 @@ def _require_gpu(session: nox.Session) -> None:
 def _overlay(session: nox.Session, command: str) -> None:
     """``python -m freetoken_overlay COMMAND posargs...`` in nox's own Python (stdlib only)."""
     session.run(sys.executable, "-m", "freetoken_overlay", command, *session.posargs, external=True)
-
-
-# ----------------------------------------------------------------------------- sessions
 
 
 @nox.session(python=False)
@@ -182,46 +174,37 @@ def test(session: nox.Session) -> None:
     session.run(_python(session), "-m", "pytest", *(session.posargs or _upstream_tests(session)), external=True)
 
 
-def _run_patched(session: nox.Session, cmd: commands.Command, *extra_requirements: str) -> None:
-    """``cmd`` on a GPU, in the session's environment with the patched wheel (files go where suite.results says)."""
+def _run_patched(session: nox.Session, cmd: commands.Command, *groups: str, upstream_tests: bool = False,
+                 env: dict[str, str] | None = None) -> None:
+    """``cmd`` on a GPU with the patched wheel (+ the series' upstream tests; files go where suite.results says)."""
     _require_gpu(session)
-    _install_patched(session, *_group("test"), *_group("gpu"), *extra_requirements)
-    session.run(_python(session), *(["-m"] if cmd.module else []), *cmd.args, *session.posargs, external=True)
+    _install_patched(session, *_group("test", "gpu", *groups))
+    paths = _upstream_tests(session, all_=True) if upstream_tests else []  # after the install, which may apply
+    module = ["-m"] if cmd.module else []
+    session.run(_python(session), *module, *cmd.args, *paths, *session.posargs, env=env, external=True)
 
 
-@nox.session(tags=["gpu"], default=False)
-def gpu(session: nox.Session) -> None:
-    """GPU tier only: conformance/gpu + the series' upstream tests, summary into results/<device>/conformance/."""
-    _require_gpu(session)
-    _install_patched(session, *_group("test"), *_group("gpu"))
-    session.env[commands.CONFORMANCE_SUMMARY_ENV] = "1"
-    upstream = work_repo(_setting(session, Workdir.from_env)) / "tests"
-    session.run(_python(session), "-m", *commands.GPU.args, *([str(upstream)] if upstream.is_dir() else []),
-                *session.posargs, external=True)  # fmt: skip
-
-
-def _gpu_session(name: str, cmd: commands.Command, doc: str, *groups: str) -> None:
-    """A GPU session ``name`` that runs ``cmd`` (``doc`` is what ``nox -l`` prints)."""
-
+def _gpu_session(cmd: commands.Command, doc: str, *groups: str, **kwargs) -> None:
     def run(session: nox.Session) -> None:
-        _run_patched(session, cmd, *(r for g in groups for r in _group(g)))
+        _run_patched(session, cmd, *groups, **kwargs)
 
     run.__doc__ = doc
-    nox.session(run, name=name, tags=["gpu"], default=False)
+    nox.session(run, name=cmd.session, tags=["gpu"], default=False)
 
 
-_gpu_session("sanitize", commands.SANITIZE,
+_gpu_session(commands.GPU, "GPU tier only: conformance/gpu + the series' upstream tests, summary into "
+             "results/<device>/conformance/.", upstream_tests=True, env={commands.CONFORMANCE_SUMMARY_ENV: "1"})
+_gpu_session(commands.SANITIZE,
              "GPU: compute-sanitizer memcheck, racecheck and synccheck on a small eager and graph case.")
-_gpu_session("bench", commands.BENCH,
-             "GPU: pytest-benchmark over upstream, A/A, tma (+ copy engine), device clock, paired verdicts -> "
-             "results/<device>/pytest-benchmark.json.")
-_gpu_session("sweep", commands.SWEEP, "GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> "
+_gpu_session(commands.BENCH, "GPU: pytest-benchmark over upstream, A/A, tma (+ copy engine), device clock, paired "
+             "verdicts -> results/<device>/pytest-benchmark.json.")
+_gpu_session(commands.SWEEP, "GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> "
              "results/<device>/ceiling.json + .png.", "sweep")
-_gpu_session("series_bench", commands.SERIES_BENCH_RUN, "GPU: the series' benchmarks/bench_decode_gather.py "
+_gpu_session(commands.SERIES_BENCH_RUN, "GPU: the series' benchmarks/bench_decode_gather.py "
              "(per-layer copy, A/A, verdicts) -> results/<device>/.")
-_gpu_session("step", commands.STEP, "GPU: decode-step breakdown and per-layer PDL A/B (upstream, tma, tma+PDL, upstream+PDL) -> "
-             "results/<device>/step_pdl.json.")
-_gpu_session("contention", commands.CONTENTION,
+_gpu_session(commands.STEP, "GPU: decode-step breakdown and per-layer PDL A/B (upstream, tma, tma+PDL, upstream+PDL) "
+             "-> results/<device>/step_pdl.json.")
+_gpu_session(commands.CONTENTION,
              "GPU x2: both GPUs gathering at once against each one's solo rate -> results/<device>x2/contention.json.")
 
 

@@ -57,8 +57,10 @@ IMPORT_CLOSURE = (
     "pyzmq>=27,<28",  # freetoken.utils.mp
 )
 
-#: Installed with ``--no-deps``: their metadata asks for torch, which would make
-#: pip's resolver pull a CUDA torch on a machine without one.
+#: Their metadata asks for torch, which would make pip's resolver pull a CUDA torch on a
+#: machine without one: installed ``--no-deps`` wherever torch is not named (a reused torch,
+#: ``nox --no-venv``).  Where the sessions install :data:`TORCH_CPU` they go in the same pip
+#: run as it and the closure, which holds the rest of flashlib's requirements (triton, numpy, tqdm).
 NO_DEPS = ("flashlib==0.4.0",)  # freetoken.moe.offload_cache (flashlib.kernels.slot_cache)
 
 #: NVIDIA's compiler from PyPI, for ``build`` where no CUDA toolkit is found, and the runtime
