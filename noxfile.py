@@ -210,7 +210,7 @@ _gpu_session(commands.CONTENTION,
 
 @nox.session(tags=["gpu"], default=False)
 def e2e(session: nox.Session) -> None:
-    """GPU: end-to-end A/B through FreeToken's engine, unset vs tma, fresh process per run: nox -s e2e -- --model PATH."""
+    """GPU: end-to-end A/B through FreeToken's engine, upstream vs tma (--auto adds auto), fresh process per run: nox -s e2e -- --model PATH."""
     if not any(a == "--model" or a.startswith("--model=") for a in session.posargs):
         session.error("usage: nox -s e2e -- --model CHECKPOINT_DIR [--slots K ... | --miss-rate R ...] [--repeats N]")
     _run_patched(session, commands.E2E)

@@ -12,6 +12,7 @@ the layout FREETOKEN_KERNEL_CACHE_DIR expects) with a ``MANIFEST.json``.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import logging
@@ -147,8 +148,34 @@ def select_specs(prefix: str = SPEC_PREFIX) -> list[str]:
     return [spec.name for spec in default_kernel_specs() if spec.name.startswith(prefix)]
 
 
+def _kernel_sources_sha256() -> str:
+    """sha256 over the installed freetoken's kernel package (its Python specs and CUDA sources)."""
+    import freetoken.kernel
+
+    root = Path(freetoken.kernel.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".cuh", ".cu", ".h", ".hpp")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _up_to_date(out: Path, inputs: dict) -> bool:
+    """Whether ``out`` holds a cache built from exactly ``inputs``, every kernel file still as built."""
+    try:
+        manifest = json.loads((out / "MANIFEST.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if {k: manifest.get(k) for k in inputs} != inputs or sorted(manifest.get("kernels", {})) != inputs["specs"]:
+        return False
+    so = {name: out / name / f"{name}.so" for name in inputs["specs"]}
+    return all(p.is_file() and p.stat().st_size == manifest["kernels"][n] for n, p in so.items())
+
+
 def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
-    """Build the series' kernel-cache entries; the cache directory (None: nothing to build)."""
+    """Build the series' kernel-cache entries; the cache directory (None: nothing to build).
+
+    A cache already built from the same freetoken, kernel sources, architectures, toolkit and specs
+    is kept as it is (a second ``nox -s build`` compiles nothing)."""
     import freetoken
 
     archs = cuda_arch_list()
@@ -160,13 +187,18 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
         )
         return None
     cuda_home = ensure_cuda_home(workdir, pip_args=pip_args)
+    out = workdir.kernel_cache
+    inputs = {"freetoken": freetoken.__version__, "sources_sha256": _kernel_sources_sha256(),
+              "cuda_arch_list": archs, "cuda_home": str(cuda_home), "specs": sorted(names)}  # fmt: skip
+    if _up_to_date(out, inputs):
+        logger.info(f"kernel cache is up to date: {out} (freetoken {freetoken.__version__}, archs {archs})")
+        return out
     os.environ["CUDA_HOME"] = str(cuda_home)
     os.environ[CUDA_ARCH_LIST_ENV] = archs
     logger.info(f"building {len(names)} kernel(s) for archs {archs} with {cuda_home}/bin/nvcc: {', '.join(names)}")
 
     from freetoken.kernel.aot import compile_and_package_kernels
 
-    out = workdir.kernel_cache
     try:
         built = compile_and_package_kernels(out_dir=out, build_dir=workdir.kernel_build, specs=names, verbose=True)
     except (OSError, RuntimeError) as exc:  # a toolkit without a piece the build needs (libcudart, headers)
@@ -175,12 +207,7 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
             "set CUDA_HOME to a complete CUDA toolkit (bin/nvcc, include/, lib64/libcudart.so), or remove "
             f"{workdir.root / 'cuda-home'} and the nvidia-cuda-* packages so build installs them afresh"
         ) from None
-    manifest = {
-        "freetoken": freetoken.__version__,
-        "cuda_arch_list": archs,
-        "cuda_home": str(cuda_home),
-        "kernels": {p.parent.name: p.stat().st_size for p in built},
-    }
+    manifest = {**inputs, "kernels": {p.parent.name: p.stat().st_size for p in built}}
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     for path in built:
         logger.info(f"built {path} ({path.stat().st_size} bytes)")
