@@ -120,7 +120,8 @@ def step_pdl_view(doc: StepPdl | None, gather: dict[str, Any] | None) -> dict[st
     if not s:
         return None
     ratio, spread = s.ratio or {}, s.aa_spread
-    out: dict[str, Any] = {"doc": doc, "step": s, "spread": spread, "cells": ratio_cells(ratio, spread)}
+    out: dict[str, Any] = {"doc": doc, "step": s, "spread": spread, "cells": ratio_cells(ratio, spread), "tma": None,
+                           "pdl": None, "shares": None, "dilution": None, "gap": None, "per_layer": None}  # fmt: skip
     if "tma" in ratio:
         out["tma"] = {
             "ratio": ratio["tma"],
@@ -267,9 +268,22 @@ def e2e_view(doc: E2E | None) -> dict[str, Any] | None:
             "paired": (p.speedup_paired_min, p.speedup_paired_max),
             "settled": words.e2e_settled(p.speedup, spreads),
             "spread": max((s for s in spreads if s is not None), default=None),
+            "auto": auto_arm(p),
         })  # fmt: skip
     return {"doc": doc, "model": doc.model, "settings": doc.settings, "rows": rows,
             "complete": doc.complete, "ids_identical": doc.ids_identical, "runs": len(doc.runs)}  # fmt: skip
+
+
+def auto_arm(p: Any) -> dict[str, Any] | None:
+    """The ``auto`` arm of one end-to-end point (a run with ``--auto``): its tokens/s, the kernel its probes
+    kept, and auto / upstream with its paired range; None without the arm."""
+    a, vs = p.variants.get("auto"), (p.versus_upstream or {}).get("auto")
+    if not a or not vs:
+        return None
+    spreads = [(p.variants.get("upstream") or {}).get("tokens_per_s_spread"), a.get("tokens_per_s_spread")]
+    return {"arm": a, "kernels": sorted(set(a.get("copy_kernel") or [])), "ratio": vs["speedup"],
+            "paired": (vs["speedup_paired_min"], vs["speedup_paired_max"]),
+            "settled": words.e2e_settled(vs["speedup"], spreads)}  # fmt: skip
 
 
 def auto_view(doc: AutoStability | None) -> dict[str, Any] | None:

@@ -68,8 +68,8 @@ def test_the_committed_h200_benchmark_rows_are_its_paired_figures():
     assert BenchRun.read({"schema": "something else"}, "x") is None
 
 
-def test_the_committed_e2e_names_the_upstream_arm_upstream():
-    doc = json.loads((REPO_ROOT / "results" / "h200" / "e2e.json").read_text())
+def test_an_older_e2e_names_the_upstream_arm_upstream():
+    doc = json.loads((REPO_ROOT / "experiments" / "results" / "h200" / "tree-cea31ee84447" / "e2e.3.json").read_text())
     assert "unset" in doc["points"][0]["variants"]  # the file as measured: the harness's old name
     e2e = E2E.from_doc(doc)
     assert set(e2e.points[0].variants) == {"upstream", "tma"}
@@ -77,8 +77,17 @@ def test_the_committed_e2e_names_the_upstream_arm_upstream():
     assert {r["variant"] for r in e2e.runs} == {"upstream", "tma"} and set(e2e.settings["variants"]) == {"upstream", "tma"}
 
 
+def test_the_committed_e2e_has_its_three_arms_and_their_ratios():
+    doc = json.loads((REPO_ROOT / "results" / "h200" / "e2e.json").read_text())
+    e2e = E2E.from_doc(doc)
+    point = e2e.points[0]
+    assert set(point.variants) == {"upstream", "tma", "auto"} and set(point.versus_upstream) == {"tma", "auto"}
+    assert point.speedup == doc["points"][0]["versus_upstream"]["tma"]["speedup"]
+    assert E2E.from_doc(e2e.to_doc()) == e2e
+
+
 def test_the_older_step_pdl_shape_reads_in_the_switchs_words():
-    doc = json.loads((REPO_ROOT / "results" / "h200" / "step_pdl.json").read_text())
+    doc = json.loads((REPO_ROOT / "experiments" / "results" / "h200" / "tree-cea31ee84447" / "step_pdl.2.json").read_text())
     step = StepPdl.from_doc(doc)
     assert doc["decode_step"]["median_us"]["unset"] == step.decode_step.median_us["upstream"]
     assert "upstream_aa" in step.decode_step.breakdown and "unset" not in step.decode_step.breakdown

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--tiny", action="store_true", help="a few-MB model of the same architecture (tests, smoke runs)")
     mk.add_argument("--force", action="store_true", help="overwrite a checkpoint already in DIR")
 
-    run = sub.add_parser("run", help="the A/B: FREETOKEN_DECODE_GATHER unset vs tma, fresh process per run",
+    run = sub.add_parser("run", help="the A/B: upstream vs tma (--auto adds auto), fresh process per run",
                          description="End-to-end A/B through FreeToken's engine; writes <out>/e2e.json.")  # fmt: skip
     run.add_argument("--model", required=True, help="HF-layout checkpoint directory (synthetic or a real NVFP4 one)")
     pts = run.add_mutually_exclusive_group()
