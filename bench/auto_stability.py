@@ -17,7 +17,6 @@ memory allocated; 2 a run failed or a setting is invalid.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpukit.decode_step import choice_fields
 from suite import results
 from suite.models import AutoStability, AutoSummary
 
@@ -38,11 +38,6 @@ DEFAULT_SLOTS = 3164
 
 
 log = logging.getLogger("bench.auto_stability").info  # the messages (named: the module runs as __main__); main() sets their format
-
-
-def choice_fields(choice) -> dict[str, Any]:
-    """An ``AutoChoice`` as JSON fields (its launcher left out)."""
-    return {f.name: getattr(choice, f.name) for f in dataclasses.fields(choice) if f.name != "launch"}
 
 
 # ---------------------------------------------------------------------------------- worker

@@ -32,6 +32,12 @@ from gpukit.timing import time_replays
 GATHER_ENV = ("FREETOKEN_DECODE_GATHER", "FREETOKEN_DECODE_GATHER_RING")
 
 
+def choice_fields(choice) -> dict[str, Any]:
+    """``FREETOKEN_DECODE_GATHER=auto``'s ``AutoChoice`` (``cache.decode_gather_auto``) as JSON fields, its
+    launcher left out (the benchmark's decode step, the stability runner and the e2e worker record it)."""
+    return {f.name: getattr(choice, f.name) for f in dataclasses.fields(choice) if f.name != "launch"}
+
+
 @dataclasses.dataclass(frozen=True)
 class StepVariant:
     name: str

@@ -13,6 +13,7 @@ import pytest
 
 from bench import auto_stability as stab
 from bench.e2e.worker import auto_choice
+from gpukit.decode_step import choice_fields
 from suite import results
 
 
@@ -48,7 +49,7 @@ def test_choice_fields_leave_the_launcher_out():
         reason: str
 
     c = Choice("bpb8", print, "tie")
-    assert stab.choice_fields(c) == {"label": "bpb8", "reason": "tie"}
+    assert choice_fields(c) == {"label": "bpb8", "reason": "tie"}
     assert auto_choice(types.SimpleNamespace(decode_gather_auto=c)) == {"label": "bpb8", "reason": "tie"}
     assert auto_choice(types.SimpleNamespace(decode_gather_auto=None)) is None
 

@@ -121,7 +121,7 @@ def expected_kernel(env_value: str | None) -> str | None:
 
 def auto_choice(cache) -> dict[str, Any] | None:
     """What ``auto``'s start-up probe chose and its figures (``cache.decode_gather_auto``), or None."""
-    from bench.auto_stability import choice_fields
+    from gpukit.decode_step import choice_fields
 
     choice = getattr(cache, "decode_gather_auto", None)
     return None if choice is None else choice_fields(choice)
