@@ -67,7 +67,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     from freetoken.moe.offload_cache import OffloadMoeCache
     from gpukit.decode_regime import Footprint, ModelBanks
     from gpukit.decode_step import gather_env
-    from gpukit.geometry import nvfp4_banks
+    from suite.geometry import nvfp4_banks
     from gpukit.machine import machine_info
 
     device = torch.device("cuda", 0)

@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gpukit.geometry import fmt_bytes
-from gpukit.machine import machine_line
+from suite.geometry import fmt_bytes
+from suite.results import machine_line
 
 
 def render_png(doc: dict[str, Any], path: Path) -> str | None:

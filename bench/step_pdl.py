@@ -44,7 +44,7 @@ from gpukit.decode_step import (
     stage_misses,
     variant_modules,
 )
-from gpukit.geometry import MODEL, nvfp4_banks
+from suite.geometry import MODEL, nvfp4_banks
 from gpukit.kernels import probe_headers
 from gpukit.machine import machine_info
 from gpukit.memory import cache_rows

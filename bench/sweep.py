@@ -35,7 +35,7 @@ from typing import Any
 
 from bench.ceiling_figure import render_png
 from suite import results
-from gpukit.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
+from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
 from gpukit.kernels import call_tma, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from gpukit.decode_step import DecodeStep, StepConfig, StepVariant
-from gpukit.geometry import NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring
+from suite.geometry import NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring
 from gpukit.kernels import call_tma, call_upstream
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses

@@ -30,7 +30,7 @@ from experiments.labels import TMA, UPSTREAM, UPSTREAM_AA, UPSTREAM_BPB32, upstr
 from experiments.regimes import BACKINGS, REGIME_ORDER, TOUCH_REGIMES, ProbeGraphs, model_banks
 from gpukit.decode_regime import Footprint, RegimeGraphs, poisoned_slots, replays_per_set
 from gpukit.decode_step import StepVariant
-from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
+from suite.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import call_upstream, default_ring, load_kernels, precompile, probe_headers
 from suite.rounds import run_rounds
 from suite.stats import summarize_rounds

@@ -23,7 +23,7 @@ import torch
 from experiments import harness
 from experiments.labels import UPSTREAM, UPSTREAM_AA
 from gpukit.decode_step import StepVariant
-from gpukit.geometry import Ring
+from suite.geometry import Ring
 from gpukit.kernels import load_kernels, precompile
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ import torch
 from experiments import harness, variants
 from experiments.labels import UPSTREAM, UPSTREAM_AA
 from gpukit.decode_step import StepVariant
-from gpukit.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
+from suite.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import load_kernels, probe_headers
 
 logger = logging.getLogger(__name__)

@@ -7,8 +7,9 @@ import logging
 import mmap
 from typing import Callable
 
-from gpukit.decode_regime import REGIMES, Footprint, ModelBanks, RegimeGraphs
-from gpukit.geometry import align_up
+from gpukit.decode_regime import Footprint, ModelBanks, RegimeGraphs
+from suite.geometry import REGIMES
+from suite.geometry import align_up
 from gpukit.runtime import host_register, host_unregister
 
 logger = logging.getLogger(__name__)

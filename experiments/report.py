@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from experiments.labels import UPSTREAM, UPSTREAM_AA, in_switch_words
 from experiments.regimes import REGIME_ORDER, TOUCH_REGIMES
-from gpukit.geometry import fmt_bytes
+from suite.geometry import fmt_bytes
 from suite import results
 from suite.stats import median, verdict
 

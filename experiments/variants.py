@@ -294,7 +294,7 @@ def make(jit_dir: Path, names: list[str]) -> tuple[dict[str, str], dict[str, str
 
 def load(files: dict[str, str], name: str, ring):
     """Build variant ``name`` (a file of :func:`make`, laid beside the installed headers) with ``ring``
-    (gpukit.geometry.Ring) as its own JIT module ``dg<name>``."""
+    (suite.geometry.Ring) as its own JIT module ``dg<name>``."""
     from freetoken.kernel import utils as freetoken_utils
 
     args = freetoken_utils.make_cpp_args(ring.ctas, ring.stages, ring.chunk_bytes)

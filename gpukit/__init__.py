@@ -1,10 +1,10 @@
 """The GPU harness shared by ``conformance/`` and ``bench/`` (neither imports the other); its CPU-only
-neighbours (results, stats, the paired-rounds runner, commands) are the ``suite`` package.
+neighbours (results, typed result documents, geometry, stats, the paired-rounds runner, commands) are the
+``suite`` package.
 
 Modules, bottom up (none imports torch, cupy or freetoken at import time, so the report and the CPU
 tests use them anywhere):
 
-- ``geometry``: model, NVFP4 banks, rings, edge-case rows, byte formatting
 - ``runtime``: the CUDA runtime through cupy (imported on first use); ``machine``: machine facts; ``skips``: why a GPU
   path cannot run
 - ``memory``: pinned banks, slot caches, miss lists, reference checks

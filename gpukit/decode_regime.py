@@ -26,12 +26,11 @@ import statistics
 import time
 from typing import Callable, Sequence
 
-from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, fmt_bytes
+from suite.geometry import MODEL, NVFP4_ROW_BYTES, REGIMES, fmt_bytes
 from gpukit.memory import SlotCache, check_slot_cache
 from suite.rounds import Rounds, run_rounds
 from gpukit.timing import time_replays
 
-REGIMES = ("decode", "replay")
 #: Slots of the slot cache (the proposal's decode run held 3164 experts in VRAM).
 SLOTS = 3164
 POISON = 0xA5

@@ -24,7 +24,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
+from suite.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
 from gpukit.memory import HostBanks, cache_reference_diff, cache_rows
 from gpukit.routing import calibrate_zipf, zipf_routing_trace
 from gpukit.timing import time_replays

@@ -131,31 +131,6 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def machine_line(info: dict[str, Any]) -> str:
-    """One line: device, PCIe link, driver, torch/CUDA, freetoken, series (a document's ``machine``,
-    updated with its ``provenance``)."""
-    parts = [info.get("device_name") or info.get("smi_name") or "unknown device"]
-    if info.get("capability"):
-        parts[-1] += f" (sm_{info['capability'].replace('.', '')})"
-    gen = info.get("pcie_gen_under_load") or info.get("pcie_gen_current")
-    width = info.get("pcie_width_under_load") or info.get("pcie_width_current")
-    if gen:
-        parts.append(
-            f"PCIe Gen{gen} x{width}"
-            + (
-                f" (max Gen{info.get('pcie_gen_max')} x{info.get('pcie_width_max')})"
-                if info.get("pcie_gen_max")
-                else ""
-            )
-        )
-    labels = {"driver": "driver {}", "torch": "torch {} (CUDA " + str(info.get("torch_cuda")) + ")", "nvcc": "nvcc {}",
-              "freetoken": "freetoken {}", "series_hash": "series {}"}  # fmt: skip
-    parts += [label.format(info[key]) for key, label in labels.items() if info.get(key)]
-    if info.get("tree"):
-        parts.append(f"tree {info['tree'][:12]}")
-    return ", ".join(parts)
-
-
 def pcie_under_load(work: Callable[[], None]) -> dict[str, Any]:
     """nvidia-smi's link gen/width sampled while ``work`` keeps the link busy (an idle link may
     report a power-saving lower generation)."""

@@ -12,7 +12,7 @@ import mmap
 import os
 from typing import Any, Callable, Sequence
 
-from gpukit.geometry import BankGeom, align_up
+from suite.geometry import BankGeom, align_up
 from gpukit.runtime import device_pointer, host_register, host_unregister
 
 PINNED_ENV = "GATHER_PINNED"  # register (default) | torch | freetoken

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from gpukit.decode_regime import REGIMES  # table order; a row without a regime is "replay"
-from gpukit.geometry import Ring
+from suite.geometry import REGIMES  # table order; a row without a regime is "replay"
+from suite.geometry import Ring
 from suite.models import BenchRun, CaseRow
 from suite.stats import verdict
 from report import words

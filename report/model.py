@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from freetoken_overlay.series import series_hash
-from gpukit.machine import machine_line
+from suite.results import machine_line
 from report import benchmarks
 from report.gather import decode_step_view, gather_view, targets_view
 from report.repeats import current_ratios, decode_losses, repeats_view

@@ -8,7 +8,7 @@ from typing import Any
 import jinja2
 
 from suite import commands
-from gpukit.geometry import fmt_bytes
+from suite.geometry import fmt_bytes
 from report.model import context
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

@@ -8,7 +8,7 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
-from gpukit.geometry import Ring
+from suite.geometry import Ring
 from suite.models import AutoStability, Ceiling, CeilingRow, Conformance, Contention, E2E, Sanitizer, SeriesBench, StepPdl
 from suite.stats import median, verdict
 from report import words

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench import sweep
-from gpukit.geometry import NVFP4_EXPERT_BYTES
+from suite.geometry import NVFP4_EXPERT_BYTES
 from suite.results import write_json as write
 from suite.stats import summarize_rounds
 from freetoken_overlay import util as overlay_util

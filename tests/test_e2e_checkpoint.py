@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 from bench.e2e import synth
 from bench.e2e.checkpoint import make_checkpoint
 from bench.e2e.worker import PROMPT
-from gpukit.geometry import NVFP4_EXPERT_BYTES
+from suite.geometry import NVFP4_EXPERT_BYTES
 from gpukit.routing import lru_miss_rate
 
 TINY = synth.SynthSpec.tiny(seed=7)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from suite import results
-from gpukit.geometry import NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, Ring, geometry_rows, nvfp4_banks, rows_for_bank_count
+from suite.geometry import NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, Ring, geometry_rows, nvfp4_banks, rows_for_bank_count
 from gpukit.memory import HostBanks, SlotCache, check_slot_cache, random_misses
 from suite.results import REPO_ROOT, device_slug
 from gpukit.routing import calibrate_zipf, lru_miss_rate, zipf_routing_trace

@@ -45,7 +45,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gpukit.geometry import MODEL, nvfp4_banks
+from suite.geometry import MODEL, nvfp4_banks
 
 ARCHITECTURE = "Qwen3_5MoeForCausalLM"
 MODEL_TYPE = "qwen3_5_moe_text"

@@ -28,7 +28,7 @@ from conformance.prereq import skip_or_fail  # noqa: E402
 from suite import results
 from suite.commands import CONFORMANCE_SUMMARY_ENV as SUMMARY_ENV
 from suite.models import Conformance
-from gpukit.geometry import CONFORMANCE_EXTRA_RINGS, Ring
+from suite.geometry import CONFORMANCE_EXTRA_RINGS, Ring
 from gpukit.kernels import default_ring, load_kernels, precompile
 from gpukit.machine import machine_info
 from gpukit.memory import sync

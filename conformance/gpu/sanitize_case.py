@@ -18,7 +18,7 @@ import argparse
 import random
 import sys
 
-from gpukit.geometry import Ring
+from suite.geometry import Ring
 from gpukit.kernels import call_tma, call_upstream, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 

@@ -1,6 +1,6 @@
 """decode_gather byte-exact over bank counts 1..8, awkward row sizes and several rings.
 
-Row sizes per case come from ``gpukit.geometry.geometry_rows(chunk)``: 16 B, 48 B, one chunk -16 / +16 /
+Row sizes per case come from ``suite.geometry.geometry_rows(chunk)``: 16 B, 48 B, one chunk -16 / +16 /
 exact, 4 KiB + 16 B, 1 MiB + 16 B and a three-chunk row ending 32 B into its last chunk, relative to
 the ring's own chunk size. Every case has 3 layers whose banks are packed into ONE pinned
 allocation; the last layer's last bank ends exactly at the end of that allocation (followed by an
@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from gpukit.geometry import CONFORMANCE_EXTRA_RINGS, NVFP4_ROW_BYTES, rows_for_bank_count
+from suite.geometry import CONFORMANCE_EXTRA_RINGS, NVFP4_ROW_BYTES, rows_for_bank_count
 from gpukit.kernels import call_tma
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 

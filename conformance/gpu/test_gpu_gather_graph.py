@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from gpukit.geometry import MODEL, NVFP4_ROW_BYTES
+from suite.geometry import MODEL, NVFP4_ROW_BYTES
 from gpukit.kernels import call_tma
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 

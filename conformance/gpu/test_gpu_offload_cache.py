@@ -17,7 +17,7 @@ import random
 
 import pytest
 
-from gpukit.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
+from suite.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
 from gpukit.kernels import LaunchCounter
 from gpukit.memory import HostBanks, cache_reference_diff, cache_rows
 from suite.rounds import run_rounds

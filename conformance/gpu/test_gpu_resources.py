@@ -28,7 +28,7 @@ CHILD = r"""
 import json
 import torch
 from gpukit.runtime import CUDA_LIMIT_MALLOC_HEAP_SIZE, CUDA_LIMIT_STACK_SIZE, device_limit
-from gpukit.geometry import Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
+from suite.geometry import Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
 from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
 

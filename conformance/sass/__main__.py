@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info("wrote %s", out)
     if args.save:
         from suite import results
-        from gpukit.geometry import Ring
+        from suite.geometry import Ring
 
         ring = None if args.source else Ring(*ring)._asdict()
         logger.info("wrote %s", results.save("sass", ring=ring, reports=[r.record() for r in ordered]))

@@ -18,6 +18,10 @@ import dataclasses
 import math
 from typing import NamedTuple
 
+#: The benchmark's regimes, in table order: ``decode`` (full-footprint banks, a new miss list before every
+#: replay; it decides) and ``replay`` (the same graph replayed).
+REGIMES = ("decode", "replay")
+
 # Qwen3.6-35B-A3B MoE: the model the decode-gather proposal was measured on.
 MODEL = {
     "name": "Qwen3.6-35B-A3B",
