@@ -183,11 +183,12 @@ def main() -> int:
         log(f"n={s['n']:>2} {s['kernel']:>8} GPU{s['rank']}: solo {s['solo_gbps']:.1f} GB/s, "
             f"both {s['both_gbps']:.1f} GB/s, kept {s['kept']:.3f}")
     wrong = [x for x in rows if not x["verified"]]
-    from suite import results
     from gpukit.machine import machine_info
+    from suite import results
+    from suite.models import Contention
 
-    path = results.save("contention", machine=machine_info(), out_dir=args.out, gpus=infos, args=vars(args),
-                        summary=summary, rows=rows, wrong_sets=len(wrong))  # fmt: skip
+    doc = Contention(gpus=infos, args=vars(args), summary=summary, rows=rows, wrong_sets=len(wrong))
+    path = results.save("contention", machine=machine_info(), out_dir=args.out, **doc.to_doc())
     log(f"{len(rows)} timed sets, {len(wrong)} wrong; wrote {path}")
     return 1 if wrong or any(proc.exitcode for proc in procs) else 0
 

@@ -36,6 +36,7 @@ from typing import Any
 from bench.ceiling_figure import render_png
 from suite import results
 from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
+from suite.models import Ceiling
 from gpukit.kernels import call_tma, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["machine"] = {"device_name": "synthetic (dry run)"}
         png_err = None if args.no_png else render_png(doc, out.with_suffix(".png"))
         doc["png"] = None if (args.no_png or png_err) else "ceiling.png"
-        results.write_json(out, doc)
+        results.write_json(out, Ceiling.from_doc(doc).to_doc())  # the document as its model reads it
         say(
             f"dry run: synthetic {len(doc['ring'])} rings, {len(doc['ldg'])} LDG widths, {len(doc['copy_engine'])} CE sizes"
         )
@@ -347,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["png"] = None if (args.no_png or png_err) else "ceiling.png"
         if png_err:
             say(png_err)
-        results.write_json(out, doc)
+        results.write_json(out, Ceiling.from_doc(doc).to_doc())  # the document as its model reads it
 
     def healthy() -> bool:
         try:
