@@ -1,0 +1,158 @@
+"""CPU tests of the overlay's settings, its command line and the nox sessions around it: bad values
+are named, the noxfile imports under bare ``nox``, GPU sessions skip alike without a GPU.
+
+The overlay's own steps (pin, apply/export, the patched wheel) are tests/test_overlay.py's.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from freetoken_overlay import kernels, series
+from freetoken_overlay.pin import get_pin
+from freetoken_overlay.series import series_hash
+from freetoken_overlay.util import (
+    NOX_COMMAND_ENV,
+    NOX_ENV,
+    REPO_ROOT,
+    VERBOSE_ENV,
+    OverlayError,
+    Workdir,
+    env_flag,
+)
+
+from conftest import overlay  # noqa: E402  (tests/conftest.py: the overlay's helpers)
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def test_bad_settings_are_named(monkeypatch) -> None:
+    with pytest.raises(OverlayError, match=r"FT_OVERLAY_SYSTEM_SITE='maybe'.*allowed values"):
+        env_flag("FT_OVERLAY_SYSTEM_SITE", {"FT_OVERLAY_SYSTEM_SITE": "maybe"})
+    with pytest.raises(OverlayError, match=r"'9\.9\.9'.*allowed values: 0\.2\.0, 0\.2\.1"):
+        get_pin("9.9.9")
+    monkeypatch.setenv(kernels.CUDA_ARCH_LIST_ENV, "9.0 sm90")
+    with pytest.raises(OverlayError, match=r"TVM_FFI_CUDA_ARCH_LIST='9.0 sm90': sm90 .*allowed values"):
+        kernels.cuda_arch_list()
+
+
+@pytest.mark.parametrize("name", [VERBOSE_ENV, "FT_OVERLAY_SYSTEM_SITE"])
+def test_boolean_settings_share_one_parser(name: str, tmp_path: Path) -> None:
+    """Both are refused when misspelt, by every command (series-hash reads neither)."""
+    proc = overlay("series-hash", workdir=tmp_path, check=False, env={name: "maybe"})
+    assert proc.returncode == 1
+    assert f"{name}='maybe' is not a boolean; allowed values: '1', 'true', 'yes', 'on', '', '0'" in proc.stderr
+    assert overlay("series-hash", workdir=tmp_path, env={name: "Yes"}).stdout.strip() == series_hash()
+
+
+def test_relative_workdir_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(OverlayError, match=r"FT_OVERLAY_WORKDIR='work' is a relative path; allowed: an absolute"):
+        Workdir.from_env({"FT_OVERLAY_WORKDIR": "work"})
+    assert Workdir.from_env({"FT_OVERLAY_WORKDIR": str(tmp_path)}).root == tmp_path
+    assert Workdir.from_env({"FT_OVERLAY_WORKDIR": "~/w"}).root == Path.home() / "w"
+    proc = overlay("apply", workdir=Path("work"), check=False)
+    assert proc.returncode == 1 and "FT_OVERLAY_WORKDIR='work' is a relative path" in proc.stderr
+    assert not (REPO_ROOT / "work").exists()
+
+
+def test_verbose_only_where_pip_runs(tmp_path: Path) -> None:
+    for command in ("export", "series-hash"):
+        proc = overlay(command, "-v", workdir=tmp_path, check=False)
+        assert proc.returncode == 2 and "unrecognized arguments: -v" in proc.stderr
+    for command in ("apply", "build", "build-wheel", "build-kernels", "verify", "wheelhouse"):
+        assert "--verbose" in overlay(command, "--help", workdir=tmp_path).stdout
+
+
+def test_build_without_torch_says_what_to_install(tmp_path: Path, workdir: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", NOX_ENV, NOX_COMMAND_ENV)}
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "freetoken_overlay", "build"], cwd=REPO_ROOT,
+        env={**env, "FT_OVERLAY_WORKDIR": str(workdir)}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "this Python" in proc.stderr and "has no module 'torch'" in proc.stderr
+    assert "nox -s build" in proc.stderr and " -m pip install torch==" in proc.stderr
+    assert not (workdir / "upstream").exists()  # it stopped before doing anything
+
+
+def test_bare_nox_imports_the_noxfile(tmp_path: Path) -> None:
+    """`nox` (its own script, not `python3 -m nox`) does not put the checkout on sys.path."""
+    nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
+    if nox is None:
+        pytest.skip("no nox on PATH")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", NOX_ENV, NOX_COMMAND_ENV)}
+    proc = subprocess.run([nox, "-l"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "* test" in proc.stdout
+
+
+def test_kernel_cache_built_for_this_series_is_used() -> None:
+    """Under `nox -s test`, a kernel cache `nox -s build` made for the installed freetoken is the one used."""
+    if not os.environ.get(NOX_ENV):
+        pytest.skip("checks the environment nox -s test sets up")
+    manifest = Workdir.from_env().kernel_cache / "MANIFEST.json"
+    if not manifest.is_file():
+        pytest.skip(f"no kernel cache at {manifest.parent} (nox -s build makes it)")
+    import json
+
+    if json.loads(manifest.read_text()).get("freetoken") != importlib.metadata.version("freetoken"):
+        pytest.skip("the kernel cache is for another series (nox -s build rebuilds it)")
+    assert os.environ.get("FREETOKEN_KERNEL_CACHE_DIR") == str(manifest.parent)
+
+
+def test_cli_version_release_and_help(tmp_path: Path) -> None:
+    proc = overlay("--version", workdir=tmp_path)
+    assert proc.stdout.startswith("freetoken_overlay 0.1.0 ")
+    help_text = overlay("apply", "--help", workdir=tmp_path, env={"COLUMNS": "400"}).stdout
+    assert "--release {0.2.0,0.2.1}" in help_text and f"(default: {series.PATCHES_DIR})" in help_text
+    proc = overlay("apply", "--release", "9.9", workdir=tmp_path, check=False)
+    assert proc.returncode == 2 and "invalid choice: '9.9'" in proc.stderr
+
+
+def test_nox_list_prints_no_developer_notes() -> None:
+    import ast
+
+    doc = ast.get_docstring(ast.parse((REPO_ROOT / "noxfile.py").read_text()))
+    assert doc is not None and len(doc.splitlines()) <= 3 and "FT_OVERLAY_" not in doc
+
+
+def test_missing_wheelhouse_is_named(tmp_path: Path) -> None:
+    proc = overlay("apply", workdir=tmp_path, check=False, env={"FT_OVERLAY_WHEELHOUSE": str(tmp_path / "nope")})
+    assert proc.returncode == 1 and "FT_OVERLAY_WHEELHOUSE=" in proc.stderr and "no such directory" in proc.stderr
+
+
+def test_wheelhouse_onto_a_file_and_an_empty_series_are_named(tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("not a directory\n")
+    proc = overlay("wheelhouse", str(file), workdir=tmp_path / "work", check=False)
+    assert proc.returncode == 1 and "exists and is not a directory" in proc.stderr and "Traceback" not in proc.stderr
+    proc = overlay("series-hash", "--patches", str(tmp_path), workdir=tmp_path / "work", check=False)
+    assert proc.returncode == 1 and "holds no *.patch files" in proc.stderr and proc.stdout == ""
+
+
+def test_gpu_sessions_without_a_gpu_all_say_so_alike(tmp_path: Path) -> None:
+    """Every GPU session on a machine without one: the same message, the same exit (skipped), nothing installed."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi")
+    nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
+    if nox is None:
+        pytest.skip("no nox on PATH")
+    names = ["gpu", "sanitize", "bench", "sweep", "series_bench", "step", "contention"]
+    env = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, "VIRTUAL_ENV")}
+    proc = subprocess.run([nox, "--no-venv", "-s", *names], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    for name in names:
+        assert f"Session {name} skipped: nox -s {name} needs a CUDA GPU (nvidia-smi finds none here)" in out, out
+    assert "uv binary not found" not in out and "pip install" not in out
