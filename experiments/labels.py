@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: upstream's fast_index_copy_multi at its own 8 blocks per bank (FREETOKEN_DECODE_GATHER=upstream)
+#: upstream's fast_index_copy_multi at its own 8 blocks per bank (FREETOKEN_DECODE_GATHER unset)
 UPSTREAM = "upstream"
 #: the same kernel timed a second time: the A/A control
 UPSTREAM_AA = "upstream_aa"
@@ -27,7 +27,11 @@ def upstream_load(name: str) -> str:
     return f"{UPSTREAM}_{name}"
 
 
-#: labels of older probe files -> the switch's words (``up_<load>`` is :func:`upstream_load`)
+#: the row loads older probe files name ``up_<load>`` (``experiments.variants.UPSTREAM_LOADS``' names):
+#: :func:`upstream_load` of them; no other ``up_`` string is a label
+OLD_LOADS = ("nc", "nc_l2_128", "nc_l2_256")
+
+#: labels of older probe files -> the switch's words (``up_<load>``: :data:`OLD_LOADS`)
 OLD_LABELS = {"up": UPSTREAM, "upAA": UPSTREAM_AA, "up32": UPSTREAM_BPB32, "unset": UPSTREAM, "unsetAA": UPSTREAM_AA}
 
 
@@ -44,6 +48,6 @@ def in_switch_words(value: Any) -> Any:
     kernel, rest = value[:cut], value[cut:]
     if kernel in OLD_LABELS:
         return OLD_LABELS[kernel] + rest
-    if kernel.startswith("up_"):
+    if kernel.removeprefix("up_") in OLD_LOADS:
         return upstream_load(kernel.removeprefix("up_")) + rest
     return value

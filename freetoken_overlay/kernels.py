@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,13 +77,18 @@ def _shim_cuda_home(root: Path, shim: Path) -> Path | None:
     cudart = sorted((root / "lib").glob("libcudart.so*"))
     if not cudart:
         return None
-    if shim.exists():
-        shutil.rmtree(shim)
+    links = {sub: root / sub for sub in ("bin", "include", "nvvm") if (root / sub).exists()}
+    links["lib64/libcudart.so"] = cudart[0]
+    if shim.exists() or shim.is_symlink():  # an earlier build's: used as it is, never removed or rewritten
+        if all((shim / name).is_symlink() and (shim / name).readlink() == target for name, target in links.items()):
+            return shim
+        raise OverlayError(
+            f"{shim} exists but is not the CUDA_HOME shim for {root} (links {', '.join(links)}): "
+            "move it aside, or set CUDA_HOME to a complete CUDA toolkit"
+        )
     (shim / "lib64").mkdir(parents=True)
-    for sub in ("bin", "include", "nvvm"):
-        if (root / sub).exists():
-            (shim / sub).symlink_to(root / sub)
-    (shim / "lib64" / "libcudart.so").symlink_to(cudart[0])
+    for name, target in links.items():
+        (shim / name).symlink_to(target)
     return shim
 
 
@@ -174,8 +178,8 @@ def _up_to_date(out: Path, inputs: dict) -> bool:
 def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     """Build the series' kernel-cache entries; the cache directory (None: nothing to build).
 
-    A cache already built from the same freetoken, kernel sources, architectures, toolkit and specs
-    is kept as it is (a second ``nox -s build`` compiles nothing)."""
+    A cache already built from the same freetoken, kernel sources, architectures, toolkit (its path and
+    nvcc's release) and specs is kept as it is (a second ``nox -s build`` compiles nothing)."""
     import freetoken
 
     archs = cuda_arch_list()
@@ -189,7 +193,8 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     cuda_home = ensure_cuda_home(workdir, pip_args=pip_args)
     out = workdir.kernel_cache
     inputs = {"freetoken": freetoken.__version__, "sources_sha256": _kernel_sources_sha256(),
-              "cuda_arch_list": archs, "cuda_home": str(cuda_home), "specs": sorted(names)}  # fmt: skip
+              "cuda_arch_list": archs, "cuda_home": str(cuda_home), "specs": sorted(names),
+              "nvcc": toolchain.tool_version(str(cuda_home / "bin" / "nvcc"))}  # fmt: skip
     if _up_to_date(out, inputs):
         logger.info(f"kernel cache is up to date: {out} (freetoken {freetoken.__version__}, archs {archs})")
         return out

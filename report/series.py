@@ -34,13 +34,17 @@ def series_footprint(patches: Path | None = None) -> dict[str, Any]:
     ``new`` the files it adds; each ``{"path", "added", "removed"}``, in path order."""
     files: dict[str, dict[str, Any]] = {}
     for p in patch_files(patches):
-        for part in p.read_text().split("\ndiff --git a/")[1:]:
+        diff = p.read_text().split("\n-- \n", 1)[0]  # format-patch's signature ("-- ", git's version) is no line
+        for part in diff.split("\ndiff --git a/")[1:]:
             header, _, body = part.partition("\n@@")
             f = files.setdefault(header.split(" ", 1)[0], {"path": header.split(" ", 1)[0], "added": 0, "removed": 0})
             f.setdefault("new", "\nnew file mode " in header)
             for line in body.splitlines()[1:]:  # the rest of the first "@@" line is its range
                 f["added"] += line.startswith("+")
                 f["removed"] += line.startswith("-")
+    for f in files.values():  # a file the series adds: a later patch's removed lines were the series' own
+        if f["new"]:
+            f["added"], f["removed"] = f["added"] - f["removed"], 0
     rows = sorted(files.values(), key=lambda f: f["path"])
     return {
         "existing": [f for f in rows if not f["new"]],

@@ -333,3 +333,9 @@ def test_worker_reports_what_auto_chose():
     cache.decode_gather_auto = types.SimpleNamespace(label="tma 16x4x8192", launch=print)
     assert copy_kernel(cache) == "decode_gather"
     assert copy_grid(cache, "decode_gather") == {"ctas": 16, "stages": 4, "chunk_bytes": 8192}
+
+def test_worker_reports_the_ring_of_the_tma_switch():
+    cache = types.SimpleNamespace(_decode_gather=print, _copy_fused_ok=True, decode_gather_auto=None,
+                                  _decode_gather_switch=types.SimpleNamespace(ring=(8, 2, 16384)))  # fmt: skip
+    assert copy_kernel(cache) == "decode_gather"
+    assert copy_grid(cache, "decode_gather") == {"ctas": 8, "stages": 2, "chunk_bytes": 16384}

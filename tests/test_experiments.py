@@ -250,3 +250,12 @@ def test_committed_experiment_results_hold_no_machine_paths():
     assert len(files) > 100
     for path in files:
         assert not re.search(r"(/tmp/|/work/|/root/|/home/)", path.read_text(errors="replace")), f"{path}: a machine path"
+
+
+def test_only_labels_are_renamed():
+    from experiments.labels import OLD_LOADS, in_switch_words, upstream_load
+    from experiments.variants import UPSTREAM_LOADS
+
+    assert set(OLD_LOADS) == set(UPSTREAM_LOADS)
+    assert in_switch_words({"up_nc@decode": 1, "up_proj": 2, "unset|tma": 3}) == {
+        upstream_load("nc") + "@decode": 1, "up_proj": 2, "upstream|tma": 3}

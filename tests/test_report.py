@@ -312,3 +312,35 @@ def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthet
     earlier["rows"][1]["ratio"]["tma"] = 1.0  # the repeat agrees: nothing lost
     (runs / "series_bench.1.json").write_text(json.dumps(earlier))
     assert decode_losses({}, repeats_view(synthetic_results, slug, docs, now)) == []
+
+
+def test_series_footprint_is_the_net_diff_git_reports(tmp_path: Path) -> None:
+    """A later patch editing a file an earlier one added: the footprint is the series' net diff
+    (``git diff --numstat base..tip``), not the sum of the patches' lines; signatures are no lines."""
+    import subprocess
+
+    from report.series import series_footprint
+
+    repo = tmp_path / "repo"
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}  # fmt: skip
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
+
+    repo.mkdir()
+    git("init", "-q")
+    (repo / "old.py").write_text("".join(f"line {i}\n" for i in range(10)))
+    git("add", "-A"); git("commit", "-qm", "base")  # fmt: skip
+    (repo / "new.py").write_text("".join(f"new {i}\n" for i in range(8)))
+    (repo / "old.py").write_text("".join(f"line {i}\n" for i in range(10)) + "added\n")
+    git("add", "-A"); git("commit", "-qm", "one")  # fmt: skip
+    (repo / "new.py").write_text("".join(f"new {i}\n" for i in range(8) if i != 3) + "new 8\nnew 9\n")
+    git("add", "-A"); git("commit", "-qm", "two")  # fmt: skip
+    out = tmp_path / "patches"
+    git("format-patch", "-q", "-o", str(out), "HEAD~2")
+    numstat = {line.split("\t")[2]: (int(line.split("\t")[0]), int(line.split("\t")[1]))
+               for line in git("diff", "--numstat", "HEAD~2", "HEAD").splitlines()}  # fmt: skip
+    fp = series_footprint(out)
+    assert {f["path"]: (f["added"], f["removed"]) for f in fp["existing"] + fp["new"]} == numstat
+    assert (fp["added"], fp["removed"]) == tuple(map(sum, zip(*numstat.values())))

@@ -110,5 +110,26 @@ def test_kernel_cache_is_rebuilt_only_when_an_input_changed(tmp_path: Path, monk
     kernels.build_kernel_cache(workdir, pip_args=[])
     kernels.build_kernel_cache(workdir, pip_args=[])
     assert len(compiled) == 4
+    monkeypatch.setattr(kernels.toolchain, "tool_version", lambda path: "Cuda compilation tools, release 13.1")
+    kernels.build_kernel_cache(workdir, pip_args=[])  # the same toolkit path, another nvcc
+    assert len(compiled) == 5
     manifest = json.loads((workdir.kernel_cache / "MANIFEST.json").read_text())
     assert manifest["cuda_arch_list"] == "9.0 12.0" and manifest["freetoken"] == importlib.metadata.version("freetoken")
+
+
+def test_cuda_home_shim_is_reused_and_a_foreign_directory_is_left_alone(tmp_path: Path) -> None:
+    """The shim over a PyPI-laid-out toolkit is made once and used as it is later; a directory of that
+    name holding anything else is refused, its files untouched."""
+    root = _toolkit(tmp_path / "nvidia" / "cu13", "nvcc")
+    (root / "lib").mkdir()
+    (root / "lib" / "libcudart.so.13").write_text("")
+    shim = tmp_path / "work" / "cuda-home"
+    assert kernels._shim_cuda_home(root, shim) == shim
+    assert (shim / "lib64" / "libcudart.so").resolve() == (root / "lib" / "libcudart.so.13").resolve()
+    assert kernels._shim_cuda_home(root, shim) == shim  # the second build: the same links, nothing rewritten
+    other = tmp_path / "elsewhere" / "cuda-home"
+    (other / "bin").mkdir(parents=True)
+    (other / "bin" / "mine.txt").write_text("a user's file")
+    with pytest.raises(OverlayError, match="is not the CUDA_HOME shim"):
+        kernels._shim_cuda_home(root, other)
+    assert (other / "bin" / "mine.txt").read_text() == "a user's file"
