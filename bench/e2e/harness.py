@@ -127,7 +127,7 @@ def result_path(out: str | None, slug: str | None) -> Path:
 def write_result(out: str | None, slug: str | None, fields: dict[str, Any]) -> Path:
     """Write the e2e document (schema id, time, provenance, machine: suite.results) for device ``slug``
     (the workers' GPU: this process may never touch CUDA)."""
-    return results.save("e2e", device=slug, out_dir=out, **fields)
+    return results.save("e2e", device=slug, out_dir=out, **E2E.from_doc(fields).to_doc())
 
 
 def model_info(model: str) -> dict[str, Any]:
