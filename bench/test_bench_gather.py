@@ -60,6 +60,7 @@ from gpukit.timing import copy_engine_ceiling, device_clock, reps_for, time_repl
 from suite import results
 from suite.rounds import run_rounds
 from suite.models import paired as paired_result
+from suite.models.paired import AA, BASE, CANDIDATE
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 log = logging.getLogger("bench")
@@ -86,8 +87,7 @@ BANKS_GIB = float(os.environ["BENCH_BANKS_GIB"]) if os.environ.get("BENCH_BANKS_
 
 SLOTS = 640
 EXPERTS = MODEL["experts"]
-BASE, AA = "upstream", "upstream_aa"
-GATHER_KERNELS = (BASE, AA, "tma")  # round order; the replay regime adds copy_engine where n > 0
+GATHER_KERNELS = (BASE, AA, CANDIDATE)  # round order; the replay regime adds copy_engine where n > 0
 #: the step's caches: upstream, its A/A control, tma, and auto (FREETOKEN_DECODE_GATHER=auto: the cache's
 #: start-up probe picks the kernel; the choice goes to the step's extra_info)
 STEP_VARIANTS = (*DEFAULT_VARIANTS, StepVariant("auto", {"FREETOKEN_DECODE_GATHER": "auto"}))

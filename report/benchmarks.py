@@ -21,20 +21,13 @@ from typing import Any, Mapping
 from suite import results
 from suite.models import BenchRun
 
-BASE, AA, CANDIDATE = "upstream", "upstream_aa", "tma"
-
-
-def normalize(doc: Mapping[str, Any] | None, file: str) -> BenchRun | None:
-    """The rows of a pytest-benchmark run of the benchmark or of a legacy ``bench.json``; None for any other document."""
-    return BenchRun.read(doc, file)
-
 
 def load(slug: str, base: Path | None = None, docs: Mapping[str, Any] | None = None) -> BenchRun | None:
     """The device's benchmark rows: its pytest-benchmark run, else (until one exists) its legacy ``bench.json``
     (from ``docs``, the device's documents already read, where given)."""
     for kind in ("benchmark", "bench"):
         raw = docs[kind] if docs is not None and kind in docs else (None if docs is not None else results.load(kind, slug, base))
-        doc = normalize(raw, f"{slug}/{results.KINDS[kind].file}")
+        doc = BenchRun.read(raw, f"{slug}/{results.KINDS[kind].file}")
         if doc is not None:
             return doc
     return None

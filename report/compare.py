@@ -22,6 +22,7 @@ from pathlib import Path
 
 from suite import results
 from suite.models import BenchRun
+from suite.models.paired import AA, BASE, CANDIDATE
 from report import benchmarks
 from report.gather import decode_step_view, gather_row, regime_key
 
@@ -33,7 +34,7 @@ LEGEND = "paired = upstream / tma over alternating rounds (> 1: tma faster); tie
 def _times(view: dict) -> tuple:
     """pytest-benchmark's per-kernel medians where the run has them, else the paired medians."""
     t = view.get("benchmark") or view["us"]
-    return tuple(t.get(k) for k in (benchmarks.BASE, benchmarks.AA, benchmarks.CANDIDATE))
+    return tuple(t.get(k) for k in (BASE, AA, CANDIDATE))
 
 
 def records(bench: BenchRun) -> list[tuple]:

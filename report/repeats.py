@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from suite import results
-from suite.models import Model, SeriesBench
-from report import benchmarks
+from suite.models import BenchRun, Model, SeriesBench
 from report.gather import gather_view, main_rows
 from report.views import series_bench_view
 
@@ -51,8 +50,8 @@ KEPT_FILES = {"bench": ("bench.*json", "pytest-benchmark.*json"),
               "series_bench": ("series_bench.*json", "upstream_bench.*json")}  # upstream_bench: its earlier name
 
 #: {kind: how an earlier run's file reads (None: not a run of that benchmark)}: the project benchmark's
-#: runs in either store format (report.benchmarks), the series' benchmark's of the current schema.
-READERS = {"bench": lambda old, doc, name: benchmarks.normalize(old, name),
+#: runs in either store format (suite.models.BenchRun), the series' benchmark's of the current schema.
+READERS = {"bench": lambda old, doc, name: BenchRun.read(old, name),
            "series_bench": lambda old, doc, name: (SeriesBench.from_doc(old) if isinstance(old, dict)
                                                    and old.get("schema") == doc.schema else None)}  # fmt: skip
 

@@ -15,11 +15,10 @@ import dataclasses
 from typing import Any, Mapping
 
 from suite.models.base import Model, field, renamed
-from suite.models.paired import Paired
+from suite.models.paired import CANDIDATE, Paired
 
 BENCHMARK_SCHEMA = "freetoken-decode-gather-pytest-benchmark/1"
 LEGACY_SCHEMA = "freetoken-decode-gather-bench/1"
-CANDIDATE = "tma"
 #: a legacy row's per-kernel maps (renamed to the switch's words)
 _PER_KERNEL = ("us", "rounds_us", "gbps", "pct_of_ceiling", "us_per_step")
 

@@ -17,7 +17,8 @@ from typing import Any, Sequence
 from suite.models.base import LEGACY_NAMES, Model, field, renamed
 from suite.stats import summarize_rounds
 
-BASE, AA = "upstream", "upstream_aa"
+#: the paired rounds' kernels in the switch's words: the base, its A/A control, the series' candidate
+BASE, AA, CANDIDATE = "upstream", "upstream_aa", "tma"
 #: the per-kernel maps of a paired result (their keys renamed in a document of the old names)
 PER_KERNEL = ("median_us", "rounds_us", "ratio", "ratio_paired", "verdict")
 
