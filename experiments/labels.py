@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from suite.models.base import LEGACY_NAMES
+
 #: upstream's fast_index_copy_multi at its own 8 blocks per bank (FREETOKEN_DECODE_GATHER unset)
 UPSTREAM = "upstream"
 #: the same kernel timed a second time: the A/A control
@@ -32,7 +34,8 @@ def upstream_load(name: str) -> str:
 OLD_LOADS = ("nc", "nc_l2_128", "nc_l2_256")
 
 #: labels of older probe files -> the switch's words (``up_<load>``: :data:`OLD_LOADS`)
-OLD_LABELS = {"up": UPSTREAM, "upAA": UPSTREAM_AA, "up32": UPSTREAM_BPB32, "unset": UPSTREAM, "unsetAA": UPSTREAM_AA}
+#: (the result documents' old names, suite.models.base.LEGACY_NAMES, and the probes' own)
+OLD_LABELS = {**LEGACY_NAMES, "up": UPSTREAM, "upAA": UPSTREAM_AA, "up32": UPSTREAM_BPB32, "unsetAA": UPSTREAM_AA}
 
 
 def in_switch_words(value: Any) -> Any:
