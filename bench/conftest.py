@@ -56,6 +56,7 @@ class StoreFile:
         if not self.tmp.is_file():
             return
         if not self.failed:
+            results.supersede("benchmark", self.target)  # the run it replaces goes to the history
             self.tmp.replace(self.target)
             return
         self.tmp.unlink()

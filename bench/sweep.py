@@ -337,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     doc["jit_seconds"] = round(time.perf_counter() - t0, 1)
     info = machine_info()
     out = results.path("ceiling", info.get("device_slug"), args.out)
+    results.supersede("ceiling", out)  # once: the partial saves below then replace only this run's own
     runner = Runner(args)
 
     def save(partial: bool) -> None:

@@ -230,9 +230,85 @@ def save(
     out_dir: str | os.PathLike | None = None,
     **fields: Any,
 ) -> Path:
-    """Write a new document of ``kind`` to :func:`path` (``device`` defaults to the machine's slug)."""
+    """Write a new document of ``kind`` to :func:`path` (``device`` defaults to the machine's slug); the
+    document it replaces goes to the history first (:func:`supersede`)."""
     device = device or (machine or {}).get("device_slug")
-    return write_json(path(kind, device, out_dir), document(kind, machine=machine, **fields))
+    target = path(kind, device, out_dir)
+    doc = document(kind, machine=machine, **fields)
+    supersede(kind, target, doc)
+    return write_json(target, doc)
+
+
+# --------------------------------------------------------------------------- history
+
+#: under a device's directory: ``history/tree-<tree id>/<file>.<N>.json``, the documents a run replaced
+HISTORY = "history"
+
+
+def history_folder(doc: Any) -> str:
+    """``tree-<12 hex>`` of the patched tree ``doc`` was measured on (``series-<hash>`` where only the
+    series is known, ``tree-unknown`` where neither is)."""
+    prov = (doc.get("provenance") if isinstance(doc, dict) else None) or {}
+    if prov.get("tree"):
+        return f"tree-{prov['tree'][:12]}"
+    return f"series-{prov['series_hash'][:12]}" if prov.get("series_hash") else "tree-unknown"
+
+
+def history(kind: str, device: str | None = None, tree: str | None = None, base: Path | None = None) -> list[Path]:
+    """The documents of ``kind`` kept in ``<base>/<device>/history/tree-<tree>/`` (every tree's without
+    ``tree``), in the order they were replaced."""
+    k, base = KINDS[kind], base or root()
+    if k.file is None:
+        return []
+    rel = Path(k.file)
+    home = (base / (device or device_dir(None, k.gpus).name)) if k.per_device else base
+    folders = [home / HISTORY / f"tree-{tree[:12]}"] if tree else sorted((home / HISTORY).glob("*/"))
+    found = [p for f in folders for p in (f / rel.parent).glob(f"{rel.stem}.*{rel.suffix}")]
+    return sorted(found, key=lambda p: (p.parent, _run_number(p)))
+
+
+def _run_number(p: Path) -> int:
+    number = p.name[: -len(p.suffix)].rpartition(".")[2]
+    return int(number) if number.isdigit() else 0
+
+
+def supersede(kind: str, target: Path, new: Any = None) -> Path | None:
+    """Move the document at ``target`` (a file of ``kind``) to the history of the directory it is in:
+    ``history/<tree-id>/<file stem>.<N><suffix>``, N one more than the last kept there. Nothing moves
+    when there is no file, or when it holds ``new`` already (a re-run that changed nothing). Returns
+    where it went (None: nothing moved). Never overwrites: :func:`move_new` refuses an existing file."""
+    if not target.is_file():
+        return None
+    old_text = target.read_text(errors="replace")
+    if new is not None and old_text == _dumps(new):
+        return None
+    rel = Path(KINDS[kind].file or target.name)
+    if not target.as_posix().endswith("/" + rel.as_posix()):
+        rel = Path(target.name)  # out_dir: the base name only
+    home = Path(target.as_posix()[: -len(rel.as_posix())])
+    try:
+        old = json.loads(old_text)
+    except ValueError:
+        old = None
+    folder = home / HISTORY / history_folder(old) / rel.parent
+    n = max((_run_number(p) for p in folder.glob(f"{rel.stem}.*{rel.suffix}")), default=0) + 1
+    return move_new(target, folder / f"{rel.stem}.{n}{rel.suffix}")
+
+
+def move_new(src: Path, dst: Path) -> Path:
+    """Move ``src`` to ``dst``, which must not exist (FileExistsError, both files left as they were)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists():
+        raise FileExistsError(f"{dst} exists: not overwriting a kept document (moving {src} there refused)")
+    try:
+        os.link(src, dst)  # fails when dst exists, even if it appeared since the check
+    except FileExistsError:
+        raise FileExistsError(f"{dst} exists: not overwriting a kept document (moving {src} there refused)") from None
+    except OSError:  # no hard links on this file system
+        src.rename(dst)
+        return dst
+    src.unlink()
+    return dst
 
 
 _SITE = re.compile(r"/[^\s\"':]*?/(site-packages|dist-packages)/")
@@ -256,11 +332,15 @@ def scrub(obj: Any, replacements: dict[str, str] | None = None) -> Any:
     return _TMP.sub("<tmp>", s)
 
 
+def _dumps(doc: Any) -> str:
+    return json.dumps(doc, indent=1, default=_json_default) + "\n"
+
+
 def write_json(target: Path, doc: Any) -> Path:
     """Write ``doc`` as indented JSON, atomically (a temp file renamed over the target)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
+    tmp.write_text(_dumps(doc))
     tmp.replace(target)
     return target
 

@@ -208,7 +208,7 @@ def test_the_gate_fails_a_slower_run_and_passes_an_unchanged_one(synthetic_run, 
 
 def test_bench_store_replaces_the_store_only_after_a_run_without_failures(tmp_path):
     """``--bench-store`` writes results/<device>/pytest-benchmark.json (suite.results) when every test
-    passed; a run with a failed test leaves the store as it was."""
+    passed, the run it replaces moved to the history; a run with a failed test leaves the store as it was."""
     env = {"FT_RESULTS_DIR": str(tmp_path / "results"), "FT_RESULTS_DEVICE": "synthetic-gpu"}
     store = tmp_path / "results" / "synthetic-gpu" / "pytest-benchmark.json"
     done = run_synthetic(tmp_path / "ok", "--bench-store", env=env)
@@ -218,6 +218,10 @@ def test_bench_store_replaces_the_store_only_after_a_run_without_failures(tmp_pa
     failed = run_synthetic(tmp_path / "bad", "--bench-store", env={**env, "SYN_FAIL": "replay-1-tma"}, slow="decode-1-tma=2")
     assert failed.returncode == 1 and "left as it was" in failed.stdout + failed.stderr
     assert store.read_bytes() == first and not list(store.parent.glob("*.tmp"))
+    again = run_synthetic(tmp_path / "again", "--bench-store", env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    kept = store.parent / "history" / "series-000000000000" / "pytest-benchmark.1.json"  # the run it replaced
+    assert kept.read_bytes() == first and store.read_bytes() != first
     both = run_synthetic(tmp_path / "both", "--bench-store", f"--benchmark-json={tmp_path / 'x.json'}", env=env)
     assert both.returncode != 0 and "give one" in both.stdout + both.stderr
 

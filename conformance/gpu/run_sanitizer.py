@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                     case_ok, rc, rec["seconds"], "" if good else "  <-- FAIL")  # fmt: skip
     summary.total_errors = sum((r["errors"] or 0) for r in summary.tools.values())
     summary.passed = bool(ok)
+    results.supersede("sanitizer", target)
     path = results.write_json(target, results.scrub(results.document("sanitizer", machine=info, **summary.to_doc())))
     logger.info("wrote %s", path)
     return 0 if ok else 1
