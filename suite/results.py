@@ -27,6 +27,8 @@ Kinds (:data:`KINDS`) and their writers:
 Every document starts with its schema id, the time it was made (not for ``sass``, which must
 re-render byte-identical), its provenance and, where given, the machine; machine paths are
 scrubbed. A document is written whole by one run: nothing here reads a file back to merge into it.
+The document a run replaces is moved, not lost: to ``<device>/history/<tree-id>/<file stem>.<N>.json``
+(:func:`supersede`, which refuses to overwrite a kept file); the report reads the earlier runs there.
 
 The device slug (``NVIDIA H200`` -> ``h200``) is resolved once per process: ``$FT_RESULTS_DEVICE``,
 else the name of CUDA device 0 (torch is imported only then), else ``unknown``. The root is
