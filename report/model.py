@@ -83,7 +83,7 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "link": machine.get("pcie_gen_under_load") or machine.get("pcie_gen_current"),
         "series": bench_prov.get("series_hash") or machine.get("series_hash"),
         "readme": (base / slug / "README.md").is_file(),
-        "history": (base.parent / "experiments" / "results" / slug / "README.md").is_file(),
+        "history": (base / slug / results.HISTORY).is_dir(),
         "gather": gather,
         "step": decode_step_view(bench),
         "ceiling": ceiling,

@@ -1,5 +1,6 @@
 """Run-to-run variation: the current runs' decode-regime ratios beside every earlier run of the same
-patched tree kept in ``experiments/results/<device>/tree-<tree id>/``, and every figure where tma is slower beyond its A/A spread."""
+patched tree in the history the writer keeps (``results/<device>/history/tree-<tree id>/``), and every
+figure where tma is slower beyond its A/A spread."""
 
 from __future__ import annotations
 
@@ -45,23 +46,23 @@ REPEAT_VIEWS = {"bench": lambda d: bench_decode_ratios(gather_view(d)),
                 "series_bench": lambda d: series_decode_ratios(series_bench_view(d))}  # fmt: skip
 
 
-#: {kind: the names its earlier runs are kept under in a tree's folder of experiments/results/}
-KEPT_FILES = {"bench": ("bench.*json", "pytest-benchmark.*json"),
-              "series_bench": ("series_bench.*json", "upstream_bench.*json")}  # upstream_bench: its earlier name
-
 #: {kind: how an earlier run's file reads (None: not a run of that benchmark)}: the project benchmark's
-#: runs in either store format (suite.models.BenchRun), the series' benchmark's of the current schema.
+#: runs (suite.models.BenchRun), the series' benchmark's of the current schema.
 READERS = {"bench": lambda old, doc, name: BenchRun.read(old, name),
            "series_bench": lambda old, doc, name: (SeriesBench.from_doc(old) if isinstance(old, dict)
                                                    and old.get("schema") == doc.schema else None)}  # fmt: skip
+
+#: {kind of a repeat table: the result kind whose history holds its earlier runs}
+STORED_AS = {"bench": "benchmark", "series_bench": "series_bench"}
 
 
 def repeats_view(
     base: Path, slug: str, docs: Mapping[str, Model], current: Mapping[str, dict[int, dict[str, Any]]]
 ) -> list[dict[str, Any]]:
-    """Per benchmark: the current run (``current``: {kind: its decode ratios}) beside every
-    earlier run of the SAME patched tree kept in ``experiments/results/<device>/tree-<tree id>/`` (:data:`READERS`), decode regime,
-    so run-to-run variation of the verdicts is on the page. Earlier runs in ``generated_at`` order."""
+    """Per benchmark: the current run (``current``: {kind: its decode ratios}) beside every earlier run of
+    the SAME patched tree its writer kept in ``<device>/history/tree-<tree id>/`` (:func:`suite.results.history`,
+    read by :data:`READERS`), decode regime, so run-to-run variation of the verdicts is on the page.
+    Earlier runs in ``generated_at`` order."""
     out = []
     for kind, where in REPEAT_KINDS.items():
         doc = docs.get(kind)
@@ -69,9 +70,8 @@ def repeats_view(
         if not tree:
             continue
         earlier = []
-        kept = base.parent / "experiments" / "results" / slug / f"tree-{tree[:12]}"
-        for path in sorted(p for g in KEPT_FILES[kind] for p in kept.glob(g)):
-            name = f"../experiments/results/{slug}/{kept.name}/{path.name}"
+        for path in results.history(STORED_AS[kind], slug, tree, base):
+            name = path.relative_to(base).as_posix()
             old = READERS[kind](results.read_json(path), doc, name)
             if old is not None and old.tree == tree and old.generated_at != doc.generated_at:
                 earlier.append((old.generated_at or "", name, old))

@@ -289,7 +289,7 @@ def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthet
     for r in current["rows"]:
         r["regime"] = "decode"
     (synthetic_results / slug / "series_bench.json").write_text(json.dumps(current))
-    runs = synthetic_results.parent / "experiments" / "results" / slug / f"tree-{'t' * 12}"  # kept by tree
+    runs = synthetic_results / slug / "history" / f"tree-{'t' * 12}"  # kept by its writer, by tree
     runs.mkdir(parents=True)
     earlier = json.loads(json.dumps(current))
     earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
@@ -304,7 +304,7 @@ def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthet
     reps = repeats_view(synthetic_results, slug, docs, now)
     assert [r["kind"] for r in reps] == ["series_bench"]
     assert [run["file"] for run in reps[0]["runs"]] == [f"{slug}/series_bench.json",
-                                                         f"../experiments/results/{slug}/tree-{'t' * 12}/series_bench.1.json"]  # fmt: skip
+                                                         f"{slug}/history/tree-{'t' * 12}/series_bench.1.json"]  # fmt: skip
     assert reps[0]["runs"][1]["ratios"][1]["verdict"] == "slower"
     lost = decode_losses({}, reps)
     assert [(x["n"], x["ratio"]) for x in lost] == [(1, 0.98)]
