@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from experiments.labels import UPSTREAM, UPSTREAM_AA, in_switch_words
+from experiments.labels import UPSTREAM, UPSTREAM_AA
 from experiments.regimes import REGIME_ORDER, TOUCH_REGIMES
 from suite.geometry import fmt_bytes
 from suite import results
@@ -54,9 +54,8 @@ def touch_recovery(n: int, iv: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def probe_run(path: Path, name: str) -> dict[str, Any] | None:
-    """One probe document as table rows (None when it holds no per-n regimes: the prologue probes); its
-    kernel labels in the switch's words, whatever the file was written with (:func:`in_switch_words`)."""
-    doc = in_switch_words(results.read_json(path) or {})
+    """One probe document as table rows (None when it holds no per-n regimes: the prologue probes)."""
+    doc = results.read_json(path) or {}
     rows, rounds, recovered, interleaved = [], set(), [], False
 
     def add_row(n: str, reg: str, spread: float, summaries: Mapping[str, Any]) -> None:
@@ -121,9 +120,7 @@ call's rows as soon as the count is known (`experiments/variants.py`). `upstream
 two halves of `decode`). `decode_touch4K`, `decode_touch64K`, `decode_touch2M`: `decode`, with 16 bytes in every \
 4 KiB, 64 KiB or 2 MiB block of the new list's host rows read by a separate kernel before the clock starts (the timed \
 replay then finds warm whatever a first read of a block warms, its address translations above all, and almost none \
-of the rows' bytes). The backing named with a run is where its banks' pages came from (`--backing`). Files written \
-before the switch's words name upstream's kernel `up` (`upAA` its A/A twin, `up32`, `up_<load>`) or, in a decode \
-step, `unset` (`unsetAA`); the tables read them in these words (`experiments/labels.py`)."""
+of the rows' bytes). The backing named with a run is where its banks' pages came from (`--backing`)."""
 
 
 def _ratio(x: float | None) -> str:

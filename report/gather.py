@@ -46,7 +46,7 @@ def gather_row(r: CaseRow) -> dict[str, Any]:
         "verdict": verdict(r.speedup, r.aa_spread),
         "gbps": r.gbps.get("tma"),
         "pct": r.pct_of_ceiling.get("tma"),
-        # each kernel's pytest-benchmark medians (µs per layer; none in a legacy bench.json)
+        # each kernel's pytest-benchmark medians (µs per layer)
         "benchmark": {k: v.get("median") for k, v in r.benchmark.items()},
         # bytes at the copy-engine ceiling of the same run
         "ideal": r.bytes_per_layer / (r.ceiling_gbps * 1e9) * 1e6 if r.ceiling_gbps else None,

@@ -9,8 +9,6 @@ Kinds (:data:`KINDS`) and their writers:
 
 - ``benchmark``: ``<device>/pytest-benchmark.json``, ``bench/test_bench_gather.py --bench-store`` (pytest-benchmark's
   own JSON, with this schema id and the provenance added at the top)
-- ``bench``: ``<device>/bench.json``, the benchmark's store before pytest-benchmark's (read by the report until a
-  ``benchmark`` run replaces it)
 - ``ceiling``: ``<device>/ceiling.json`` (and ``ceiling.png`` beside it), ``python -m bench.sweep``
 - ``conformance``: ``<device>/conformance/summary.json``, ``conformance/gpu`` with ``CONFORMANCE_SUMMARY=1``
 - ``sanitizer``: ``<device>/conformance/sanitizer.json`` (logs beside it), ``python -m conformance.gpu.run_sanitizer``
@@ -66,14 +64,13 @@ class Kind(NamedTuple):
 
 
 KINDS: dict[str, Kind] = {
-    "bench": Kind("freetoken-decode-gather-bench/1", "bench.json"),  # the store before pytest-benchmark's (read only)
     "benchmark": Kind("freetoken-decode-gather-pytest-benchmark/1", "pytest-benchmark.json"),
     "ceiling": Kind("freetoken-decode-gather-ceiling/1", "ceiling.json"),
     "conformance": Kind("freetoken-decode-gather-conformance/1", "conformance/summary.json"),
     "sanitizer": Kind("freetoken-decode-gather-sanitizer/1", "conformance/sanitizer.json"),
     "step_pdl": Kind("freetoken-decode-gather-step-pdl/1", "step_pdl.json"),
     "contention": Kind("freetoken-decode-gather-contention/1", "contention.json", gpus=2),
-    "series_bench": Kind("freetoken-decode-gather-upstream-bench/1", "series_bench.json"),
+    "series_bench": Kind("freetoken-decode-gather-series-bench/1", "series_bench.json"),
     "e2e": Kind("freetoken-decode-gather-e2e/1", "e2e.json"),
     "auto_stability": Kind("freetoken-decode-gather-auto-stability/1", "auto_stability.json"),
     # experiments/harness.save: $OUT/<name per probe>, kept by hand under experiments/results/<device>/tree-<id>/

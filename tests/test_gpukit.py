@@ -45,7 +45,7 @@ def test_device_slug_and_paths(results_env):
     assert device_slug("NVIDIA GeForce RTX 5090") == "geforce-rtx-5090"
     assert device_slug() == "h200"  # this machine's, from $FT_RESULTS_DEVICE
     assert results.path("conformance") == results_env / "h200/conformance/summary.json"
-    assert results.path("bench", "geforce-rtx-5090") == results_env / "geforce-rtx-5090/bench.json"
+    assert results.path("benchmark", "geforce-rtx-5090") == results_env / "geforce-rtx-5090/pytest-benchmark.json"
     assert results.path("contention") == results_env / "h200x2/contention.json"
     assert results.path("sass") == results_env / "sass.json"
     assert results.path("sanitizer", out_dir="/x") == Path("/x/sanitizer.json")

@@ -1,5 +1,6 @@
-"""CPU checks of suite.models: every committed result document of each kind reads through its model and
-round-trips (``from_doc(to_doc(x)) == x``); older shapes read in the current names; the one paired shape."""
+"""CPU checks of suite.models: every committed result document of each kind (results/, its history
+included) reads through its model and round-trips (``from_doc(to_doc(x)) == x``), in the switch's words;
+the one paired shape."""
 
 from __future__ import annotations
 
@@ -9,22 +10,32 @@ from pathlib import Path
 import pytest
 
 from suite import results
-from suite.models import MODELS, BenchRun, E2E, Paired, StepPdl, paired
+from suite.models import MODELS, BenchRun, E2E, Paired, paired
 from suite.results import REPO_ROOT
 
-#: {kind: the names its files are kept under in results/ and experiments/results/}
-FILES = {"ceiling": ("ceiling*.json",), "conformance": ("summary.json", "conformance-summary*.json"),
-         "sanitizer": ("sanitizer.json",), "step_pdl": ("step_pdl*.json",), "contention": ("contention*.json",),
-         "series_bench": ("series_bench*.json", "upstream_bench*.json"), "e2e": ("e2e*.json",),
-         "auto_stability": ("auto_stability*.json",)}  # fmt: skip
-ROOTS = (REPO_ROOT / "results", REPO_ROOT / "experiments" / "results")
+RESULTS = REPO_ROOT / "results"
+#: the words the switch does not use for a kernel (the names of before it; the committed documents were rewritten once)
+OLD_WORDS = {"ours", "unset", "unset_aa", "versus_unset"}
 
 
-def _committed(globs) -> list[Path]:
-    return sorted({p for root in ROOTS for g in globs for p in root.rglob(g)})
+def _committed(kind: str) -> list[Path]:
+    """Every committed file of ``kind``: the current ones and the history the writer kept."""
+    devices = [d.name for d in RESULTS.iterdir() if d.is_dir()]
+    current = [results.path(kind, d).relative_to(results.root()) for d in devices] if results.KINDS[kind].per_device else []
+    found = [RESULTS / p for p in current if (RESULTS / p).is_file()]
+    return sorted(set(found + [p for d in devices for p in results.history(kind, d, base=RESULTS)]))
 
 
-CASES = [(kind, p) for kind, globs in FILES.items() for p in _committed(globs)]
+CASES = [(kind, p) for kind in MODELS for p in _committed(kind)]
+
+
+def _words(doc) -> set[str]:
+    """Every key and string value of ``doc``."""
+    if isinstance(doc, dict):
+        return set(doc) | {w for v in doc.values() for w in _words(v)}
+    if isinstance(doc, list):
+        return {w for v in doc for w in _words(v)}
+    return {doc} if isinstance(doc, str) else set()
 
 
 @pytest.mark.parametrize("kind,path", CASES, ids=[str(p.relative_to(REPO_ROOT)) for _, p in CASES])
@@ -34,6 +45,7 @@ def test_every_committed_document_reads_through_its_model_and_round_trips(kind, 
     m = MODELS[kind].from_doc(doc)
     assert m.schema == doc["schema"] and m.provenance == doc.get("provenance")
     assert MODELS[kind].from_doc(m.to_doc()) == m
+    assert not OLD_WORDS & _words(doc), f"{path}: a kernel named in the words of before the switch"
 
 
 CURRENT = [(kind, REPO_ROOT / "results" / p) for kind, p in (
@@ -53,16 +65,13 @@ def test_every_kind_with_a_model_has_committed_files():
     assert {kind for kind, _ in CASES} == set(MODELS)
 
 
-BENCH_FILES = _committed(("pytest-benchmark*.json", "bench*.json"))
+BENCH_FILES = _committed("benchmark")
 
 
 @pytest.mark.parametrize("path", BENCH_FILES, ids=[str(p.relative_to(REPO_ROOT)) for p in BENCH_FILES])
 def test_every_committed_benchmark_run_reads_into_rows_in_the_switchs_words(path):
     doc = json.loads(path.read_text())
     run = BenchRun.read(doc, path.name)
-    if "schema" not in doc:  # pytest-benchmark's JSON before the store added its schema id: not read, as before
-        assert run is None
-        return
     assert run is not None and run.gather and BenchRun.from_doc(run.to_doc()) == run
     for row in run.gather:
         assert {"upstream", "tma"} <= set(row.us) and not {"ours", "unset"} & set(row.us)
@@ -81,15 +90,6 @@ def test_the_committed_h200_benchmark_rows_are_its_paired_figures():
     assert BenchRun.read({"schema": "something else"}, "x") is None
 
 
-def test_an_older_e2e_names_the_upstream_arm_upstream():
-    doc = json.loads((REPO_ROOT / "experiments" / "results" / "h200" / "tree-cea31ee84447" / "e2e.3.json").read_text())
-    assert "unset" in doc["points"][0]["variants"]  # the file as measured: the harness's old name
-    e2e = E2E.from_doc(doc)
-    assert set(e2e.points[0].variants) == {"upstream", "tma"}
-    assert e2e.points[0].variants["upstream"] == doc["points"][0]["variants"]["unset"]
-    assert {r["variant"] for r in e2e.runs} == {"upstream", "tma"} and set(e2e.settings["variants"]) == {"upstream", "tma"}
-
-
 def test_the_committed_e2e_has_its_three_arms_and_their_ratios():
     doc = json.loads((REPO_ROOT / "results" / "h200" / "e2e.json").read_text())
     e2e = E2E.from_doc(doc)
@@ -97,16 +97,6 @@ def test_the_committed_e2e_has_its_three_arms_and_their_ratios():
     assert set(point.variants) == {"upstream", "tma", "auto"} and set(point.versus_upstream) == {"tma", "auto"}
     assert point.speedup == doc["points"][0]["versus_upstream"]["tma"]["speedup"]
     assert E2E.from_doc(e2e.to_doc()) == e2e
-
-
-def test_the_older_step_pdl_shape_reads_in_the_switchs_words():
-    doc = json.loads((REPO_ROOT / "experiments" / "results" / "h200" / "tree-cea31ee84447" / "step_pdl.2.json").read_text())
-    step = StepPdl.from_doc(doc)
-    assert doc["decode_step"]["median_us"]["unset"] == step.decode_step.median_us["upstream"]
-    assert "upstream_aa" in step.decode_step.breakdown and "unset" not in step.decode_step.breakdown
-    n0 = step.per_layer["0"]
-    assert n0.base == "upstream" and n0.median_us["upstream"] == doc["per_layer"]["0"]["median_us"]["unset"]
-    assert n0.extra == {"verified_sets": doc["per_layer"]["0"]["verified_sets"]}
 
 
 def test_paired_is_the_one_shape_of_a_case():
@@ -119,8 +109,6 @@ def test_paired_is_the_one_shape_of_a_case():
     assert p.median_us == {"upstream": 10.0, "upstream_aa": 10.0, "tma": 5.0} and p.extra == {"reps": 20}
     doc = p.to_doc()
     assert doc["reps"] == 20 and "extra" not in doc and Paired.from_doc(doc) == p
-    old = {"median_us": {"unset": 1.0, "unset_aa": 1.0, "ours": 0.5}, "ratio": {"ours": 2.0}, "aa_spread": 0.01}
-    assert Paired.from_doc(old).median_us == {"upstream": 1.0, "upstream_aa": 1.0, "tma": 0.5}
 
 
 def test_the_probe_kind_has_no_results_path_its_writer_names_the_file():

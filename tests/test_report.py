@@ -13,19 +13,25 @@ import pytest
 
 from suite import commands
 from suite.models import BenchRun
+from tests.conftest import bench_store
 from suite.results import REPO_ROOT
 from report import compare
 from report.__main__ import main as report_main
 from report.render import render
 
 RESULTS = REPO_ROOT / "results"
+BENCH = "pytest-benchmark.json"  # the benchmark's store
 
 
 def _edit(root: Path, name: str, change: Callable[[dict], None]) -> None:
+    """``change`` a synthetic document; the benchmark's store (``pytest-benchmark.json``) as its rows
+    (:class:`BenchRun`'s ``to_doc``), saved back as a store."""
     path = root / "synthetic-gpu" / name
     doc = json.loads(path.read_text())
+    if name == BENCH:
+        doc = BenchRun.read(doc, name).to_doc()
     change(doc)
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(bench_store(doc) if name == BENCH else doc))
 
 
 def _row(doc: dict, layers: int, n: int) -> dict:
@@ -36,7 +42,7 @@ def _set_ratio(doc: dict, layers: int, n: int, ratio: float) -> None:
     """A gather row's ratio (and its times); its stored verdict is left stale on purpose."""
     r = _row(doc, layers, n)
     r["speedup"] = ratio
-    r["us"]["ours"] = r["us"]["upstream"] / ratio
+    r["us"]["tma"] = r["us"]["upstream"] / ratio
 
 
 def _step_ratio(doc: dict, name: str, ratio: float) -> None:
@@ -46,32 +52,32 @@ def _step_ratio(doc: dict, name: str, ratio: float) -> None:
 FLIPS = {
     # name: (document, change, (page, text before), (page, text after))
     "gather row tie -> slower": (
-        "bench.json", lambda d: _set_ratio(d, 40, 1, 0.9),
+        BENCH, lambda d: _set_ratio(d, 40, 1, 0.9),
         ("README.md", "| gather, 40 layers | 1 | 1.000 | ±0.004 | tie |"),
         ("README.md", "| gather, 40 layers | 1 | 0.900 | ±0.004 | slower |"),
     ),
     "headline verdict lists": (
-        "bench.json", lambda d: _set_ratio(d, 40, 0, 0.8),
+        BENCH, lambda d: _set_ratio(d, 40, 0, 0.8),
         ("README.md", "per layer: faster at n = 0; tie at n = 1, 2, 4, 8, 600."),
         ("README.md", "per layer: tie at n = 1, 2, 4, 8, 600; slower at n = 0."),
     ),
     "parity target met -> not met": (
-        "bench.json", lambda d: _set_ratio(d, 40, 1, 0.9),
+        BENCH, lambda d: _set_ratio(d, 40, 1, 0.9),
         ("REPORT.md", "- Ratio >= 1.00 at every n: met."),
         ("REPORT.md", "- Ratio >= 1.00 at every n: not met at n = 1 (0.900, slower)."),
     ),
     "small-n target not reached -> reached": (
-        "bench.json", lambda d: (_set_ratio(d, 40, 1, 1.1), _set_ratio(d, 40, 2, 1.06)),
+        BENCH, lambda d: (_set_ratio(d, 40, 1, 1.1), _set_ratio(d, 40, 2, 1.06)),
         ("REPORT.md", "at n = 1, 2: 1.000 and 1.000, not reached."),
         ("REPORT.md", "at n = 1, 2: 1.100 and 1.060, reached."),
     ),
     "ideal target met -> not met": (
-        "bench.json", lambda d: [r.update(ceiling_gbps=r["ceiling_gbps"] * 2) for r in d["gather"]],  # ideal halves
+        BENCH, lambda d: d["ceiling"]["start"].update(gbps=d["ceiling"]["start"]["gbps"] * 2),  # ideal halves
         ("REPORT.md", "(tma / ideal): met;"),
         ("REPORT.md", "(tma / ideal): not met;"),
     ),
     "decode step tie -> faster": (
-        "bench.json", lambda d: d["decode_step"].update(speedup=1.05),
+        BENCH, lambda d: d["decode_step"].update(speedup=1.05),
         ("README.md", "The captured decode step: tie in the benchmark run (1.007, within its A/A spread ±0.010)"),
         ("README.md", "The captured decode step: faster in the benchmark run (1.050, beyond its A/A spread ±0.010)"),
     ),
@@ -96,7 +102,7 @@ FLIPS = {
         ("REPORT.md", "tma with PDL against upstream: tie at n = 1, 2; slower at n = 0:"),
     ),
     "step model within -> beyond": (
-        "bench.json", lambda d: [_set_ratio(d, r["layers"], r["n"], 1.2) for r in d["gather"] if r["n"]],
+        BENCH, lambda d: [_set_ratio(d, r["layers"], r["n"], 1.2) for r in d["gather"] if r["n"]],
         ("REPORT.md", "the step's ratio would be 1.000: within this run's A/A spread (±0.005)"),
         ("REPORT.md", ": beyond this run's A/A spread (±0.005)"),
     ),
@@ -106,7 +112,7 @@ FLIPS = {
         ("PR.md", "`upstream_bpb32`: slower at n = 0, 1, 2"),
     ),
     "default ring below -> above the knee": (
-        "bench.json", lambda d: d["kernel"].update(decode_gather_default_ring=dict(ctas=64, stages=4, chunk_bytes=16384)),
+        BENCH, lambda d: d.update(tma_default_ring=dict(ctas=64, stages=4, chunk_bytes=16384)),
         ("REPORT.md", "the default ring (16x4x8K, 384 KiB) sits below that point"),  # (4 - 1) x 8 KiB x 16 in flight
         ("REPORT.md", "the default ring (64x4x16K, 3 MiB) sits above that point"),  # (4 - 1) x 16 KiB x 64
     ),
@@ -137,7 +143,7 @@ def test_every_verdict_word_follows_the_figures(synthetic_results, name):
 
 def test_only_rows_that_exist_are_named(synthetic_results):
     """Without the n = 600 row and without the 16-layer graph the pages never mention them."""
-    _edit(synthetic_results, "bench.json", lambda d: d.update(gather=[r for r in d["gather"] if r["layers"] == 40]))
+    _edit(synthetic_results, BENCH, lambda d: d.update(gather=[r for r in d["gather"] if r["layers"] == 40]))
     pages = render(synthetic_results)
     assert "600" not in pages["REPORT.md"].split("## Targets")[1].split("## The proposal")[0]
     assert "16-layer" not in pages["REPORT.md"] and "4-layer" not in pages["REPORT.md"]
@@ -146,18 +152,18 @@ def test_only_rows_that_exist_are_named(synthetic_results):
 
 def test_decode_regime_rows_come_first_and_make_the_headline(synthetic_results):
     def add_decode(d: dict) -> None:
-        decode = [{**r, "regime": "decode", "speedup": 0.9, "us": {**r["us"], "ours": r["us"]["upstream"] / 0.9}}
+        decode = [{**r, "regime": "decode", "speedup": 0.9, "us": {**r["us"], "tma": r["us"]["upstream"] / 0.9}}
                   for r in d["gather"] if r["layers"] == 40]  # fmt: skip
         d["gather"] = d["gather"] + decode
 
-    _edit(synthetic_results, "bench.json", add_decode)
+    _edit(synthetic_results, BENCH, add_decode)
     pages = render(synthetic_results)
     rep = pages["REPORT.md"]
     assert "per layer (decode regime): slower at n = 0, 1, 2, 8." in pages["README.md"]
     assert rep.index("#### 40-layer graph, decode regime") < rep.index("#### 40-layer graph, replay regime")
     assert "| gather (decode), 40 layers | 1 | 0.900 |" in pages["README.md"]
-    legacy = json.loads((synthetic_results / "synthetic-gpu/bench.json").read_text())
-    out = [r for r in compare.records(BenchRun.read(legacy, "synthetic-gpu/bench.json"))]
+    store = json.loads((synthetic_results / "synthetic-gpu" / BENCH).read_text())
+    out = [r for r in compare.records(BenchRun.read(store, f"synthetic-gpu/{BENCH}"))]
     assert [r[0] for r in out].index("replay") > [r[0] for r in out].index("decode")
 
 

@@ -136,7 +136,7 @@ def test_eager_steps_identical_and_tma_uses_decode_gather(sm90, banks, monkeypat
             {
                 "calls": calls,
                 "tma": launches["tma"],
-                "unset": launches["base"],
+                "upstream": launches["base"],
                 "decode_gather_jit_calls": counter.decode_gather_jit_calls,
                 "misses": misses_total,
             },
@@ -145,7 +145,7 @@ def test_eager_steps_identical_and_tma_uses_decode_gather(sm90, banks, monkeypat
             f"tma cache launched [decode_gather, upstream] = {launches['tma']} for {calls} copy_missing calls"
         )
         assert launches["base"] == [0, calls], (
-            f"unset cache launched [decode_gather, upstream] = {launches['base']} for {calls} copy_missing calls"
+            f"upstream cache launched [decode_gather, upstream] = {launches['base']} for {calls} copy_missing calls"
         )
         assert misses_total > 0
 

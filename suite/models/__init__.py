@@ -1,13 +1,13 @@
 """Typed models of the result documents (:mod:`suite.results`), shared by their writers and the report
-(stdlib only). ``Model.from_doc(dict)`` reads a document (older shapes and names normalised there, and
-only there); ``model.to_doc()`` is the JSON a writer saves.
+(stdlib only). ``Model.from_doc(dict)`` reads a document (older shapes normalised there, and only
+there); ``model.to_doc()`` is the JSON a writer saves.
 
 - :mod:`suite.models.paired`: :class:`Paired`, one case's paired alternating-rounds result, and :func:`paired`
 - :mod:`suite.models.bench`: :class:`BenchRun`, the benchmark's rows (:class:`CaseRow`, :class:`StepRow`)
 - :mod:`suite.models.docs`: step_pdl, conformance, sanitizer, e2e, auto_stability, series_bench, ceiling, contention
 """
 
-from suite.models.base import Document, Model, renamed
+from suite.models.base import Document, Model
 from suite.models.bench import BenchRun, CaseRow, StepRow
 from suite.models.docs import (
     AutoStability,
@@ -33,4 +33,4 @@ MODELS = {"ceiling": Ceiling, "conformance": Conformance, "sanitizer": Sanitizer
 
 __all__ = ["MODELS", "AutoStability", "AutoSummary", "BenchRun", "CaseRow", "Ceiling", "CeilingRow", "CeilingSummary",
            "Conformance", "Contention", "Document", "E2E", "E2EPoint", "Model", "Paired", "Sanitizer", "SeriesBench",
-           "SeriesRow", "StepBreakdown", "StepPdl", "StepRow", "paired", "renamed"]  # fmt: skip
+           "SeriesRow", "StepBreakdown", "StepPdl", "StepRow", "paired"]  # fmt: skip

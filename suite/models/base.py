@@ -5,7 +5,7 @@ in ``NESTED``, the keys no field names kept in ``extra`` (so a document reads ba
     doc.summary.counts                                                        # attributes, not .get chains
     results.save("auto_stability", machine=m, **AutoStability(...).to_doc())
 
-``from_doc`` is the one place a model's older shapes and names are normalised (:meth:`Model.normalise`);
+``from_doc`` is the one place a model's older shapes are normalised (:meth:`Model.normalise`);
 ``to_doc`` is what a writer saves. The header (``schema``, ``generated_at``, ``provenance``, ``machine``)
 is left out of ``to_doc`` while unset: :func:`suite.results.document` adds it.
 """
@@ -16,15 +16,6 @@ import dataclasses
 from typing import Any, ClassVar, Mapping
 
 HEADER = ("schema", "generated_at", "provenance", "machine")
-
-#: the kernel names of the documents written before the switch's words (ours/unset/unset_aa)
-LEGACY_NAMES = {"ours": "tma", "unset": "upstream", "unset_aa": "upstream_aa"}
-
-
-def renamed(d: Any) -> Any:
-    """``d``'s keys in the switch's words (a document written before them names kernels ours/unset/unset_aa)."""
-    return {LEGACY_NAMES.get(k, k): v for k, v in d.items()} if isinstance(d, Mapping) else d
-
 
 def _load(spec: Any, value: Any) -> Any:
     if spec is None or value is None:

@@ -4,9 +4,7 @@ The store is pytest-benchmark's own JSON (kind ``benchmark``): one record per (r
 params of those names, each record's ``extra_info["paired"]`` the case's :class:`~suite.models.paired.Paired`
 result and the run-wide facts under the top-level ``decode_gather``. :meth:`BenchRun.read` turns such a
 file into rows: per case the paired figures (which decide) and each kernel's pytest-benchmark statistics
-(``benchmark``, per layer). Before that store the benchmark wrote ``bench.json`` (schema
-``freetoken-decode-gather-bench/1``, kernels ``ours``/``unset``); :meth:`BenchRun.normalise` reads it
-into the same rows, its kernels renamed to the switch's words.
+(``benchmark``, per layer).
 """
 
 from __future__ import annotations
@@ -14,13 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from suite.models.base import Model, field, renamed
+from suite.models.base import Model, field
 from suite.models.paired import CANDIDATE, Paired
 
 BENCHMARK_SCHEMA = "freetoken-decode-gather-pytest-benchmark/1"
-LEGACY_SCHEMA = "freetoken-decode-gather-bench/1"
-#: a legacy row's per-kernel maps (renamed to the switch's words)
-_PER_KERNEL = ("us", "rounds_us", "gbps", "pct_of_ceiling", "us_per_step")
 
 
 @dataclasses.dataclass
@@ -29,7 +24,7 @@ class CaseRow(Model):
 
     layers: int
     n: Any
-    regime: str = "replay"  # a row of before the decode regime has none
+    regime: str = "replay"
     bytes_per_layer: int = 0
     us: dict[str, float] = field({})  # paired medians, µs per layer
     speedup: float | None = None  # upstream / tma
@@ -39,10 +34,6 @@ class CaseRow(Model):
     pct_of_ceiling: dict[str, float | None] = field({})
     benchmark: dict[str, dict[str, Any]] = field({})  # per kernel: pytest-benchmark's median, iqr, min, mean, rounds
     ceiling_gbps: float | None = None
-
-    @classmethod
-    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        return {**doc, "regime": doc.get("regime") or "replay", **{k: renamed(doc[k]) for k in _PER_KERNEL if k in doc}}
 
 
 @dataclasses.dataclass
@@ -69,10 +60,6 @@ class StepRow(Model):
     ideal_copy_us_per_step: float | None = None
     auto_choice: dict[str, Any] = field({})
     note: str = ""
-
-    @classmethod
-    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        return {**doc, **{k: renamed(doc[k]) for k in _PER_KERNEL if k in doc}}
 
 
 def _per_kernel(kernels: Mapping[str, Mapping[str, Any]], layers: int) -> dict[str, dict[str, Any]]:
@@ -141,27 +128,20 @@ class BenchRun(Model):
     verified: dict[str, Any] = field({})
     gather: list[CaseRow] = field([])
     decode_step: StepRow | None = None
-    pytest_benchmark: str | None = None  # pytest-benchmark's version (None: a legacy bench.json)
+    pytest_benchmark: str | None = None  # pytest-benchmark's version
 
     NESTED = {"gather": (list, CaseRow), "decode_step": StepRow}
 
     @classmethod
     def read(cls, doc: Mapping[str, Any] | None, store: str) -> BenchRun | None:
-        """The rows of a pytest-benchmark run of the benchmark or of a legacy ``bench.json``; None for any other document."""
-        if not isinstance(doc, Mapping) or doc.get("schema") not in (BENCHMARK_SCHEMA, LEGACY_SCHEMA):
+        """The rows of a pytest-benchmark run of the benchmark; None for any other document."""
+        if not isinstance(doc, Mapping) or doc.get("schema") != BENCHMARK_SCHEMA:
             return None
         return cls.from_doc({**doc, "store": store})
 
     @classmethod
     def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        if doc.get("schema") == BENCHMARK_SCHEMA:
-            return cls._from_pytest_benchmark(doc)
-        if doc.get("schema") == LEGACY_SCHEMA:
-            kernel = doc.get("kernel") or {}
-            return {**{k: v for k, v in doc.items() if k not in ("schema", "kernel")},
-                    "tma_default_ring": kernel.get("decode_gather_default_ring"),
-                    "upstream_kernel": kernel.get("upstream") or {}}  # fmt: skip
-        return doc
+        return cls._from_pytest_benchmark(doc) if doc.get("schema") == BENCHMARK_SCHEMA else doc
 
     @staticmethod
     def _from_pytest_benchmark(pb: Mapping[str, Any]) -> dict[str, Any]:

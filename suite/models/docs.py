@@ -1,9 +1,10 @@
 """The typed models of the result documents other than the benchmark's store (kinds of :mod:`suite.results`).
 
 Each model's fields are the keys its writer saves; what no field names stays in ``extra`` (a document
-reads back whole). Older shapes are normalised in each model's ``normalise`` and nowhere else:
-``step_pdl.json`` of before the benchmark took over the decode step's A/B (its kernels named unset/unset_aa),
-``e2e.json`` naming the upstream arm ``unset``, ``series_bench`` rows of ``verified_sets``.
+reads back whole). Every committed document names kernels in the switch's words (``upstream``,
+``upstream_aa``, ``tma``, ``auto``); older shapes are read by each model's fields or its ``normalise``:
+``step_pdl.json`` of before the benchmark took over the decode step's A/B, ``series_bench`` rows of
+``verified_sets``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from suite.models.base import LEGACY_NAMES, Document, Model, field, renamed
+from suite.models.base import Document, Model, field
 from suite.models.paired import Paired
 
 # --------------------------------------------------------------------------- step_pdl
@@ -40,10 +41,6 @@ class StepBreakdown(Model):
     extra: dict[str, Any] = field({})
 
     OPTIONAL = ("miss_stats", "median_us", "rounds_us", "ratio", "verdict", "aa_ratios", "aa_spread", "rounds", "per_block")
-
-    @classmethod
-    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        return {**doc, **{k: renamed(doc[k]) for k in ("breakdown", "median_us", "rounds_us", "ratio", "verdict") if k in doc}}
 
 
 @dataclasses.dataclass
@@ -93,10 +90,6 @@ class Sanitizer(Document):
 # --------------------------------------------------------------------------- e2e
 
 
-def _arm(name: Any) -> Any:
-    return LEGACY_NAMES.get(name, name) if isinstance(name, str) else name
-
-
 @dataclasses.dataclass
 class E2EPoint(Model):
     """One slot-cache point of the end-to-end A/B: every arm over its repeats, tma against upstream."""
@@ -117,14 +110,6 @@ class E2EPoint(Model):
 
     OPTIONAL = ("versus_upstream",)
 
-    @classmethod
-    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        """``unset`` (the harness's name of the upstream arm before the switch's words) is ``upstream``."""
-        doc = {**doc, "variants": renamed(doc.get("variants") or {})}
-        if "versus_unset" in doc:
-            doc["versus_upstream"] = doc.pop("versus_unset")
-        return doc
-
 
 @dataclasses.dataclass
 class E2E(Document):
@@ -140,14 +125,6 @@ class E2E(Document):
     runs: list[dict[str, Any]] = field([])  # one per fresh process: repeat, point, variant, tokens/s, ...
 
     NESTED = {"points": (list, E2EPoint)}
-
-    @classmethod
-    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        settings = doc.get("settings") or {}
-        if "variants" in settings:
-            settings = {**settings, "variants": renamed(settings["variants"])}
-        runs = [{**r, "variant": _arm(r.get("variant"))} if "variant" in r else r for r in doc.get("runs") or []]
-        return {**doc, "settings": settings, "runs": runs}
 
 
 # --------------------------------------------------------------------------- auto_stability
@@ -212,8 +189,7 @@ class SeriesRow(Model):
 
 @dataclasses.dataclass
 class SeriesBench(Document):
-    """The series' own benchmark (``benchmarks/bench_decode_gather.py``) kept by ``python -m bench.series_bench``
-    (its earlier name ``upstream_bench``: the schema id keeps it)."""
+    """The series' own benchmark (``benchmarks/bench_decode_gather.py``) kept by ``python -m bench.series_bench``."""
 
     benchmark_schema: str | None = None
     args: dict[str, Any] = field({})

@@ -14,13 +14,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from suite.models.base import LEGACY_NAMES, Model, field, renamed
+from suite.models.base import Model, field
 from suite.stats import summarize_rounds
 
 #: the paired rounds' kernels in the switch's words: the base, its A/A control, the series' candidate
 BASE, AA, CANDIDATE = "upstream", "upstream_aa", "tma"
-#: the per-kernel maps of a paired result (their keys renamed in a document of the old names)
-PER_KERNEL = ("median_us", "rounds_us", "ratio", "ratio_paired", "verdict")
 
 
 @dataclasses.dataclass
@@ -38,16 +36,6 @@ class Paired(Model):
     median_us: dict[str, float] = field({})
     rounds_us: dict[str, list[float]] = field({})
     extra: dict[str, Any] = field({})  # the case's own facts (reps, footprint, verified_sets, ...)
-
-    @classmethod
-    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        """The old names (ours/unset/unset_aa) renamed; ``step_pdl.json`` of before the one shape has no
-        base/aa/rounds/order (its base was upstream) and no ratio_paired or aa_ratio."""
-        doc = {**doc, **{k: renamed(doc[k]) for k in PER_KERNEL if k in doc}}
-        for k in ("base", "aa"):
-            if k in doc:
-                doc[k] = LEGACY_NAMES.get(doc[k], doc[k])
-        return doc
 
     def candidate(self, name: str = "tma") -> tuple[float | None, str | None]:
         """(ratio, verdict) of ``name``."""
