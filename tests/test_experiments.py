@@ -57,7 +57,7 @@ def test_upstream_load_variants_replace_the_row_load_once():
         assert installed.read_text().count(variants.FIC_LOAD) == 1
 
 
-def test_session7_kernel_variants_apply_to_the_patched_kernel(tmp_path):
+def test_the_probe_kernel_variants_apply_to_the_patched_kernel(tmp_path):
     """experiments.variants.make on the series' decode_gather.cuh (after `nox -s apply`): the hybrid and
     prewalk variants' blocks are found exactly once (the prologue variants were written for earlier
     kernels and are skipped, by name); a hybrid runs 256 threads and leaves small calls before the ring."""
