@@ -174,46 +174,37 @@ def test(session: nox.Session) -> None:
     session.run(_python(session), "-m", "pytest", *(session.posargs or _upstream_tests(session)), external=True)
 
 
-def _run_patched(session: nox.Session, cmd: commands.Command, *groups: str, upstream_tests: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+def _run_patched(session: nox.Session, cmd: commands.Measurement, *, upstream_tests: bool = False) -> None:
     """``cmd`` on a GPU with the patched wheel (+ the series' upstream tests; files go where suite.results says)."""
     _require_gpu(session)
-    _install_patched(session, *_group("test", "gpu", *groups))
+    _install_patched(session, *_group("test", "gpu", *cmd.groups))
     paths = _upstream_tests(session, all_=True) if upstream_tests else []  # after the install, which may apply
-    module = ["-m"] if cmd.module else []
-    session.run(_python(session), *module, *cmd.args, *paths, *session.posargs, env=env, external=True)
+    session.run(_python(session), "-m", *cmd.args, *paths, *session.posargs, env=dict(cmd.env), external=True)
 
 
-def _gpu_session(cmd: commands.Command, doc: str, *groups: str, **kwargs) -> None:
-    def run(session: nox.Session) -> None:
-        _run_patched(session, cmd, *groups, **kwargs)
-
-    run.__doc__ = doc
-    nox.session(run, name=cmd.session, tags=["gpu"], default=False)
-
-
-_gpu_session(commands.GPU, "GPU tier only: conformance/gpu + the series' upstream tests, summary into "
-             "results/<device>/conformance/.", upstream_tests=True, env={commands.CONFORMANCE_SUMMARY_ENV: "1"})
-_gpu_session(commands.SANITIZE,
-             "GPU: compute-sanitizer memcheck, racecheck and synccheck on a small eager and graph case.")
-_gpu_session(commands.BENCH, "GPU: pytest-benchmark over upstream, A/A, tma (+ copy engine), device clock, paired "
-             "verdicts -> results/<device>/pytest-benchmark.json.")
-_gpu_session(commands.SWEEP, "GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> "
-             "results/<device>/ceiling.json + .png.", "sweep")
-_gpu_session(commands.SERIES_BENCH_RUN, "GPU: the series' benchmarks/bench_decode_gather.py "
-             "(per-layer copy, A/A, verdicts) -> results/<device>/.")
-_gpu_session(commands.STEP, "GPU: decode-step breakdown and per-layer PDL A/B (upstream, tma, tma+PDL, upstream+PDL) "
-             "-> results/<device>/step_pdl.json.")
-_gpu_session(commands.CONTENTION,
-             "GPU x2: both GPUs gathering at once against each one's solo rate -> results/<device>x2/contention.json.")
-
-
-@nox.session(tags=["gpu"], default=False)
-def e2e(session: nox.Session) -> None:
-    """GPU: end-to-end A/B through FreeToken's engine, upstream vs tma (--auto adds auto), fresh process per run: nox -s e2e -- --model PATH."""
+def _needs_model(session: nox.Session) -> None:
     if not any(a == "--model" or a.startswith("--model=") for a in session.posargs):
         session.error("usage: nox -s e2e -- --model CHECKPOINT_DIR [--slots K ... | --miss-rate R ...] [--repeats N]")
-    _run_patched(session, commands.E2E)
+
+
+#: what a measurement's session checks before it runs: {name: fn(session)}
+_BEFORE = {"e2e": _needs_model}
+
+
+def _gpu_session(cmd: commands.Measurement, **kwargs) -> None:
+    """The session ``nox -s NAME`` of a GPU measurement (suite.commands.MEASUREMENTS), tagged gpu."""
+
+    def run(session: nox.Session) -> None:
+        _BEFORE.get(cmd.name, lambda s: None)(session)
+        _run_patched(session, cmd, **kwargs)
+
+    run.__doc__ = cmd.doc
+    nox.session(run, name=cmd.name, tags=["gpu"], default=False)
+
+
+for _m in commands.MEASUREMENTS.values():
+    if _m.session and _m.gpu:
+        _gpu_session(_m, upstream_tests=_m.name == "gpu")
 
 
 @nox.session
@@ -227,7 +218,7 @@ def report(session: nox.Session) -> None:
 def sass(session: nox.Session) -> None:
     """Compile-only SASS gate of the patched kernel for sm_80..sm_120 -> results/sass.json (nvcc, no GPU)."""
     _install_patched(session, *_group("test"))
-    session.run(_python(session), "-m", *commands.SASS.args, *session.posargs, external=True)
+    session.run(_python(session), "-m", *commands.MEASUREMENTS["sass"].args, *session.posargs, external=True)
 
 
 @nox.session(python=False)  # stdlib only

@@ -1,4 +1,4 @@
-"""The ceiling sweep's figure (``python -m bench.sweep`` writes it beside ceiling.json): GB/s heatmaps of
+"""The ceiling sweep's figure (``python -m bench.sweep`` writes it beside sweep.json): GB/s heatmaps of
 the TMA rings over CTAs x ring shape, flat and NVFP4 gather, and GB/s against bytes in flight for rings
 and LDG grids, with the copy-engine ceiling; a synthetic (``--dry-run``) document says so in the title."""
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from suite import results
+from suite.commands import MEASUREMENTS
 from gpukit.skips import cuda_skip_reason
 from gpukit.timing import RESOLUTION_S, device_clock
 
@@ -24,7 +25,7 @@ RUN_INFO = pytest.StashKey[dict]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--bench-store", action="store_true",
-        help=f"write pytest-benchmark's JSON to results/<device>/{results.KINDS['benchmark'].file} (suite.results), "
+        help=f"write pytest-benchmark's JSON to results/<device>/{MEASUREMENTS['bench'].file} (suite.results), "
         "atomically, once the run has finished (nox -s bench passes it)",
     )  # fmt: skip
 
@@ -56,7 +57,7 @@ class StoreFile:
         if not self.tmp.is_file():
             return
         if not self.failed:
-            results.supersede("benchmark", self.target)  # the run it replaces goes to the history
+            results.supersede("bench", self.target)  # the run it replaces goes to the history
             self.tmp.replace(self.target)
             return
         self.tmp.unlink()
@@ -73,7 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("bench_store", False):
         if config.getoption("benchmark_json", None) is not None:
             raise pytest.UsageError("--bench-store and --benchmark-json both name where the JSON goes: give one")
-        config.option.benchmark_json = store = StoreFile(results.path("benchmark"))
+        config.option.benchmark_json = store = StoreFile(results.path("bench"))
         _STORES.append(store)
     try:
         from pytest_benchmark.fixture import BenchmarkFixture
@@ -128,7 +129,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     run-wide facts (kernels, geometry, copy-engine ceiling, method, verification) under ``decode_gather``;
     machine paths scrubbed."""
     info = config.stash.get(RUN_INFO, None)
-    output_json["schema"] = results.KINDS["benchmark"].schema
+    output_json["schema"] = MEASUREMENTS["bench"].schema
     output_json["provenance"] = (info or {}).get("provenance") or results.provenance()
     if info is not None:
         output_json["decode_gather"] = {k: v for k, v in info.items() if k not in ("machine", "provenance")}

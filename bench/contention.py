@@ -145,7 +145,7 @@ def summarize(rows: list[dict], ns, ranks=(0, 1)) -> list[dict]:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     import torch
     import torch.multiprocessing as mp
@@ -157,7 +157,7 @@ def main() -> int:
     p.add_argument("--layers", type=int, default=40)
     p.add_argument("--sources", type=int, default=2)
     p.add_argument("--target-s", type=float, default=0.25, help="device seconds per timed set")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if torch.cuda.device_count() < 2:
         log(f"needs two GPUs, found {torch.cuda.device_count()}")
         return 2

@@ -220,7 +220,7 @@ def per_layer(args, probes) -> dict:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="write step_pdl.json into DIR (default: results/<device>/, suite.results)")
@@ -229,7 +229,7 @@ def main() -> int:
     p.add_argument("--sources", type=int, default=8)
     p.add_argument("--ns", type=int, nargs="*", default=[0, 1, 2, 4])
     p.add_argument("--reps", type=int, default=20, help="graph replays per timed per-layer set")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     t0 = time.perf_counter()
     probes = pdl_probes()
     log(f"PDL probes built in {time.perf_counter() - t0:.0f}s")

@@ -17,7 +17,7 @@ Three ways to move the bytes, every copy verified word-exact against a device co
 
 Bytes in flight: ring = ctas x stages x chunk_bytes; LDG = blocks x 1024 threads x 16 B per bank.
 Rings above the module's shared-memory cap (decode_gather.MAX_RING_BYTES) are skipped. All JIT
-modules are built up front in ``--workers`` threads. Writes ceiling.json and ceiling.png
+modules are built up front in ``--workers`` threads. Writes sweep.json and sweep.png
 (``suite.results``: results/<device>/; the figure is :mod:`bench.ceiling_figure`'s).
 """
 
@@ -35,6 +35,7 @@ from typing import Any
 
 from bench.ceiling_figure import render_png
 from suite import results
+from suite.commands import MEASUREMENTS
 from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
 from suite.models import Ceiling
 from gpukit.kernels import call_tma, call_upstream, load_kernels, precompile
@@ -220,11 +221,11 @@ def synthetic(args, rings: list[Ring], ldg: list[int], ce_sizes: list[int], max_
 
 def empty_doc(args, synthetic: bool = False) -> dict[str, Any]:
     return results.document(
-        "ceiling",
+        "sweep",
         **{
         "dry_run": bool(synthetic),
         "synthetic": bool(synthetic),
-        "command": "python -m bench.sweep " + " ".join(sys.argv[1:]),
+        "command": " ".join([MEASUREMENTS["sweep"].line, *sys.argv[1:]]),
         "flat": {"row_bytes": FLAT_ROW, "bytes": max(1, parse_size(args.flat_bytes) // FLAT_ROW) * FLAT_ROW},
         "gather": {"experts": args.gather_n, "bytes": args.gather_n * NVFP4_EXPERT_BYTES, "banks": NVFP4_ROW_BYTES},
         "copy_engine": [],
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--out",
         default=None,
-        help="write ceiling.json and .png into DIR (default: results/<device>/, suite.results; a temp dir with --dry-run)",
+        help="write sweep.json and .png into DIR (default: results/<device>/, suite.results; a temp dir with --dry-run)",
     )
     ap.add_argument("--ctas", default=None, help=f"CTA counts (default {DEFAULTS['ctas']})")
     ap.add_argument("--rings", default=None, help=f"STAGESxCHUNK per CTA (default {DEFAULTS['rings']})")
@@ -296,12 +297,12 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
 
     if args.dry_run:
-        out = results.path("ceiling", out_dir=args.out or tempfile.mkdtemp(prefix="sweep-dry-"))
+        out = results.path("sweep", out_dir=args.out or tempfile.mkdtemp(prefix="sweep-dry-"))
         doc = synthetic(args, rings, ldg, ce_sizes, 96 * 1024)
         doc["summary"] = summarize(doc)
         doc["machine"] = {"device_name": "synthetic (dry run)"}
         png_err = None if args.no_png else render_png(doc, out.with_suffix(".png"))
-        doc["png"] = None if (args.no_png or png_err) else "ceiling.png"
+        doc["png"] = None if (args.no_png or png_err) else out.with_suffix(".png").name
         results.write_json(out, Ceiling.from_doc(doc).to_doc())  # the document as its model reads it
         say(
             f"dry run: synthetic {len(doc['ring'])} rings, {len(doc['ldg'])} LDG widths, {len(doc['copy_engine'])} CE sizes"
@@ -336,8 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     doc["errors"] = precompile(decode_gather, fast_index_copy, todo, ldg, workers=args.workers, progress=say)
     doc["jit_seconds"] = round(time.perf_counter() - t0, 1)
     info = machine_info()
-    out = results.path("ceiling", info.get("device_slug"), args.out)
-    results.supersede("ceiling", out)  # once: the partial saves below then replace only this run's own
+    out = results.path("sweep", info.get("device_slug"), args.out)
+    results.supersede("sweep", out)  # once: the partial saves below then replace only this run's own
     runner = Runner(args)
 
     def save(partial: bool) -> None:
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["partial"] = partial
         doc["duration_s"] = round(time.perf_counter() - t_start, 1)
         png_err = None if args.no_png else render_png(doc, out.with_suffix(".png"))
-        doc["png"] = None if (args.no_png or png_err) else "ceiling.png"
+        doc["png"] = None if (args.no_png or png_err) else out.with_suffix(".png").name
         if png_err:
             say(png_err)
         results.write_json(out, Ceiling.from_doc(doc).to_doc())  # the document as its model reads it

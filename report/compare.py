@@ -4,7 +4,7 @@
     python -m report.compare --device h200    # one device
     python -m report.compare --csv            # the same rows as CSV, on stdout
 
-A thin layer over the store (``results/<device>/pytest-benchmark.json``, :mod:`report.benchmarks`): the
+A thin layer over the store (``results/<device>/bench.json``, :mod:`report.benchmarks`): the
 times are pytest-benchmark's own medians of each kernel (device clock, µs per layer; per step for the
 decode step), the same figures ``pytest-benchmark compare FILE --group-by=param:regime,param:layers,param:n``
 prints; the columns added are the case's paired alternating-rounds result measured in the same session:

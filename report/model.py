@@ -28,6 +28,7 @@ from report.views import (
     series_bench_view,
 )
 from suite import results
+from suite.commands import MEASUREMENTS
 from suite.models import MODELS, Document, Model
 
 
@@ -41,8 +42,8 @@ def machine_of(docs: Mapping[str, Model]) -> tuple[dict[str, Any], dict[str, Any
 
 #: what each kind of document is, in the words of the pages
 RUN_WORDS = {"step_pdl": "the decode-step breakdown", "series_bench": "the series' benchmark",
-             "e2e": "end to end", "ceiling": "the ceiling sweep", "contention": "the two-GPU run",
-             "conformance": "the GPU tier", "sanitizer": "the sanitizers", "auto_stability": "auto's stability runs"}  # fmt: skip
+             "e2e": "end to end", "sweep": "the ceiling sweep", "contention": "the two-GPU run",
+             "gpu": "the GPU tier", "sanitize": "the sanitizers", "auto_stability": "auto's stability runs"}  # fmt: skip
 
 
 def older_runs(docs: Mapping[str, Model], tree: str | None) -> list[dict[str, str]]:
@@ -66,11 +67,11 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
     docs: dict[str, Model] = {**({"bench": bench} if bench else {}), **models_of(raw)}
     machine, prov = machine_of(docs)
     name = machine.get("device_name") or slug
-    gpus = results.KINDS["contention"].gpus
+    gpus = MEASUREMENTS["contention"].gpus
     gather = gather_view(bench)
-    png = base / slug / "ceiling.png"
+    png = (base / slug / MEASUREMENTS["sweep"].file).with_suffix(".png")
     ceiling = ceiling_view(
-        docs.get("ceiling"), f"{slug}/ceiling.png" if png.is_file() else None, gather["ring"] if gather else None
+        docs.get("sweep"), png.relative_to(base).as_posix() if png.is_file() else None, gather["ring"] if gather else None
     )
     bench_prov = bench.provenance if bench else {}
     ubench = series_bench_view(docs.get("series_bench"))
@@ -90,8 +91,8 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "series_bench": ubench,
         "step_pdl": step_pdl_view(docs.get("step_pdl"), gather),
         "contention": contention_view(docs.get("contention")),
-        "conformance": conformance_view(docs.get("conformance")),
-        "sanitizer": sanitizer_view(docs.get("sanitizer")),
+        "conformance": conformance_view(docs.get("gpu")),
+        "sanitizer": sanitizer_view(docs.get("sanitize")),
         "targets": targets_view(gather, ceiling),
         "e2e": e2e_view(docs.get("e2e")),
         "auto": auto_view(docs.get("auto_stability")),

@@ -54,6 +54,7 @@ def environment() -> jinja2.Environment:
     )  # fmt: skip
     env.filters.update(FILTERS)
     env.globals["cmd"] = commands  # every command a page prints
+    env.globals["measure"] = commands.MEASUREMENTS  # every measurement by its name (its session, command, file)
     return env
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from suite import results
+from suite.commands import MEASUREMENTS
 from suite.models import BenchRun, Model, SeriesBench
 from report.gather import gather_view, main_rows
 from report.views import series_bench_view
@@ -52,10 +53,6 @@ READERS = {"bench": lambda old, doc, name: BenchRun.read(old, name),
            "series_bench": lambda old, doc, name: (SeriesBench.from_doc(old) if isinstance(old, dict)
                                                    and old.get("schema") == doc.schema else None)}  # fmt: skip
 
-#: {kind of a repeat table: the result kind whose history holds its earlier runs}
-STORED_AS = {"bench": "benchmark", "series_bench": "series_bench"}
-
-
 def repeats_view(
     base: Path, slug: str, docs: Mapping[str, Model], current: Mapping[str, dict[int, dict[str, Any]]]
 ) -> list[dict[str, Any]]:
@@ -70,14 +67,14 @@ def repeats_view(
         if not tree:
             continue
         earlier = []
-        for path in results.history(STORED_AS[kind], slug, tree, base):
+        for path in results.history(kind, slug, tree, base):
             name = path.relative_to(base).as_posix()
             old = READERS[kind](results.read_json(path), doc, name)
             if old is not None and old.tree == tree and old.generated_at != doc.generated_at:
                 earlier.append((old.generated_at or "", name, old))
         if not earlier:
             continue
-        current_file = getattr(doc, "store", None) or f"{slug}/{results.KINDS[kind].file}"
+        current_file = getattr(doc, "store", None) or f"{slug}/{MEASUREMENTS[kind].file}"
         runs = [{"file": current_file, "at": doc.generated_at, "ratios": current[kind]}]
         runs += [{"file": f, "at": at, "ratios": REPEAT_VIEWS[kind](old)} for at, f, old in sorted(earlier)]
         ns = sorted({n for r in runs for n in r["ratios"]})

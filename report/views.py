@@ -57,7 +57,7 @@ def knee(doc: Ceiling, default_ring: Ring | None) -> dict[str, Any] | None:
     rings = [r for r in doc.ring if r.gather_gbps]
     if not rings:
         return None
-    # ceiling.json of tree e1aaf7c1421c stored ctas x stages x chunk; the rule is (stages - 1) chunks per CTA
+    # the sweep of tree e1aaf7c1421c stored ctas x stages x chunk; the rule is (stages - 1) chunks per CTA
     rings = [_in_flight(r) for r in rings]
     best = max(r.gather_gbps for r in rings)
     first = min((r for r in rings if r.gather_gbps >= KNEE_SHARE * best), key=lambda r: r.bytes_in_flight or 0)

@@ -1,7 +1,12 @@
-"""Every command the documentation, the report templates and the noxfile name, in one place.
+"""The one table of measurements, and every other command the documentation, the report templates and
+the noxfile name.
 
-Each command is an argument list (what nox runs) and prints as one shell line (what the docs and
-the report show), so the two cannot drift apart. Where the files go is ``suite.results``' concern.
+Each measurement is one row of :data:`MEASUREMENTS` under one name, which is at once its nox session
+(``nox -s NAME``), its document kind (``suite.results.save(NAME, ...)``), its file stem
+(``results/<device>/[<folder>/]NAME.json``) and its schema id (``freetoken-decode-gather-NAME/<version>``,
+``_`` written ``-``); its command is ``python -m bench NAME`` where it is a module of ``bench/``
+(``bench/__main__.py``), else what its session runs. A command is an argument list (what nox runs) that
+prints as one shell line (what the docs and the report show), so the two cannot drift apart.
 Stdlib only: the noxfile imports this module from nox's own Python.
 """
 
@@ -9,6 +14,10 @@ from __future__ import annotations
 
 import shlex
 from typing import NamedTuple
+
+SCHEMA_PREFIX = "freetoken-decode-gather-"
+#: ``nox -s gpu`` sets it to 1: the GPU tier then writes its ``gpu`` document (suite.results).
+CONFORMANCE_SUMMARY_ENV = "CONFORMANCE_SUMMARY"
 
 
 class Command(NamedTuple):
@@ -26,35 +35,109 @@ class Command(NamedTuple):
         return f"nox -s {self.session}" if self.session else None
 
 
-#: ``nox -s gpu`` sets it to 1: the GPU tier then writes its ``conformance`` document (suite.results).
-CONFORMANCE_SUMMARY_ENV = "CONFORMANCE_SUMMARY"
+class Measurement(NamedTuple):
+    """One measurement: its name (session, kind, file stem, schema), what runs it, where its document goes."""
 
-GPU = Command("gpu", ("pytest", "-rs", "conformance/gpu"), note=f"{CONFORMANCE_SUMMARY_ENV}=1")
-SANITIZE = Command("sanitize", ("conformance.gpu.run_sanitizer",))
-#: pytest-benchmark times every kernel with the device clock; --bench-store saves its JSON as the store
-#: (results/<device>/pytest-benchmark.json, bench/conftest.py).
-BENCH = Command("bench", ("pytest", "-rs", "bench/test_bench_gather.py", "--benchmark-timer=gpukit.timing.device_clock",
-                          "--bench-store"))  # fmt: skip
-#: pytest-benchmark's own table of a saved run (DEVICE: a results/ directory such as h200), one group per case.
-PYTEST_BENCHMARK_COMPARE = Command(None, ("pytest-benchmark", "compare", "results/DEVICE/pytest-benchmark.json",
-                                          "--group-by=param:regime,param:layers,param:n"), module=False)  # fmt: skip
-SWEEP = Command("sweep", ("bench.sweep",), note="--quick: ~1 min")
-REPORT = Command("report", ("report",))
-SASS = Command("sass", ("conformance.sass", "--arch", "80,90,100,120", "--save", "--check"))
-COMPARE = Command("compare", ("report.compare",), note="upstream, A/A and tma per (regime, layers, n), with the paired verdict")
-#: The benchmark the series adds to upstream's tree: one command to measure another host.
-SERIES_BENCH = Command(None, ("benchmarks/bench_decode_gather.py",), module=False)
-#: ``nox -s series_bench`` runs it from .work/upstream and keeps its JSON with the results.
-SERIES_BENCH_RUN = Command("series_bench", ("bench.series_bench",), note="the series' benchmark")
-STEP = Command("step", ("bench.step_pdl",), note="decode-step breakdown and PDL A/B")
-CONTENTION = Command("contention", ("bench.contention",), note="needs two GPUs")
-#: The end-to-end A/B through FreeToken's engine; ``--model PATH`` comes from the caller.
-E2E = Command("e2e", ("bench.e2e", "run"), note="needs --model PATH")
-#: The offline checkpoint it runs on (``DIR`` from the caller; weights drawn on the GPU).
-E2E_CHECKPOINT = Command(None, ("bench.e2e", "make-checkpoint"), note="DIR [--layers N]")
+    name: str
+    args: tuple[str, ...]  # what its session runs, after ``python -m`` (``()``: no session, its writer is elsewhere)
+    doc: str = ""  # the session's help line (``nox -l``)
+    folder: str = ""  # under results/<device>/ (e.g. ``conformance``)
+    gpus: int = 1  # runs on several GPUs of one host go to results/<device>x<gpus>/
+    per_device: bool = True
+    timestamped: bool = True  # False: the document must re-render identically (no time in it)
+    version: int = 1
+    groups: tuple[str, ...] = ()  # pyproject.toml dependency groups its session adds
+    env: tuple[tuple[str, str], ...] = ()  # variables its session sets
+    note: str = ""
+    has_file: bool = True  # False: its writer names each file (experiments' probes)
+    gpu: bool = True  # its session needs a CUDA GPU (a ``gpu``-tagged session)
+
+    @property
+    def schema(self) -> str:
+        return f"{SCHEMA_PREFIX}{self.name.replace('_', '-')}/{self.version}"
+
+    @property
+    def file(self) -> str | None:
+        """Its file under results/<device>/ (results/ when not per device); None: its writer names it."""
+        if not self.has_file:
+            return None
+        return f"{self.folder}/{self.name}.json" if self.folder else f"{self.name}.json"
+
+    @property
+    def session(self) -> str | None:
+        return self.name if self.args else None
+
+    @property
+    def command(self) -> Command:
+        return Command(self.session, self.args, note=self.note)
+
+    @property
+    def line(self) -> str:
+        return self.command.line
+
+    @property
+    def nox(self) -> str | None:
+        return self.command.nox
+
+
+def _bench(name: str, *more: str) -> tuple[str, ...]:
+    """``python -m bench NAME ...``: a measurement that is a module of bench/."""
+    return ("bench", name, *more)
+
+
+_TABLE = (
+    Measurement("gpu", ("pytest", "-rs", "conformance/gpu"), folder="conformance",
+                doc="GPU tier only: conformance/gpu + the series' upstream tests, summary into "
+                    "results/<device>/conformance/gpu.json.",
+                env=((CONFORMANCE_SUMMARY_ENV, "1"),), note=f"{CONFORMANCE_SUMMARY_ENV}=1"),
+    Measurement("sanitize", ("conformance.gpu.run_sanitizer",), folder="conformance",
+                doc="GPU: compute-sanitizer memcheck, racecheck and synccheck on a small eager and graph case."),
+    #: pytest-benchmark times every kernel with the device clock; --bench-store saves its JSON as the store
+    #: (results/<device>/bench.json, bench/conftest.py).
+    Measurement("bench", ("pytest", "-rs", "bench/test_bench_gather.py", "--benchmark-timer=gpukit.timing.device_clock",
+                          "--bench-store"), version=2,
+                doc="GPU: pytest-benchmark over upstream, A/A, tma (+ copy engine), device clock, paired verdicts "
+                    "-> results/<device>/bench.json."),
+    Measurement("sweep", _bench("sweep"), groups=("sweep",), note="--quick: ~1 min",
+                doc="GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> results/<device>/sweep.json + .png."),
+    Measurement("series_bench", _bench("series_bench"), note="the series' benchmark",
+                doc="GPU: the series' benchmarks/bench_decode_gather.py (per-layer copy, A/A, verdicts) -> results/<device>/."),
+    Measurement("step_pdl", _bench("step_pdl"), note="decode-step breakdown and PDL A/B",
+                doc="GPU: decode-step breakdown and per-layer PDL A/B (upstream, tma, tma+PDL, upstream+PDL) "
+                    "-> results/<device>/step_pdl.json."),
+    Measurement("contention", _bench("contention"), gpus=2, note="needs two GPUs",
+                doc="GPU x2: both GPUs gathering at once against each one's solo rate -> results/<device>x2/contention.json."),
+    #: The end-to-end A/B through FreeToken's engine; ``--model PATH`` comes from the caller.
+    Measurement("e2e", _bench("e2e", "run"), note="needs --model PATH",
+                doc="GPU: end-to-end A/B through FreeToken's engine, upstream vs tma (--auto adds auto), fresh process "
+                    "per run: nox -s e2e -- --model PATH."),
+    Measurement("auto_stability", _bench("auto_stability"), note="what auto chose in N fresh processes",
+                doc="GPU: what FREETOKEN_DECODE_GATHER=auto chose in fresh processes, and the probe's cost "
+                    "-> results/<device>/auto_stability.json."),
+    Measurement("sass", ("conformance.sass", "--arch", "80,90,100,120", "--save", "--check"), per_device=False,
+                timestamped=False, version=2, gpu=False,
+                doc="Compile-only SASS gate of the patched kernel for sm_80..sm_120 -> results/sass.json (nvcc, no GPU)."),
+    #: experiments/harness.save: $OUT/<name per probe>, kept by hand under experiments/results/<device>/tree-<id>/
+    Measurement("probe", (), per_device=False, has_file=False, gpu=False),
+)  # fmt: skip
+
+#: every measurement by its name
+MEASUREMENTS: dict[str, Measurement] = {m.name: m for m in _TABLE}
 
 #: The GPU sessions, in the order of a full run on a GPU machine.
-GPU_RUN = (GPU, SANITIZE, BENCH, SWEEP, SERIES_BENCH_RUN, STEP, CONTENTION)
+GPU_RUN = tuple(MEASUREMENTS[n] for n in ("gpu", "sanitize", "bench", "sweep", "series_bench", "step_pdl", "contention"))
+
+# --------------------------------------------------------------------------- the other commands
+
+REPORT = Command("report", ("report",))
+COMPARE = Command("compare", ("report.compare",), note="upstream, A/A and tma per (regime, layers, n), with the paired verdict")
+#: pytest-benchmark's own table of a saved run (DEVICE: a results/ directory such as h200), one group per case.
+PYTEST_BENCHMARK_COMPARE = Command(None, ("pytest-benchmark", "compare", f"results/DEVICE/{MEASUREMENTS['bench'].file}",
+                                          "--group-by=param:regime,param:layers,param:n"), module=False)  # fmt: skip
+#: The benchmark the series adds to upstream's tree: one command to measure another host.
+SERIES_BENCH = Command(None, ("benchmarks/bench_decode_gather.py",), module=False)
+#: The offline checkpoint the end-to-end A/B runs on (``DIR`` from the caller; weights drawn on the GPU).
+E2E_CHECKPOINT = Command(None, _bench("e2e", "make-checkpoint"), note="DIR [--layers N]")
 
 
 def series_bench_line() -> str:

@@ -5,22 +5,13 @@ provenance, and the one writer and reader of result documents.
     path = results.save("step_pdl", machine=machine_info(), args=..., decode_step=...)
     doc = results.load("step_pdl", "h200")          # None when missing
 
-Kinds (:data:`KINDS`) and their writers:
-
-- ``benchmark``: ``<device>/pytest-benchmark.json``, ``bench/test_bench_gather.py --bench-store`` (pytest-benchmark's
-  own JSON, with this schema id and the provenance added at the top)
-- ``ceiling``: ``<device>/ceiling.json`` (and ``ceiling.png`` beside it), ``python -m bench.sweep``
-- ``conformance``: ``<device>/conformance/summary.json``, ``conformance/gpu`` with ``CONFORMANCE_SUMMARY=1``
-- ``sanitizer``: ``<device>/conformance/sanitizer.json`` (logs beside it), ``python -m conformance.gpu.run_sanitizer``
-- ``step_pdl``: ``<device>/step_pdl.json``, ``python -m bench.step_pdl``
-- ``contention``: ``<device>x2/contention.json``, ``python -m bench.contention`` (two GPUs)
-- ``series_bench``: ``<device>/series_bench.json``, ``python -m bench.series_bench``
-- ``e2e``: ``<device>/e2e.json``, ``python -m bench.e2e run`` (the end-to-end A/B)
-- ``auto_stability``: ``<device>/auto_stability.json``, ``python -m bench.auto_stability`` (what
-  ``FREETOKEN_DECODE_GATHER=auto`` chose in N fresh processes, and the probe's cost)
-- ``probe``: no file of its own (``file`` None): ``experiments/harness.save`` names each probe's file in
-  ``$OUT``, committed by hand under ``experiments/results/<device>/tree-<tree id>/``, outside ``results/``
-- ``sass``: ``sass.json`` (no device), ``python -m conformance.sass --save``
+The measurements (:data:`suite.commands.MEASUREMENTS`: one name for each, its kind here) and their files
+``<device>/[<folder>/]<name>.json``: ``gpu`` (``conformance/gpu.json``, ``conformance/gpu`` with
+``CONFORMANCE_SUMMARY=1``), ``sanitize`` (``conformance/sanitize.json``), ``bench`` (pytest-benchmark's own JSON
+with this schema id and the provenance at the top, ``bench/test_bench_gather.py --bench-store``), ``sweep``
+(``sweep.json`` and ``sweep.png``), ``series_bench``, ``step_pdl``, ``contention`` (``<device>x2/``, two GPUs),
+``e2e``, ``auto_stability``; ``sass`` (``sass.json``, no device); ``probe`` (no file of its own:
+``experiments/harness.save`` names each probe's file, committed by hand under ``experiments/results/``).
 
 Every document starts with its schema id, the time it was made (not for ``sass``, which must
 re-render byte-identical), its provenance and, where given, the machine; machine paths are
@@ -48,35 +39,13 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
+
+from suite.commands import MEASUREMENTS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ROOT_ENV = "FT_RESULTS_DIR"
 DEVICE_ENV = "FT_RESULTS_DEVICE"
-
-
-class Kind(NamedTuple):
-    schema: str
-    file: str | None  # under results/<device>/ (results/ when not per device); None: its writer names the file
-    gpus: int = 1  # runs on several GPUs of one host go to results/<device>x<gpus>/
-    per_device: bool = True
-    timestamped: bool = True  # False: the document must re-render identically (no time in it)
-
-
-KINDS: dict[str, Kind] = {
-    "benchmark": Kind("freetoken-decode-gather-pytest-benchmark/1", "pytest-benchmark.json"),
-    "ceiling": Kind("freetoken-decode-gather-ceiling/1", "ceiling.json"),
-    "conformance": Kind("freetoken-decode-gather-conformance/1", "conformance/summary.json"),
-    "sanitizer": Kind("freetoken-decode-gather-sanitizer/1", "conformance/sanitizer.json"),
-    "step_pdl": Kind("freetoken-decode-gather-step-pdl/1", "step_pdl.json"),
-    "contention": Kind("freetoken-decode-gather-contention/1", "contention.json", gpus=2),
-    "series_bench": Kind("freetoken-decode-gather-series-bench/1", "series_bench.json"),
-    "e2e": Kind("freetoken-decode-gather-e2e/1", "e2e.json"),
-    "auto_stability": Kind("freetoken-decode-gather-auto-stability/1", "auto_stability.json"),
-    # experiments/harness.save: $OUT/<name per probe>, kept by hand under experiments/results/<device>/tree-<id>/
-    "probe": Kind("freetoken-decode-gather-probe/1", None, per_device=False),
-    "sass": Kind("freetoken-decode-gather-sass/2", "sass.json", per_device=False, timestamped=False),
-}
 
 
 # --------------------------------------------------------------------------- where
@@ -120,7 +89,7 @@ def device_dir(device: str | None = None, gpus: int = 1) -> Path:
 def path(kind: str, device: str | None = None, out_dir: str | os.PathLike | None = None) -> Path:
     """The file of ``kind`` for ``device`` (this machine's by default); ``out_dir`` takes the file
     (its base name) somewhere else instead, e.g. a dry run's temporary directory."""
-    k = KINDS[kind]
+    k = MEASUREMENTS[kind]
     if k.file is None:
         raise ValueError(f"{kind!r} documents are named by their writer (no results/ path)")
     if out_dir is not None:
@@ -210,7 +179,7 @@ def now_iso() -> str:
 
 def document(kind: str, *, machine: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
     """A new document of ``kind``: schema id, time (where the kind keeps one), provenance, machine, ``fields``."""
-    k = KINDS[kind]
+    k = MEASUREMENTS[kind]
     doc: dict[str, Any] = {"schema": k.schema}
     if k.timestamped:
         doc["generated_at"] = now_iso()
@@ -256,7 +225,7 @@ def history_folder(doc: Any) -> str:
 def history(kind: str, device: str | None = None, tree: str | None = None, base: Path | None = None) -> list[Path]:
     """The documents of ``kind`` kept in ``<base>/<device>/history/tree-<tree>/`` (every tree's without
     ``tree``), in the order they were replaced."""
-    k, base = KINDS[kind], base or root()
+    k, base = MEASUREMENTS[kind], base or root()
     if k.file is None:
         return []
     rel = Path(k.file)
@@ -281,7 +250,7 @@ def supersede(kind: str, target: Path, new: Any = None) -> Path | None:
     old_text = target.read_text(errors="replace")
     if new is not None and old_text == _dumps(new):
         return None
-    rel = Path(KINDS[kind].file or target.name)
+    rel = Path(MEASUREMENTS[kind].file or target.name)
     if not target.as_posix().endswith("/" + rel.as_posix()):
         rel = Path(target.name)  # out_dir: the base name only
     home = Path(target.as_posix()[: -len(rel.as_posix())])
@@ -361,7 +330,7 @@ def read_json(source: str | os.PathLike) -> Any:
 def load(kind: str, device: str | None = None, base: Path | None = None) -> dict[str, Any] | None:
     """The document of ``kind`` in ``<base>/<device>/`` (``device``: a directory name such as ``h200x2``; by
     default this machine's), ``base`` defaulting to :func:`root`; None when missing."""
-    k, base = KINDS[kind], base or root()
+    k, base = MEASUREMENTS[kind], base or root()
     if k.file is None:
         return None
     if not k.per_device:
@@ -371,14 +340,14 @@ def load(kind: str, device: str | None = None, base: Path | None = None) -> dict
 
 def load_device(device: str, base: Path | None = None) -> dict[str, dict[str, Any]]:
     """Every per-device document of ``<base>/<device>/`` by kind (missing kinds left out)."""
-    docs = {kind: load(kind, device, base) for kind, k in KINDS.items() if k.per_device}
+    docs = {kind: load(kind, device, base) for kind, k in MEASUREMENTS.items() if k.per_device}
     return {kind: doc for kind, doc in docs.items() if doc is not None}
 
 
 def devices(base: Path | None = None) -> list[str]:
     """The directories of ``base`` (default :func:`root`) that hold at least one document, sorted."""
     here = base or root()
-    files = {k.file for k in KINDS.values() if k.per_device}
+    files = {k.file for k in MEASUREMENTS.values() if k.per_device}
     found = (
         [d.name for d in here.iterdir() if d.is_dir() and any((d / f).is_file() for f in files)]
         if here.is_dir()

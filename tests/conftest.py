@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench import sweep
+from suite.commands import MEASUREMENTS
 from suite.geometry import NVFP4_EXPERT_BYTES
 from suite.results import write_json as write
 from suite.stats import summarize_rounds, verdict
@@ -143,7 +144,7 @@ def write_synthetic_results(root: Path) -> None:
         "freetoken": "0.0+dry",
         "series_hash": "000000000000",
     }
-    write(d / "pytest-benchmark.json", bench_store(synthetic_bench_run(machine)))
+    write(d / MEASUREMENTS["bench"].file, bench_store(synthetic_bench_run(machine)))
     write(d / "step_pdl.json", synthetic_step_pdl(machine))
     write(d / "series_bench.json", synthetic_series_bench(machine))
     args = _ap.Namespace(flat_bytes="64M", gather_n=32)
@@ -151,7 +152,7 @@ def write_synthetic_results(root: Path) -> None:
     ceiling = sweep.synthetic(args, ring_list, [4, 8], [1 << 20, 64 << 20], 96 * 1024)
     ceiling["summary"] = sweep.summarize(ceiling)
     ceiling["machine"] = machine
-    write(d / "ceiling.json", ceiling)
+    write(d / MEASUREMENTS["sweep"].file, ceiling)
     summary = {
         "synthetic": True,
         "passed": True,
@@ -166,9 +167,9 @@ def write_synthetic_results(root: Path) -> None:
         },
         "failures": [],
     }
-    write(d / "conformance" / "summary.json", summary)
+    write(d / MEASUREMENTS["gpu"].file, summary)
     write(
-        d / "conformance" / "sanitizer.json",
+        d / MEASUREMENTS["sanitize"].file,
         {
             "synthetic": True,
             "passed": True,
@@ -228,7 +229,7 @@ def bench_store(run: dict) -> dict:
         benchmarks += _records("step", step["layers"], 0, 32 * NVFP4_EXPERT_BYTES, paired)
     info = {"ceiling": run["ceiling"], "kernel": {"tma_default_ring": run["tma_default_ring"], "upstream": run["upstream_kernel"]},
             "geometry": run["geometry"], "method": run["method"], "verified": run["verified"]}  # fmt: skip
-    return {"schema": "freetoken-decode-gather-pytest-benchmark/1", "synthetic": run.get("synthetic", False),
+    return {"schema": MEASUREMENTS["bench"].schema, "synthetic": run.get("synthetic", False),
             "machine_info": {"gpu": run["machine"]}, "provenance": run["provenance"], "decode_gather": info,
             "benchmarks": benchmarks}  # fmt: skip
 

@@ -15,6 +15,7 @@ from bench import auto_stability as stab
 from bench.e2e.worker import auto_choice
 from gpukit.decode_step import choice_fields
 from suite import results
+from suite.commands import MEASUREMENTS
 
 
 def choice(label="bpb8", default="bpb8", probe_s=0.07, spread=0.004):
@@ -79,7 +80,7 @@ def test_main_writes_one_document_of_every_run(fake_workers, tmp_path):
     assert stab.main(["--runs", "5", "--log-dir", str(tmp_path / "logs")]) == stab.EXIT_OK
     doc = json.loads((tmp_path / "res" / "fake-gpu" / "auto_stability.json").read_text())
     assert calls == [0, 1, 2, 3, 4] and len(doc["runs"]) == 5 and "machine" not in doc["runs"][0]
-    assert doc["schema"] == results.KINDS["auto_stability"].schema and doc["machine"]["device_slug"] == "fake-gpu"
+    assert doc["schema"] == MEASUREMENTS["auto_stability"].schema and doc["machine"]["device_slug"] == "fake-gpu"
     assert doc["summary"]["counts"] == {"bpb8": 10} and doc["settings"]["runs"] == 5 and doc["errors"] == []
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from suite import results
+from suite.commands import MEASUREMENTS
 from gpukit.timing import RESOLUTION_S, DeviceClock
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,7 +156,7 @@ def synthetic_run(tmp_path_factory) -> Path:
 def test_the_synthetic_run_is_pytest_benchmarks_own_with_the_paired_result(synthetic_run):
     pb = json.loads(synthetic_run.read_text())
     assert pb["decode_gather"]["synthetic"] is True and pb["machine_info"]["gpu"]["device_name"].startswith("Synthetic")
-    assert pb["schema"] == results.KINDS["benchmark"].schema and pb["provenance"]["series_hash"] == "000000000000"
+    assert pb["schema"] == MEASUREMENTS["bench"].schema and pb["provenance"]["series_hash"] == "000000000000"
     assert "device_clock" in pb["benchmarks"][0]["options"]["timer"]
     for b in pb["benchmarks"]:
         ex, p = b["extra_info"], b["params"]
@@ -178,7 +179,7 @@ def slowed(pb: dict, name: str, factor: float = 1.10) -> dict:
 
 
 def _committed_and_synthetic():
-    return sorted(RESULTS.glob("*/pytest-benchmark.json")) + ["synthetic"]
+    return sorted(RESULTS.glob("*/bench.json")) + ["synthetic"]
 
 
 @pytest.mark.parametrize("source", _committed_and_synthetic(), ids=str)
@@ -207,20 +208,20 @@ def test_the_gate_fails_a_slower_run_and_passes_an_unchanged_one(synthetic_run, 
 
 
 def test_bench_store_replaces_the_store_only_after_a_run_without_failures(tmp_path):
-    """``--bench-store`` writes results/<device>/pytest-benchmark.json (suite.results) when every test
+    """``--bench-store`` writes results/<device>/bench.json (suite.results) when every test
     passed, the run it replaces moved to the history; a run with a failed test leaves the store as it was."""
     env = {"FT_RESULTS_DIR": str(tmp_path / "results"), "FT_RESULTS_DEVICE": "synthetic-gpu"}
-    store = tmp_path / "results" / "synthetic-gpu" / "pytest-benchmark.json"
+    store = tmp_path / "results" / "synthetic-gpu" / "bench.json"
     done = run_synthetic(tmp_path / "ok", "--bench-store", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     first = store.read_bytes()
-    assert json.loads(first)["schema"] == results.KINDS["benchmark"].schema
+    assert json.loads(first)["schema"] == MEASUREMENTS["bench"].schema
     failed = run_synthetic(tmp_path / "bad", "--bench-store", env={**env, "SYN_FAIL": "replay-1-tma"}, slow="decode-1-tma=2")
     assert failed.returncode == 1 and "left as it was" in failed.stdout + failed.stderr
     assert store.read_bytes() == first and not list(store.parent.glob("*.tmp"))
     again = run_synthetic(tmp_path / "again", "--bench-store", env=env)
     assert again.returncode == 0, again.stdout + again.stderr
-    kept = store.parent / "history" / "series-000000000000" / "pytest-benchmark.1.json"  # the run it replaced
+    kept = store.parent / "history" / "series-000000000000" / "bench.1.json"  # the run it replaced
     assert kept.read_bytes() == first and store.read_bytes() != first
     both = run_synthetic(tmp_path / "both", "--bench-store", f"--benchmark-json={tmp_path / 'x.json'}", env=env)
     assert both.returncode != 0 and "give one" in both.stdout + both.stderr
@@ -249,11 +250,11 @@ def test_the_report_and_compare_read_the_pytest_benchmark_store(synthetic_run, t
 
     base = tmp_path / "results"
     (base / "synthetic-gpu").mkdir(parents=True)
-    (base / "synthetic-gpu" / "pytest-benchmark.json").write_text(synthetic_run.read_text())
+    (base / "synthetic-gpu" / "bench.json").write_text(synthetic_run.read_text())
     pb = json.loads(synthetic_run.read_text())
     pages = render(base)
     rep = pages["REPORT.md"]
-    assert "From `synthetic-gpu/pytest-benchmark.json` (pytest-benchmark" in rep
+    assert "From `synthetic-gpu/bench.json` (pytest-benchmark" in rep
     by = {(b["params"]["regime"], b["params"]["n"], b["params"]["kernel"]): b for b in pb["benchmarks"]}
     b = by[("decode", 4, "tma")]
     ex = b["extra_info"]["paired"]
@@ -264,7 +265,7 @@ def test_the_report_and_compare_read_the_pytest_benchmark_store(synthetic_run, t
     assert f"| {pbs} |" in rep
     assert compare.main(["--results", str(base)]) == 0
     out = capsys.readouterr().out
-    assert "synthetic-gpu/pytest-benchmark.json" in out.splitlines()[0] and "pytest-benchmark medians" in out
+    assert "synthetic-gpu/bench.json" in out.splitlines()[0] and "pytest-benchmark medians" in out
     line = next(x.split() for x in out.splitlines() if x.startswith("decode ") and x.split()[2] == "4")
     assert line[3:6] == [f"{by[('decode', 4, k)]['stats']['median'] / 40 * 1e6:,.3f}" for k in ("upstream", "upstream_aa", "tma")]
     assert line[6:] == [f"{ex['ratio']['tma']:.3f}", f"±{ex['aa_spread']:.3f}", "faster"]

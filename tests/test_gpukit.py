@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from suite import results
+from suite.commands import MEASUREMENTS
 from suite.geometry import NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, Ring, geometry_rows, nvfp4_banks, rows_for_bank_count
 from gpukit.memory import HostBanks, SlotCache, check_slot_cache, random_misses
 from suite.results import REPO_ROOT, device_slug
@@ -44,11 +45,11 @@ def test_device_slug_and_paths(results_env):
     assert device_slug("NVIDIA H200") == "h200"
     assert device_slug("NVIDIA GeForce RTX 5090") == "geforce-rtx-5090"
     assert device_slug() == "h200"  # this machine's, from $FT_RESULTS_DEVICE
-    assert results.path("conformance") == results_env / "h200/conformance/summary.json"
-    assert results.path("benchmark", "geforce-rtx-5090") == results_env / "geforce-rtx-5090/pytest-benchmark.json"
+    assert results.path("gpu") == results_env / "h200/conformance/gpu.json"
+    assert results.path("bench", "geforce-rtx-5090") == results_env / "geforce-rtx-5090/bench.json"
     assert results.path("contention") == results_env / "h200x2/contention.json"
     assert results.path("sass") == results_env / "sass.json"
-    assert results.path("sanitizer", out_dir="/x") == Path("/x/sanitizer.json")
+    assert results.path("sanitize", out_dir="/x") == Path("/x/sanitize.json")
 
 
 def test_documents_carry_schema_and_provenance_of_the_installed_wheel(results_env, monkeypatch):
@@ -61,16 +62,16 @@ def test_documents_carry_schema_and_provenance_of_the_installed_wheel(results_en
         written = results.save("step_pdl", machine={"device_slug": "h200"}, args={"rounds": 3})
         doc = results.load("step_pdl", "h200")
         assert written == results_env / "h200/step_pdl.json"
-        assert doc["schema"] == results.KINDS["step_pdl"].schema and doc["generated_at"]
+        assert doc["schema"] == MEASUREMENTS["step_pdl"].schema and doc["generated_at"]
         assert doc["provenance"]["series_hash"] == "abcdef123456"
         assert doc["provenance"]["series_from"] == "installed freetoken"
         assert doc["provenance"]["tree"] is None  # the checkout's patches/ are another series
         assert doc["args"] == {"rounds": 3} and results.devices() == ["h200"]
         assert results.save("contention", machine={"device_slug": "h200"}) == results_env / "h200x2/contention.json"
         assert results.load("contention", "h200x2") == results.load("contention")  # this machine's: h200 -> h200x2
-        assert results.load("contention")["schema"] == results.KINDS["contention"].schema
+        assert results.load("contention")["schema"] == MEASUREMENTS["contention"].schema
         sass = results.document("sass", reports=[])
-        assert "generated_at" not in sass and sass["schema"] == results.KINDS["sass"].schema and sass["provenance"]
+        assert "generated_at" not in sass and sass["schema"] == MEASUREMENTS["sass"].schema and sass["provenance"]
         monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.2.1")
         assert results.installed_series() is None
     finally:
@@ -242,7 +243,7 @@ def test_every_committed_result_document_has_its_schema_and_provenance():
 
     from suite import results
 
-    schemas = {k.schema for k in results.KINDS.values()}
+    schemas = {k.schema for k in MEASUREMENTS.values()}
     docs = [p for p in (REPO_ROOT / "results").rglob("*.json") if "history" not in p.parts]
     assert docs
     for path in docs:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from suite import results
+from suite.commands import MEASUREMENTS
 from suite.models import MODELS, BenchRun, E2E, Paired, paired
 from suite.results import REPO_ROOT
 
@@ -21,7 +22,7 @@ OLD_WORDS = {"ours", "unset", "unset_aa", "versus_unset"}
 def _committed(kind: str) -> list[Path]:
     """Every committed file of ``kind``: the current ones and the history the writer kept."""
     devices = [d.name for d in RESULTS.iterdir() if d.is_dir()]
-    current = [results.path(kind, d).relative_to(results.root()) for d in devices] if results.KINDS[kind].per_device else []
+    current = [results.path(kind, d).relative_to(results.root()) for d in devices] if MEASUREMENTS[kind].per_device else []
     found = [RESULTS / p for p in current if (RESULTS / p).is_file()]
     return sorted(set(found + [p for d in devices for p in results.history(kind, d, base=RESULTS)]))
 
@@ -41,7 +42,7 @@ def _words(doc) -> set[str]:
 @pytest.mark.parametrize("kind,path", CASES, ids=[str(p.relative_to(REPO_ROOT)) for _, p in CASES])
 def test_every_committed_document_reads_through_its_model_and_round_trips(kind, path):
     doc = json.loads(path.read_text())
-    assert doc["schema"] == results.KINDS[kind].schema
+    assert doc["schema"] == MEASUREMENTS[kind].schema
     m = MODELS[kind].from_doc(doc)
     assert m.schema == doc["schema"] and m.provenance == doc.get("provenance")
     assert MODELS[kind].from_doc(m.to_doc()) == m
@@ -49,7 +50,7 @@ def test_every_committed_document_reads_through_its_model_and_round_trips(kind, 
 
 
 CURRENT = [(kind, REPO_ROOT / "results" / p) for kind, p in (
-    ("conformance", "h200/conformance/summary.json"), ("sanitizer", "h200/conformance/sanitizer.json"),
+    ("gpu", "h200/conformance/gpu.json"), ("sanitize", "h200/conformance/sanitize.json"),
     ("step_pdl", "h200/step_pdl.json"), ("e2e", "h200/e2e.json"), ("auto_stability", "h200/auto_stability.json"))]
 
 
@@ -65,7 +66,7 @@ def test_every_kind_with_a_model_has_committed_files():
     assert {kind for kind, _ in CASES} == set(MODELS)
 
 
-BENCH_FILES = _committed("benchmark")
+BENCH_FILES = _committed("bench")
 
 
 @pytest.mark.parametrize("path", BENCH_FILES, ids=[str(p.relative_to(REPO_ROOT)) for p in BENCH_FILES])
@@ -80,8 +81,8 @@ def test_every_committed_benchmark_run_reads_into_rows_in_the_switchs_words(path
 
 
 def test_the_committed_h200_benchmark_rows_are_its_paired_figures():
-    pb = json.loads((REPO_ROOT / "results" / "h200" / "pytest-benchmark.json").read_text())
-    run = BenchRun.read(pb, "h200/pytest-benchmark.json")
+    pb = json.loads((REPO_ROOT / "results" / "h200" / "bench.json").read_text())
+    run = BenchRun.read(pb, "h200/bench.json")
     rec = next(b for b in pb["benchmarks"] if b["params"]["regime"] == "decode" and b["params"]["n"] == 4)
     row = next(r for r in run.gather if (r.regime, r.n) == ("decode", 4))
     assert row.speedup == rec["extra_info"]["paired"]["ratio"]["tma"]
@@ -112,7 +113,7 @@ def test_paired_is_the_one_shape_of_a_case():
 
 
 def test_the_probe_kind_has_no_results_path_its_writer_names_the_file():
-    assert results.KINDS["probe"].file is None and not results.KINDS["probe"].per_device
+    assert MEASUREMENTS["probe"].file is None and not MEASUREMENTS["probe"].per_device
     with pytest.raises(ValueError, match="named by their writer"):
         results.path("probe")
     assert results.load("probe") is None

@@ -20,11 +20,11 @@ from report.__main__ import main as report_main
 from report.render import render
 
 RESULTS = REPO_ROOT / "results"
-BENCH = "pytest-benchmark.json"  # the benchmark's store
+BENCH = "bench.json"  # the benchmark's store (pytest-benchmark's JSON)
 
 
 def _edit(root: Path, name: str, change: Callable[[dict], None]) -> None:
-    """``change`` a synthetic document; the benchmark's store (``pytest-benchmark.json``) as its rows
+    """``change`` a synthetic document; the benchmark's store (``bench.json``) as its rows
     (:class:`BenchRun`'s ``to_doc``), saved back as a store."""
     path = root / "synthetic-gpu" / name
     doc = json.loads(path.read_text())
@@ -117,12 +117,12 @@ FLIPS = {
         ("REPORT.md", "the default ring (64x4x16K, 3 MiB) sits above that point"),  # (4 - 1) x 16 KiB x 64
     ),
     "conformance passed -> not passed": (
-        "conformance/summary.json", lambda d: d.update(passed=False),
+        "conformance/gpu.json", lambda d: d.update(passed=False),
         ("REPORT.md", "Passed: 20 passed"),
         ("REPORT.md", "Not passed: 20 passed"),
     ),
     "sanitizer passed -> not passed": (
-        "conformance/sanitizer.json", lambda d: d.update(passed=False),
+        "conformance/sanitize.json", lambda d: d.update(passed=False),
         ("README.md", "| faster | passed | passed |"),
         ("README.md", "| faster | passed | not passed |"),
     ),
@@ -224,7 +224,7 @@ def test_compare_prints_upstream_and_ours_per_regime_layers_n(capsys):
     assert compare.main(["--results", str(RESULTS)]) == 0
     out = capsys.readouterr().out
     bench = _committed_benchmark()
-    assert out.startswith(f"{bench.machine['device_name']} (") and "h200/pytest-benchmark.json, series" in out.splitlines()[0]
+    assert out.startswith(f"{bench.machine['device_name']} (") and "h200/bench.json, series" in out.splitlines()[0]
     lines = [line.split() for line in out.splitlines() if line.startswith(("decode ", "replay ")) and "step" not in line]
     keys = [(x[0] != "decode", int(x[1]), int(x[2])) for x in lines]
     assert keys == sorted(keys) and len(keys) == len(bench.gather)
@@ -241,14 +241,14 @@ def test_sweep_dry_run(tmp_path):
     from bench import sweep
 
     assert sweep.main(["--dry-run", "--out", str(tmp_path), "--quick"]) == 0
-    doc = json.loads((tmp_path / "ceiling.json").read_text())
+    doc = json.loads((tmp_path / "sweep.json").read_text())
     assert doc["synthetic"] and doc["ring"] and doc["summary"]["copy_engine_gbps"]
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         assert doc["png"] is None
     else:
-        assert (tmp_path / "ceiling.png").stat().st_size > 10_000
+        assert (tmp_path / "sweep.png").stat().st_size > 10_000
 
 
 def test_where_it_loses_follows_the_decode_regime_figures():

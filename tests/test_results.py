@@ -47,14 +47,14 @@ def test_save_moves_the_document_it_replaces_into_the_history_of_its_tree(res, m
 
 def test_a_kind_in_a_subfolder_and_a_document_without_a_tree(res, monkeypatch):
     _prov(monkeypatch, None)
-    results.save("conformance", machine={"device_slug": "h200"}, passed=True)
-    results.save("conformance", machine={"device_slug": "h200"}, passed=False)
-    kept = res / "h200" / "history" / f"series-{'s' * 12}" / "conformance" / "summary.1.json"
+    results.save("gpu", machine={"device_slug": "h200"}, passed=True)
+    results.save("gpu", machine={"device_slug": "h200"}, passed=False)
+    kept = res / "h200" / "history" / f"series-{'s' * 12}" / "conformance" / "gpu.1.json"
     assert json.loads(kept.read_text())["passed"] is True
     _prov(monkeypatch, None, series=None)
-    results.save("conformance", machine={"device_slug": "h200"}, passed=True)
-    results.save("conformance", machine={"device_slug": "h200"}, passed=None)
-    assert (res / "h200" / "history" / "tree-unknown" / "conformance" / "summary.1.json").is_file()
+    results.save("gpu", machine={"device_slug": "h200"}, passed=True)
+    results.save("gpu", machine={"device_slug": "h200"}, passed=None)
+    assert (res / "h200" / "history" / "tree-unknown" / "conformance" / "gpu.1.json").is_file()
 
 
 def test_a_file_that_is_not_json_is_kept_too(res, monkeypatch):

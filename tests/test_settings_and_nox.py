@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from suite.commands import GPU_RUN
 from freetoken_overlay import kernels, series
 from freetoken_overlay.pin import get_pin
 from freetoken_overlay.series import series_hash
@@ -147,7 +148,7 @@ def test_gpu_sessions_without_a_gpu_all_say_so_alike(tmp_path: Path) -> None:
     nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
     if nox is None:
         pytest.skip("no nox on PATH")
-    names = ["gpu", "sanitize", "bench", "sweep", "series_bench", "step", "contention"]
+    names = [m.name for m in GPU_RUN] + ["auto_stability"]  # every GPU session but e2e (which needs --model)
     env = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, "VIRTUAL_ENV")}
     proc = subprocess.run([nox, "--no-venv", "-s", *names], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, check=False)  # fmt: skip

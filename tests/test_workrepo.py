@@ -436,7 +436,7 @@ def test_editing_the_series_does_not_make_the_pages_stale(tmp_path: Path, monkey
 
     assert render(project / "results")["PR.md"] != (project / "results/PR.md").read_text()  # PR.md lists subjects
     assert stale_pages(project / "results", project / "results") == []
-    store = project / "results/h200/pytest-benchmark.json"
+    store = project / "results/h200/bench.json"
     doc = json.loads(store.read_text())
     for record in doc["benchmarks"]:  # the decode step's paired ratio, which PR.md states
         if record["extra_info"]["regime"] == "step":

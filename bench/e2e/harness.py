@@ -44,10 +44,11 @@ from bench.e2e import synth
 from bench.e2e.summary import AUTO, VARIANT_ENV, VARIANTS, ids_mismatches, spread, summarize_point  # noqa: F401
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
 from suite import results
+from suite.commands import MEASUREMENTS
 from suite.models import E2E
 from suite.rounds import round_order
 
-E2E_SCHEMA = results.KINDS["e2e"].schema
+E2E_SCHEMA = MEASUREMENTS["e2e"].schema
 GATHER_ENV = "FREETOKEN_DECODE_GATHER"
 DEFAULT_MISS_RATES = (0.1, 0.3)
 EXIT_OK, EXIT_IDS_DIFFER, EXIT_FAILED = 0, 1, 2

@@ -5,7 +5,7 @@ CUDA device (or no torch). On a CUDA machine the installed ``freetoken`` must pr
 ``freetoken.kernel.decode_gather``: a missing module is an error there, not a skip.
 
 With ``CONFORMANCE_SUMMARY=1`` (``nox -s gpu`` sets it) the session writes the ``conformance``
-document (``suite.results``: ``results/<device>/conformance/summary.json``): verified calls and
+document (``suite.results``: ``results/<device>/conformance/gpu.json``): verified calls and
 bytes per group, pass/fail counts per group, the machine and the provenance.
 """
 
@@ -196,7 +196,7 @@ def tally(request: pytest.FixtureRequest):
 
 
 # ---------------------------------------------------------------------------
-# summary.json
+# gpu.json
 # ---------------------------------------------------------------------------
 
 
@@ -231,5 +231,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         extra_rings=[r._asdict() for r in CONFORMANCE_EXTRA_RINGS],
         command=" ".join(sys.argv),
     )
-    path = results.save("conformance", machine=info, **summary.to_doc())
+    path = results.save("gpu", machine=info, **summary.to_doc())
     print(f"\n[conformance] wrote {path}", file=sys.stderr)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run ``conformance.gpu.sanitize_case`` under compute-sanitizer memcheck, racecheck and synccheck; summarize.
 
-    python -m conformance.gpu.run_sanitizer                       # results/<device>/conformance/sanitizer.json + logs
+    python -m conformance.gpu.run_sanitizer                       # results/<device>/conformance/sanitize.json + logs
     python -m conformance.gpu.run_sanitizer --out DIR             # into DIR instead
     python -m conformance.gpu.run_sanitizer --dry-run             # CPU: show the commands, self-test the log parser
 
@@ -74,7 +74,7 @@ def find_sanitizer(explicit: str | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="write sanitizer.json and the logs into DIR (default: results/<device>/conformance/)")
+    ap.add_argument("--out", help="write sanitize.json and the logs into DIR (default: results/<device>/conformance/)")
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument(
         "--sanitizer", help="path of compute-sanitizer (default: $COMPUTE_SANITIZER, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin)"
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.info("plain: %s", " ".join(case_cmd))
         for tool in tools:
             logger.info("%s: %s", tool, " ".join([san or "compute-sanitizer", "--tool", tool, "--print-limit", "100", *case_cmd]))
-        sample = results.path("sanitizer", out_dir=tempfile.mkdtemp(prefix="sanitizer-dry-"))
+        sample = results.path("sanitize", out_dir=tempfile.mkdtemp(prefix="sanitizer-dry-"))
         results.write_json(sample, {"dry_run": True, "tools": {t: {"errors": 0} for t in tools}, "passed": True})
         logger.info("sample summary (not a result): %s", sample)
         return 0
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("run_sanitizer: compute-sanitizer not found ($COMPUTE_SANITIZER, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin)")
         return 2
     info = machine_info()
-    target = results.path("sanitizer", info.get("device_slug"), args.out)
+    target = results.path("sanitize", info.get("device_slug"), args.out)
     out = target.parent
     out.mkdir(parents=True, exist_ok=True)
 
@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                     case_ok, rc, rec["seconds"], "" if good else "  <-- FAIL")  # fmt: skip
     summary.total_errors = sum((r["errors"] or 0) for r in summary.tools.values())
     summary.passed = bool(ok)
-    results.supersede("sanitizer", target)
-    path = results.write_json(target, results.scrub(results.document("sanitizer", machine=info, **summary.to_doc())))
+    results.supersede("sanitize", target)
+    path = results.write_json(target, results.scrub(results.document("sanitize", machine=info, **summary.to_doc())))
     logger.info("wrote %s", path)
     return 0 if ok else 1
 

@@ -27,8 +27,8 @@ from suite.models.docs import (
 )
 from suite.models.paired import Paired, paired
 
-#: the model of each kind of :data:`suite.results.KINDS` that has one (the benchmark's: :class:`BenchRun`)
-MODELS = {"ceiling": Ceiling, "conformance": Conformance, "sanitizer": Sanitizer, "step_pdl": StepPdl,
+#: the model of each measurement of :data:`suite.commands.MEASUREMENTS` that has one (the benchmark's: :class:`BenchRun`)
+MODELS = {"sweep": Ceiling, "gpu": Conformance, "sanitize": Sanitizer, "step_pdl": StepPdl,
           "contention": Contention, "series_bench": SeriesBench, "e2e": E2E, "auto_stability": AutoStability}  # fmt: skip
 
 __all__ = ["MODELS", "AutoStability", "AutoSummary", "BenchRun", "CaseRow", "Ceiling", "CeilingRow", "CeilingSummary",

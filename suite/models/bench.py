@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from suite.commands import MEASUREMENTS
 from suite.models.base import Model, field
 from suite.models.paired import CANDIDATE, Paired
 
-BENCHMARK_SCHEMA = "freetoken-decode-gather-pytest-benchmark/1"
+BENCHMARK_SCHEMA = MEASUREMENTS["bench"].schema
 
 
 @dataclasses.dataclass
