@@ -61,7 +61,7 @@ def worker(rank: int, args, barrier, queue) -> None:
     from gpukit.decode_step import copy_all_layers, expected_slots, gather_env, stage_misses
     from suite.geometry import NVFP4_ROW_BYTES
     from suite.rounds import run_rounds
-    from gpukit.timing import time_replays
+    from gpukit.timing import bench
 
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
@@ -97,7 +97,7 @@ def worker(rank: int, args, barrier, queue) -> None:
             graphs[kernel] = g
         # each GPU sizes its replay count from its own upstream replay; the links are alike, so the two
         # sets of a "both" phase last about as long and overlap
-        reps = max(2, round(args.target_s / time_replays(graphs["upstream"].replay, 1)))
+        reps = max(2, round(args.target_s / bench(graphs["upstream"].replay)[0]))
         queue.put(("reps", rank, n, reps))
 
         def phases(kernel: str, r: int) -> list[float]:
@@ -112,7 +112,7 @@ def worker(rank: int, args, barrier, queue) -> None:
                 barrier.wait()
                 if active:
                     t0 = time.perf_counter()
-                    secs = time_replays(graphs[kernel].replay, reps)
+                    secs = bench(graphs[kernel].replay, reps=reps)[0]
                     wall = time.perf_counter() - t0
                     ok = all(torch.equal(c.bank_caches[name].view(torch.uint8).reshape(experts, -1), e)
                              for name, e in zip(c.bank_schema, expected))

@@ -50,7 +50,7 @@ from gpukit.machine import machine_info
 from gpukit.memory import cache_rows
 from suite.models import Paired, StepBreakdown, StepPdl, paired
 from suite.rounds import Rounds, run_rounds
-from gpukit.timing import time_replays
+from gpukit.timing import bench
 
 POISON = 0x5A
 
@@ -206,7 +206,7 @@ def per_layer(args, probes) -> dict:
             c = caches[name]
             for g in geoms:
                 cache_rows(c, g.name).fill_(POISON)
-            us = time_replays(graphs[name].replay, args.reps) / args.reps / layers * 1e6
+            us = bench(graphs[name].replay, reps=args.reps)[0] / args.reps / layers * 1e6
             for g, e in zip(geoms, expected):
                 assert torch.equal(cache_rows(c, g.name), e), f"n={n} {name} round {r}: bank {g.name} wrong"
             return us

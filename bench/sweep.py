@@ -41,7 +41,7 @@ from suite.models import Ceiling
 from gpukit.kernels import call_tma, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
-from gpukit.timing import reps_for, time_replays
+from gpukit.timing import bench, reps_for
 
 DEFAULTS = {
     "ctas": "1,2,4,8,16,32,64,132",
@@ -100,17 +100,16 @@ class Runner:
         """Median GB/s of ``--samples`` timed sets of ``reps`` calls (reps sized to ~``--target-ms``),
         each set poisoned first and verified after."""
         call()
-        est = time_replays(call, 1)
-        reps = reps_for(self.args.target_ms / 1e3, est, 2, 200)
-        samples = []
-        for i in range(self.args.samples):
-            poison = poison_value(i)
-            check("poison", poison)
-            s = time_replays(call, reps)
-            err = check("verify", poison)
+        reps = reps_for(self.args.target_ms / 1e3, bench(call)[0], 2, 200)
+
+        def verify(i: int) -> None:
+            err = check("verify", poison_value(i))
             if err:
                 raise AssertionError(err)
-            samples.append(nbytes * reps / s / 1e9)
+
+        seconds = bench(call, reps=reps, rounds=self.args.samples, before=lambda i: check("poison", poison_value(i)),
+                        after=verify)  # fmt: skip
+        samples = [nbytes * reps / s / 1e9 for s in seconds]
         return {"gbps": statistics.median(samples), "samples_gbps": samples, "reps": reps, "bytes": nbytes}
 
     def flat(self, call) -> dict[str, Any]:

@@ -56,11 +56,12 @@ from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_
 from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels, precompile
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
-from gpukit.timing import copy_engine_ceiling, device_clock, reps_for, time_replays
+from gpukit import timing
+from gpukit.timing import copy_engine_ceiling, device_clock, reps_for
 from suite import results
 from suite.rounds import run_rounds
 from suite.models import paired as paired_result
-from suite.models.paired import AA, BASE, CANDIDATE
+from suite.kernels import AA, BASE, CANDIDATE
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 log = logging.getLogger("bench")
@@ -232,12 +233,12 @@ class Bench:
         for name, g in graphs.items():  # warm replays, each verified
             g.replay()
             verify(name)
-        reps = reps_for(TARGET_S, time_replays(graphs[BASE].replay, 1), 3, 400)
+        reps = reps_for(TARGET_S, timing.bench(graphs[BASE].replay)[0], 3, 400)
         poison()  # the estimate's replay wrote rows: every timed set starts from a poisoned cache
 
         def timed(name: str) -> Callable[[int], float]:
             def set_us(_round: int) -> float:
-                seconds = time_replays(graphs[name].replay, reps)
+                seconds = timing.bench(graphs[name].replay, reps=reps)[0]
                 verify(name)
                 return seconds / reps / layers * 1e6
 

@@ -22,7 +22,7 @@ from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 from suite.results import document, write_json
 from suite.rounds import run_rounds
-from gpukit.timing import time_replays
+from gpukit.timing import bench
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class Gather:
                     torch.cuda.synchronize()
                     err = check_slot_cache(self.cache, poison, self.writes)
                     assert err is None, f"n={n} {key}: {err}"
-                return time_replays(graphs[key].replay, reps) / reps / layers_for(n) * 1e6
+                return bench(graphs[key].replay, reps=reps)[0] / reps / layers_for(n) * 1e6
 
             return set_us
 

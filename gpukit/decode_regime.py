@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 from suite.geometry import MODEL, NVFP4_ROW_BYTES, REGIMES, fmt_bytes
 from gpukit.memory import SlotCache, check_slot_cache
 from suite.rounds import Rounds, run_rounds
-from gpukit.timing import time_replays
+from gpukit.timing import bench
 
 #: Slots of the slot cache (the proposal's decode run held 3164 experts in VRAM).
 SLOTS = 3164
@@ -233,7 +233,7 @@ class RegimeGraphs:
             self.advance(regime)
             if prepare is not None:
                 prepare(self)
-            times.append(time_replays(g.replay, 1) * 1e6 / self.layers)  # the list's writes land before the clock
+            times.append(bench(g.replay)[0] * 1e6 / self.layers)  # the list's writes land before the clock
             self.verify(name)
         self.check_clean(name)
         return statistics.median(times)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from suite.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
 from gpukit.memory import HostBanks, cache_reference_diff, cache_rows
 from gpukit.routing import calibrate_zipf, zipf_routing_trace
-from gpukit.timing import time_replays
+from gpukit.timing import bench
 
 GATHER_ENV = ("FREETOKEN_DECODE_GATHER", "FREETOKEN_DECODE_GATHER_RING")
 
@@ -238,7 +238,7 @@ class DecodeStep:
 
     def time_block(self, name: str, start: int, count: int) -> float:
         """Device µs per step of ``count`` replays from an idle GPU."""
-        return time_replays(lambda: self.block(name, start, count), 1) / count * 1e6
+        return bench(lambda: self.block(name, start, count))[0] / count * 1e6
 
     def state_diff(self, a: str, b: str) -> str | None:
         """None when the two caches hold the same slot map, routed slots and bank bytes."""

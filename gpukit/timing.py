@@ -1,5 +1,7 @@
-"""Device timing: the device clock pytest-benchmark times with, CUDA events around graph replays, and
-the copy-engine ceiling.
+"""Device timing: the one timing entry (:func:`bench`), the device clock pytest-benchmark times with,
+and the copy-engine ceiling.
+
+    seconds = bench(graph.replay, warmup=1, reps=20, rounds=7, before=poison, after=verify)
 
     python -m pytest bench/test_bench_gather.py --benchmark-timer=gpukit.timing.device_clock
 
@@ -60,19 +62,44 @@ class DeviceClock:
 device_clock = DeviceClock()
 
 
-def time_replays(run: Callable[[], None], reps: int) -> float:
-    """Device seconds of ``reps`` calls of ``run`` (graph replays) between two events, from an idle GPU."""
-    import torch
+def bench(
+    fn: Callable[[], Any],
+    warmup: int = 0,
+    reps: int = 1,
+    rounds: int = 1,
+    *,
+    before: Callable[[int], Any] | None = None,
+    after: Callable[[int], Any] | None = None,
+    events: Callable[[], Any] | None = None,
+    sync: Callable[[], None] | None = None,
+) -> list[float]:
+    """Per-round device seconds of ``fn`` (a graph replay, a kernel call): ``warmup`` calls first, then
+    ``rounds`` rounds, each ``before(i)``, ``reps`` calls between two events recorded from an idle GPU,
+    ``after(i)`` (e.g. poison the slots, then verify them). A round's figure is the device time of its
+    ``reps`` calls together (divide by ``reps`` for one call). ``events`` and ``sync``: an event factory
+    and a device-wide synchronize, torch's by default (tests pass fakes, as :class:`DeviceClock` takes)."""
+    if events is None or sync is None:
+        import torch
 
-    torch.cuda.synchronize()
-    a = torch.cuda.Event(enable_timing=True)
-    b = torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        run()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / 1e3
+        events = events or (lambda: torch.cuda.Event(enable_timing=True))
+        sync = sync or torch.cuda.synchronize
+    for _ in range(warmup):
+        fn()
+    out = []
+    for i in range(rounds):
+        if before is not None:
+            before(i)
+        sync()
+        a, b = events(), events()
+        a.record()
+        for _ in range(reps):
+            fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / 1e3)
+        if after is not None:
+            after(i)
+    return out
 
 
 def copy_engine_ceiling(nbytes: int = 256 << 20, reps: int = 10, device="cuda") -> dict[str, Any]:
@@ -89,7 +116,7 @@ def copy_engine_ceiling(nbytes: int = 256 << 20, reps: int = 10, device="cuda") 
     times = []
     for _ in range(reps):
         dst.fill_(0xA5)
-        times.append(time_replays(lambda: dst.copy_(buf.tensor, non_blocking=True), 1))
+        times += bench(lambda: dst.copy_(buf.tensor, non_blocking=True))
     ok = bool(torch.equal(dst, src_dev))
 
     def keep_link_busy() -> None:  # ~0.4 s of back-to-back copies while nvidia-smi samples the link

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from suite import results
 from suite.models import BenchRun
-from suite.models.paired import AA, BASE, CANDIDATE
+from suite.kernels import AA, BASE, CANDIDATE
 from report import benchmarks
 from report.gather import decode_step_view, gather_row, regime_key
 

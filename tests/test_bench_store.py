@@ -270,3 +270,25 @@ def test_the_report_and_compare_read_the_pytest_benchmark_store(synthetic_run, t
     assert line[3:6] == [f"{by[('decode', 4, k)]['stats']['median'] / 40 * 1e6:,.3f}" for k in ("upstream", "upstream_aa", "tma")]
     assert line[6:] == [f"{ex['ratio']['tma']:.3f}", f"±{ex['aa_spread']:.3f}", "faster"]
     assert any(x.startswith("decode step") for x in out.splitlines())
+
+
+def test_the_timing_entry_times_each_rounds_reps_between_two_events_after_its_before_hook():
+    """gpukit.timing.bench: warm-up calls untimed; per round, ``before`` then a device sync, ``reps`` calls
+    between two events, ``after``; one figure per round, the device time of its reps together."""
+    from gpukit.timing import bench
+
+    gpu, calls = FakeGPU(), []
+
+    def fn():
+        gpu.now += 1e-3 * (1 + len(calls) % 2)  # 1 ms, 2 ms, 1 ms, ...
+        calls.append(gpu.now)
+
+    hooks = []
+    got = bench(fn, warmup=3, reps=2, rounds=4, before=lambda i: hooks.append(("before", i, len(calls))),
+                after=lambda i: hooks.append(("after", i, len(calls))), events=gpu.event,
+                sync=lambda: gpu.log.append(("device sync", None)))  # fmt: skip
+    assert len(calls) == 3 + 4 * 2
+    assert got == pytest.approx([f32(3.0) / 1e3] * 4)  # each round: one 1 ms and one 2 ms call
+    assert hooks == [h for i in range(4) for h in (("before", i, 3 + 2 * i), ("after", i, 5 + 2 * i))]
+    assert [w for w, _ in gpu.log] == ["device sync", "record", "record", "sync"] * 4
+    assert bench(fn, events=gpu.event, sync=lambda: None) == pytest.approx([f32(2.0) / 1e3])  # one call, one round

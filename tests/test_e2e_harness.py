@@ -4,6 +4,7 @@ the run order, slot points, the summary statistics, the stop rules and exit code
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import types
 
@@ -327,12 +328,16 @@ def test_worker_reports_what_auto_chose():
     cache = types.SimpleNamespace(_decode_gather=None, _copy_fused_ok=True, _copy_blocks_per_bank=8,
                                   decode_gather_auto=kept)  # fmt: skip
     assert copy_kernel(cache) == "fast_index_copy_multi" and copy_grid(cache, "x") == {"blocks_per_bank": 8}
-    cache.decode_gather_auto = types.SimpleNamespace(label="bpb32", launch=print)
+    # the probe's launchers, as the switch makes them: partials of the kernels' entry points (the labels unread)
+    cache.decode_gather_auto = types.SimpleNamespace(label="?", launch=functools.partial(print, blocks_per_bank=32))
     cache._decode_gather = print  # auto took a wider upstream grid: still fast_index_copy_multi
     assert copy_kernel(cache) == "fast_index_copy_multi" and copy_grid(cache, "x") == {"blocks_per_bank": 32}
-    cache.decode_gather_auto = types.SimpleNamespace(label="tma 16x4x8192", launch=print)
+    cache.decode_gather_auto = types.SimpleNamespace(label="?", launch=functools.partial(print, ctas=16, stages=4, chunk_bytes=8192))
     assert copy_kernel(cache) == "decode_gather"
     assert copy_grid(cache, "decode_gather") == {"ctas": 16, "stages": 4, "chunk_bytes": 8192}
+    cache.decode_gather_auto = types.SimpleNamespace(label="?", launch=print)  # a launcher of neither kernel
+    with pytest.raises(ValueError, match="neither a decode_gather ring nor a fast_index_copy_multi grid"):
+        copy_grid(cache, "x")
 
 def test_worker_reports_the_ring_of_the_tma_switch():
     cache = types.SimpleNamespace(_decode_gather=print, _copy_fused_ok=True, decode_gather_auto=None,

@@ -230,7 +230,7 @@ def test_decode_regime_lists_are_fresh_and_verified(monkeypatch):
 
     slots.poison(decode_regime.POISON)  # the failed verify above left its copied rows in place
     seen = []
-    monkeypatch.setattr(decode_regime, "time_replays", lambda run, reps: (seen.append(("timed", rg.src.clone())), run(), 1e-6)[2])
+    monkeypatch.setattr(decode_regime, "bench", lambda run, **kw: [(seen.append(("timed", rg.src.clone())), run(), 1e-6)[2]])
     rg.graphs["k"] = types.SimpleNamespace(replay=copy)
     rg.time_set("k", "decode", 2, prepare=lambda g: seen.append(("prepare", g.src.clone())))
     assert [s[0] for s in seen] == ["prepare", "timed"] * 2

@@ -35,6 +35,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from suite.geometry import Ring
+from suite.kernels import Kernel, Variant, launched
+
 #: The fixed prompt (any tokenizer encodes it; ~90 tokens on a BPE vocabulary, ~480 bytes).
 PROMPT = (
     "The mixture-of-experts layer routes every token to a handful of experts out of hundreds. When the "
@@ -84,10 +87,16 @@ def engine_kwargs(args: argparse.Namespace, num_experts: int) -> dict[str, Any]:
     }
 
 
+def _auto_variant(cache) -> Variant | None:
+    """What FREETOKEN_DECODE_GATHER=auto's probe launches in ``cache`` (from its launcher; None: not auto)."""
+    choice = getattr(cache, "decode_gather_auto", None)
+    return None if choice is None else launched(choice.launch, getattr(cache, "_copy_blocks_per_bank", None))
+
+
 def copy_kernel(cache) -> str:
     """Which kernel ``copy_missing`` runs for decode misses in this cache."""
-    choice = getattr(cache, "decode_gather_auto", None)  # FREETOKEN_DECODE_GATHER=auto: its label says
-    ring = choice.label.startswith("tma ") if choice is not None else getattr(cache, "_decode_gather", None) is not None
+    auto = _auto_variant(cache)
+    ring = auto.kernel is Kernel.TMA if auto is not None else getattr(cache, "_decode_gather", None) is not None
     if ring:
         return "decode_gather"
     if getattr(cache, "_copy_fused_ok", False):
@@ -97,19 +106,17 @@ def copy_kernel(cache) -> str:
 
 def copy_grid(cache, kernel: str) -> dict[str, Any]:
     """The launch shape of the decode miss copy: decode_gather's ring, or upstream's CTAs per bank."""
-    choice = getattr(cache, "decode_gather_auto", None)
-    if choice is not None:  # the probe's labels: "bpb<N>", "tma <ctas>x<stages>x<chunk_bytes>"
-        if choice.label.startswith("tma "):
-            ctas, stages, chunk = (int(x) for x in choice.label[4:].split("x"))
-            return {"ctas": ctas, "stages": stages, "chunk_bytes": chunk}
-        return {"blocks_per_bank": int(choice.label.removeprefix("bpb"))}
+    auto = _auto_variant(cache)
+    if auto is not None:
+        return auto.grid
     if kernel == "decode_gather":
-        from freetoken.kernel import decode_gather
+        ring = getattr(getattr(cache, "_decode_gather_switch", None), "ring", None)
+        if ring is None:  # the switch's default ring
+            from freetoken.kernel import decode_gather
 
-        switch = getattr(cache, "_decode_gather_switch", None)
-        ctas, stages, chunk = getattr(switch, "ring", None) or decode_gather.default_ring()
-        return {"ctas": ctas, "stages": stages, "chunk_bytes": chunk}
-    return {"blocks_per_bank": getattr(cache, "_copy_blocks_per_bank", None)}
+            ring = decode_gather.default_ring()
+        return Variant(Kernel.TMA, ring=Ring(*ring)).grid
+    return Variant(Kernel.UPSTREAM, blocks_per_bank=getattr(cache, "_copy_blocks_per_bank", None)).grid
 
 
 def expected_kernel(env_value: str | None) -> str | None:

@@ -14,11 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from suite.kernels import AA, BASE, CANDIDATE
 from suite.models.base import Model, field
 from suite.stats import summarize_rounds
 
-#: the paired rounds' kernels in the switch's words: the base, its A/A control, the series' candidate
-BASE, AA, CANDIDATE = "upstream", "upstream_aa", "tma"
 
 
 @dataclasses.dataclass

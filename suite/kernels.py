@@ -1,0 +1,62 @@
+"""The one kernel vocabulary: the switch's own words (``FREETOKEN_DECODE_GATHER``, docs/decode-gather.md).
+
+    Kernel.UPSTREAM        upstream's fast_index_copy_multi (the switch unset)
+    Kernel.UPSTREAM_AA     the same kernel a second time: the A/A control
+    Kernel.TMA             the series' decode_gather ring (``tma``)
+    Kernel.AUTO            the start-up probe keeps the faster (``auto``)
+    Kernel.COPY_ENGINE     a cudaMemcpyAsync of the same bytes: the ceiling
+
+A :class:`Kernel` is a ``str`` (its word), so it is the key of every per-kernel map a document holds.
+What a variant launches with is a field, never a part of a label: :class:`Variant` holds the kernel
+and its ring (``tma``) or its blocks per bank (``upstream``); :func:`launched` reads both from the
+launcher the switch made (a ``functools.partial`` of the kernel's entry point). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from suite.geometry import Ring
+
+
+class Kernel(str, enum.Enum):
+    UPSTREAM = "upstream"
+    UPSTREAM_AA = "upstream_aa"
+    TMA = "tma"
+    AUTO = "auto"
+    COPY_ENGINE = "copy_engine"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: the paired rounds' roles: the base, its A/A control, the series' candidate
+BASE, AA, CANDIDATE = Kernel.UPSTREAM, Kernel.UPSTREAM_AA, Kernel.TMA
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A kernel and what it launches with: the ring of ``tma``, the blocks per bank of ``upstream``."""
+
+    kernel: Kernel
+    ring: Ring | None = None
+    blocks_per_bank: int | None = None
+
+    @property
+    def grid(self) -> dict[str, Any]:
+        """The launch shape as the documents keep it: ``{ctas, stages, chunk_bytes}`` or ``{blocks_per_bank}``."""
+        return self.ring._asdict() if self.ring is not None else {"blocks_per_bank": self.blocks_per_bank}
+
+
+def launched(launch: Any, default_blocks_per_bank: int | None) -> Variant:
+    """The variant a launcher of the switch runs (``AutoChoice.launch``): a partial of decode_gather's entry
+    with its ring's ``ctas``, ``stages``, ``chunk_bytes``, or of fast_index_copy_multi's with its
+    ``blocks_per_bank``; None: the cache's own fast_index_copy_multi at ``default_blocks_per_bank``."""
+    keywords = getattr(launch, "keywords", None) or {}
+    if launch is not None and {"ctas", "stages", "chunk_bytes"} <= set(keywords):
+        return Variant(Kernel.TMA, ring=Ring(keywords["ctas"], keywords["stages"], keywords["chunk_bytes"]))
+    if launch is not None and "blocks_per_bank" not in keywords:
+        raise ValueError(f"launcher {launch!r}: neither a decode_gather ring nor a fast_index_copy_multi grid")
+    return Variant(Kernel.UPSTREAM, blocks_per_bank=keywords.get("blocks_per_bank", default_blocks_per_bank))
