@@ -8,6 +8,7 @@ import logging
 import sys
 
 from suite.commands import MEASUREMENTS
+from suite.log import configure
 
 
 def modules() -> dict[str, str]:
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     known = modules()
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in known:
         if argv and argv[0] not in ("-h", "--help"):
-            logging.basicConfig(format="%(message)s")
+            configure()
             logging.getLogger("bench").error("python -m bench: no measurement %r; one of %s", argv[0], ", ".join(known))
         print("usage: python -m bench NAME [ARGS...]\n" + "\n".join(f"  {n:<16}{MEASUREMENTS[n].doc}" for n in known))
         return 0 if argv[:1] in ([], ["-h"], ["--help"]) else 2

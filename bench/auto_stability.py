@@ -30,6 +30,7 @@ from typing import Any
 from gpukit.decode_step import choice_fields
 from suite import results
 from suite.models import AutoStability, AutoSummary
+from suite.log import configure
 
 GATHER_ENV = "FREETOKEN_DECODE_GATHER"
 EXIT_OK, EXIT_CHANGED, EXIT_FAILED = 0, 1, 2
@@ -174,7 +175,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
+    configure()
     args = parse_args(argv)
     if args.worker:
         Path(args.result).write_text(json.dumps(worker(args), indent=1, default=str))

@@ -21,6 +21,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from suite.log import configure
 
 KERNELS = ("upstream", "tma")
 POISON = 0x5A
@@ -146,7 +147,7 @@ def summarize(rows: list[dict], ns, ranks=(0, 1)) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
+    configure()
     import torch
     import torch.multiprocessing as mp
 

@@ -51,6 +51,7 @@ from gpukit.memory import cache_rows
 from suite.models import Paired, StepBreakdown, StepPdl, paired
 from suite.rounds import Rounds, run_rounds
 from gpukit.timing import bench
+from suite.log import configure
 
 POISON = 0x5A
 
@@ -221,7 +222,7 @@ def per_layer(args, probes) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
+    configure()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="write step_pdl.json into DIR (default: results/<device>/, suite.results)")
     p.add_argument("--rounds", type=int, default=9)

@@ -42,6 +42,7 @@ from gpukit.kernels import call_tma, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
 from gpukit.timing import bench, reps_for
+from suite.log import configure
 
 DEFAULTS = {
     "ctas": "1,2,4,8,16,32,64,132",
@@ -261,7 +262,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
+    configure()
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
     )

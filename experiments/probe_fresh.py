@@ -34,12 +34,13 @@ from suite.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import call_upstream, default_ring, load_kernels, precompile, probe_headers
 from suite.rounds import run_rounds
 from suite.stats import summarize_rounds
+from suite.log import configure
 
 logger = logging.getLogger(__name__)
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="0,1,2,4,8,32")
     ap.add_argument("--touch", default="", help="kTouch values of the installed kernel to add")

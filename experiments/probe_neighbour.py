@@ -25,6 +25,7 @@ from experiments.labels import UPSTREAM, UPSTREAM_AA
 from gpukit.decode_step import StepVariant
 from suite.geometry import Ring
 from gpukit.kernels import load_kernels, precompile
+from suite.log import configure
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def neighbour(name: str, carveout: int | None):
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure()
     dev = torch.device("cuda")
     dgm, fic = load_kernels()
     errors = precompile(dgm, fic, RINGS, progress=logger.info)

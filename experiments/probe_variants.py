@@ -26,6 +26,7 @@ from experiments.labels import UPSTREAM, UPSTREAM_AA
 from gpukit.decode_step import StepVariant
 from suite.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import load_kernels, probe_headers
+from suite.log import configure
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ STEP = [tuple(x.split(":")) for x in os.environ.get("PROBE_STEP", "").split(",")
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure()
     from freetoken.kernel import utils as freetoken_utils
 
     dev = torch.device("cuda")

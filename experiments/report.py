@@ -22,6 +22,7 @@ from experiments.regimes import REGIME_ORDER, TOUCH_REGIMES
 from suite.geometry import fmt_bytes
 from suite import results
 from suite.stats import median, verdict
+from suite.log import configure
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=ROOT, help="experiments' results folder (default: %(default)s)")
     ap.add_argument("--check", action="store_true", help="write nothing; fail when the page differs")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure()
     if not args.root.is_dir():
         ap.error(f"--root {args.root}: not a directory")
     text, page = render(args.root), args.root / PAGE

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from bench.e2e import synth
+from suite.log import configure
 
 
 def _positive(text: str) -> int:
@@ -115,7 +116,7 @@ def make_checkpoint(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
+    configure()
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:
         from bench.e2e import worker

@@ -25,6 +25,7 @@ from freetoken_overlay.toolchain import find_tool
 from suite import results
 from suite.models import Sanitizer
 from gpukit.machine import machine_info
+from suite.log import configure
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=int, default=900, help="seconds per tool run")
     ap.add_argument("--dry-run", action="store_true", help="print the commands and self-test the parser; run nothing")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure()
 
     tools = [t for t in args.tools.split(",") if t]
     case_cmd = [sys.executable, "-m", CASE, *args.case_args.split()]

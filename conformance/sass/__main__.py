@@ -23,6 +23,7 @@ from conformance.sass.build import (
 )
 from conformance.sass.contract import decode_gather_violations
 from conformance.sass.report import format_table, scan_many
+from suite.log import configure
 
 logger = logging.getLogger("conformance.sass")
 
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="apply the decode_gather contract; exit 1 on a violation")
     args = parser.parse_args(argv)
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure()
     archs = _parse_archs(args.arch)
     try:
         nvcc = require_nvcc()
