@@ -31,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.ceiling_figure import render_png
@@ -261,11 +262,11 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    configure()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
-    )
+        prog=MEASUREMENTS["sweep"].line, description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__,
+    )  # fmt: skip
     ap.add_argument(
         "--out",
         default=None,
@@ -286,7 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-ce", action="store_true")
     ap.add_argument("--no-png", action="store_true")
     ap.add_argument("--dry-run", action="store_true", help="CPU: synthetic numbers, JSON + PNG into a temp dir")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def plan(args: argparse.Namespace) -> tuple[list[Ring], list[int], list[int]]:
+    """(rings, LDG blocks per bank, copy-engine sizes) the arguments ask for."""
     grid = QUICK if args.quick else DEFAULTS
     ctas = [int(x) for x in (args.ctas or grid["ctas"]).split(",") if x]
     rings = parse_rings(ctas, args.rings or grid["rings"])
@@ -294,23 +299,144 @@ def main(argv: list[str] | None = None) -> int:
         rings = rings[: args.max_configs]
     ldg = [] if args.no_ldg else [int(x) for x in (args.ldg_blocks or grid["ldg_blocks"]).split(",") if x]
     ce_sizes = [] if args.no_ce else [parse_size(x) for x in (args.ce_sizes or grid["ce_sizes"]).split(",") if x]
-    t_start = time.perf_counter()
+    return rings, ldg, ce_sizes
 
-    if args.dry_run:
-        out = results.path("sweep", out_dir=args.out or tempfile.mkdtemp(prefix="sweep-dry-"))
-        doc = synthetic(args, rings, ldg, ce_sizes, 96 * 1024)
+
+def _with_png(args: argparse.Namespace, doc: dict[str, Any], out: Path) -> str | None:
+    """Render the figure beside ``out`` (unless --no-png) and name it in ``doc``; the error, if any."""
+    png_err = None if args.no_png else render_png(doc, out.with_suffix(".png"))
+    doc["png"] = None if (args.no_png or png_err) else out.with_suffix(".png").name
+    return png_err
+
+
+def dry_run(args: argparse.Namespace, rings: list[Ring], ldg: list[int], ce_sizes: list[int]) -> int:
+    out = results.path("sweep", out_dir=args.out or tempfile.mkdtemp(prefix="sweep-dry-"))
+    doc = synthetic(args, rings, ldg, ce_sizes, 96 * 1024)
+    doc["summary"] = summarize(doc)
+    doc["machine"] = {"device_name": "synthetic (dry run)"}
+    png_err = _with_png(args, doc, out)
+    results.write_json(out, Ceiling.from_doc(doc).to_doc())  # the document as its model reads it
+    say(f"dry run: synthetic {len(doc['ring'])} rings, {len(doc['ldg'])} LDG widths, {len(doc['copy_engine'])} CE sizes")
+    say(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if doc["png"] else f" ({png_err or 'no PNG'})"))
+    return 0
+
+
+class Sweep:
+    """One sweep on this GPU: the document it fills, saved (partially after a lost context) as it goes."""
+
+    def __init__(self, args: argparse.Namespace, doc: dict[str, Any], t_start: float):
+        import torch
+
+        self.torch, self.args, self.doc, self.t_start = torch, args, doc, t_start
+        self.info = machine_info()
+        self.out = results.path("sweep", self.info.get("device_slug"), args.out)
+        results.supersede("sweep", self.out)  # once: the partial saves below then replace only this run's own
+        self.runner = Runner(args)
+
+    def save(self, partial: bool) -> None:
+        doc = self.doc
+        doc["machine"] = {**self.info, **doc.get("pcie", {})}
         doc["summary"] = summarize(doc)
-        doc["machine"] = {"device_name": "synthetic (dry run)"}
-        png_err = None if args.no_png else render_png(doc, out.with_suffix(".png"))
-        doc["png"] = None if (args.no_png or png_err) else out.with_suffix(".png").name
-        results.write_json(out, Ceiling.from_doc(doc).to_doc())  # the document as its model reads it
-        say(
-            f"dry run: synthetic {len(doc['ring'])} rings, {len(doc['ldg'])} LDG widths, {len(doc['copy_engine'])} CE sizes"
-        )
-        say(
-            f"wrote {out}" + (f" and {out.with_suffix('.png')}" if doc["png"] else f" ({png_err or 'no PNG'})")
-        )
-        return 0
+        doc["partial"] = partial
+        doc["duration_s"] = round(time.perf_counter() - self.t_start, 1)
+        png_err = _with_png(self.args, doc, self.out)
+        if png_err:
+            say(png_err)
+        results.write_json(self.out, Ceiling.from_doc(doc).to_doc())  # the document as its model reads it
+
+    def healthy(self) -> bool:
+        try:
+            self.torch.cuda.synchronize()
+            return True
+        except Exception as e:  # a sticky error: the context is gone
+            say(f"CUDA context lost: {e!r}; saving partial results")
+            return False
+
+    def measure(self, kind: str, rec: dict[str, Any], calls) -> bool:
+        """Flat and gather GB/s of one config into ``rec``, appended to ``doc[kind]``.
+
+        False (after saving partial results) when a failed measurement left the CUDA context unusable.
+        """
+        if rec["error"] is None:
+            flat, gather = calls()
+            try:
+                rec["flat_gbps"] = self.runner.flat(flat)["gbps"]
+                rec["gather_gbps"] = self.runner.gather(gather)["gbps"]
+            except Exception as e:
+                rec["error"] = f"{type(e).__name__}: {str(e)[-300:]}"
+                if not self.healthy():
+                    self.doc[kind].append(rec)
+                    self.save(True)
+                    return False
+        self.doc[kind].append(rec)
+        return True
+
+    def copy_engine(self, ce_sizes: list[int]) -> None:
+        for size in ce_sizes:
+            rec = {"bytes": size, **self.runner.copy_engine(size)}
+            self.doc["copy_engine"].append(rec)
+            say(f"copy engine {fmt_bytes(size):>9}: {rec['gbps']:6.2f} GB/s")
+        self.doc["pcie"] = pcie_under_load(self.runner.busy_link)  # an idle link may report a power-saving generation
+
+    def ldg(self, ldg: list[int]) -> bool:
+        for b in ldg:
+            name = f"upstream {UPSTREAM_THREADS}x{b}"
+            rec: dict[str, Any] = {
+                "blocks_per_bank": b,
+                "threads": UPSTREAM_THREADS,
+                "bytes_in_flight": b * UPSTREAM_THREADS * 16,
+                "flat_gbps": None,
+                "gather_gbps": None,
+                "error": self.doc["errors"].get(name),
+            }
+            if not self.measure("ldg", rec, lambda: self.runner.ldg_calls(b)):
+                return False
+            say(
+                f"LDG {b:3d} blocks/bank ({fmt_bytes(rec['bytes_in_flight']):>9} in flight): flat {_g(rec['flat_gbps'])} "
+                f"gather {_g(rec['gather_gbps'])} GB/s" + (f"  ERROR {rec['error']}" if rec["error"] else "")
+            )
+        return True
+
+    def rings(self, todo: list[Ring]) -> bool:
+        for i, r in enumerate(todo):
+            rec = {
+                **r._asdict(),
+                "tag": r.tag,
+                "bytes_in_flight": r.bytes_in_flight,
+                "flat_gbps": None,
+                "gather_gbps": None,
+                "error": self.doc["errors"].get(f"ring {r.tag}"),
+            }
+            if not self.measure("ring", rec, lambda: self.runner.ring_calls(r)):
+                return False
+            say(
+                f"[{i + 1}/{len(todo)}] ring {r.tag:>12} ({fmt_bytes(r.bytes_in_flight):>9} in flight): flat "
+                f"{_g(rec['flat_gbps'])} gather {_g(rec['gather_gbps'])} GB/s"
+                + (f"  ERROR {rec['error']}" if rec["error"] else "")
+            )
+        return True
+
+
+def _buildable(doc: dict[str, Any], rings: list[Ring], max_ring: int) -> list[Ring]:
+    """The rings that fit in shared memory; the others recorded in ``doc["skipped"]``."""
+    todo = []
+    for r in rings:
+        if r.ring_bytes > max_ring:
+            doc["skipped"].append(
+                {**r._asdict(), "reason": f"stages*chunk_bytes {r.ring_bytes} > MAX_RING_BYTES {max_ring}"}
+            )
+        else:
+            todo.append(r)
+    return todo
+
+
+def main(argv: list[str] | None = None) -> int:
+    configure()
+    args = parse_args(argv)
+    rings, ldg, ce_sizes = plan(args)
+    t_start = time.perf_counter()
+    if args.dry_run:
+        return dry_run(args, rings, ldg, ce_sizes)
 
     import torch
 
@@ -320,14 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     decode_gather, fast_index_copy = load_kernels()
     max_ring = int(getattr(decode_gather, "MAX_RING_BYTES", 200 * 1024))
     doc = empty_doc(args)
-    todo = []
-    for r in rings:
-        if r.ring_bytes > max_ring:
-            doc["skipped"].append(
-                {**r._asdict(), "reason": f"stages*chunk_bytes {r.ring_bytes} > MAX_RING_BYTES {max_ring}"}
-            )
-        else:
-            todo.append(r)
+    todo = _buildable(doc, rings, max_ring)
     say(
         f"{len(todo)} rings ({len(doc['skipped'])} skipped over {max_ring} B of shared memory), "
         f"{len(ldg)} LDG widths, {len(ce_sizes)} copy-engine sizes; building {len(todo) + len(ldg)} JIT modules "
@@ -336,96 +455,17 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     doc["errors"] = precompile(decode_gather, fast_index_copy, todo, ldg, workers=args.workers, progress=say)
     doc["jit_seconds"] = round(time.perf_counter() - t0, 1)
-    info = machine_info()
-    out = results.path("sweep", info.get("device_slug"), args.out)
-    results.supersede("sweep", out)  # once: the partial saves below then replace only this run's own
-    runner = Runner(args)
-
-    def save(partial: bool) -> None:
-        doc["machine"] = {**info, **doc.get("pcie", {})}
-        doc["summary"] = summarize(doc)
-        doc["partial"] = partial
-        doc["duration_s"] = round(time.perf_counter() - t_start, 1)
-        png_err = None if args.no_png else render_png(doc, out.with_suffix(".png"))
-        doc["png"] = None if (args.no_png or png_err) else out.with_suffix(".png").name
-        if png_err:
-            say(png_err)
-        results.write_json(out, Ceiling.from_doc(doc).to_doc())  # the document as its model reads it
-
-    def healthy() -> bool:
-        try:
-            torch.cuda.synchronize()
-            return True
-        except Exception as e:  # a sticky error: the context is gone
-            say(f"CUDA context lost: {e!r}; saving partial results")
-            return False
-
-    def measure(kind: str, rec: dict[str, Any], calls) -> bool:
-        """Flat and gather GB/s of one config into ``rec``, appended to ``doc[kind]``.
-
-        False (after saving partial results) when a failed measurement left the CUDA context unusable.
-        """
-        if rec["error"] is None:
-            flat, gather = calls()
-            try:
-                rec["flat_gbps"] = runner.flat(flat)["gbps"]
-                rec["gather_gbps"] = runner.gather(gather)["gbps"]
-            except Exception as e:
-                rec["error"] = f"{type(e).__name__}: {str(e)[-300:]}"
-                if not healthy():
-                    doc[kind].append(rec)
-                    save(True)
-                    return False
-        doc[kind].append(rec)
-        return True
-
-    for size in ce_sizes:
-        rec = {"bytes": size, **runner.copy_engine(size)}
-        doc["copy_engine"].append(rec)
-        say(f"copy engine {fmt_bytes(size):>9}: {rec['gbps']:6.2f} GB/s")
-    doc["pcie"] = pcie_under_load(runner.busy_link)  # an idle link may report a power-saving generation
-    for b in ldg:
-        name = f"upstream {UPSTREAM_THREADS}x{b}"
-        rec: dict[str, Any] = {
-            "blocks_per_bank": b,
-            "threads": UPSTREAM_THREADS,
-            "bytes_in_flight": b * UPSTREAM_THREADS * 16,
-            "flat_gbps": None,
-            "gather_gbps": None,
-            "error": doc["errors"].get(name),
-        }
-        if not measure("ldg", rec, lambda: runner.ldg_calls(b)):
-            return 3
-        say(
-            f"LDG {b:3d} blocks/bank ({fmt_bytes(rec['bytes_in_flight']):>9} in flight): flat {_g(rec['flat_gbps'])} "
-            f"gather {_g(rec['gather_gbps'])} GB/s" + (f"  ERROR {rec['error']}" if rec["error"] else "")
-        )
-    for i, r in enumerate(todo):
-        rec = {
-            **r._asdict(),
-            "tag": r.tag,
-            "bytes_in_flight": r.bytes_in_flight,
-            "flat_gbps": None,
-            "gather_gbps": None,
-            "error": doc["errors"].get(f"ring {r.tag}"),
-        }
-        if not measure("ring", rec, lambda: runner.ring_calls(r)):
-            return 3
-        say(
-            f"[{i + 1}/{len(todo)}] ring {r.tag:>12} ({fmt_bytes(r.bytes_in_flight):>9} in flight): flat "
-            f"{_g(rec['flat_gbps'])} gather {_g(rec['gather_gbps'])} GB/s"
-            + (f"  ERROR {rec['error']}" if rec["error"] else "")
-        )
-    save(False)
+    sweep = Sweep(args, doc, t_start)
+    sweep.copy_engine(ce_sizes)
+    if not sweep.ldg(ldg) or not sweep.rings(todo):
+        return 3
+    sweep.save(False)
     s = doc["summary"]
     say(
         f"copy engine {_g(s.get('copy_engine_gbps'))} GB/s; best ring flat {s.get('best_ring_flat_gbps')}; "
         f"best ring gather {s.get('best_ring_gather_gbps')}"
     )
-    say(
-        f"wrote {out}" + (f" and {out.with_suffix('.png')}" if doc["png"] else "")
-        + f" in {doc['duration_s']} s"
-    )
+    say(f"wrote {sweep.out}" + (f" and {sweep.out.with_suffix('.png')}" if doc["png"] else "") + f" in {doc['duration_s']} s")
     return 0
 
 
