@@ -134,18 +134,10 @@ def auto_choice(cache) -> dict[str, Any] | None:
     return None if choice is None else choice_fields(choice)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    t_start = time.perf_counter()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local checkpoint; never wait on the network
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import torch
-    from freetoken.core import SamplingParams
-    from freetoken.llm import LLM
-    from freetoken.message import DetokenizeMsg
+def _timed_llm(torch: Any, LLM: Any, DetokenizeMsg: Any) -> type:
+    """An LLM class that stamps every token's arrival and zeroes the cache counters at the window start."""
 
     class TimedLLM(LLM):
-        """LLM that stamps every token's arrival and zeroes the cache counters at the window start."""
-
         def __init__(self, *a: Any, **kw: Any) -> None:
             super().__init__(*a, **kw)
             self.stamps: list[float] = []
@@ -161,12 +153,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             self.engine.moe_offload_cache.reset_stats()
             super().offline_send_result(reply)
 
+    return TimedLLM
+
+
+def _load(args: argparse.Namespace, torch: Any) -> tuple[Any, Any, str, str | None, list[int]]:
+    """(llm, its offload cache, the decode miss kernel, $FREETOKEN_DECODE_GATHER, graph batch sizes), refusing
+    an engine that would not measure the variant."""
+    from freetoken.llm import LLM
+    from freetoken.message import DetokenizeMsg
+
     num_experts = checkpoint_num_experts(args.model)
     if args.slots < num_experts:
         raise ValueError(f"--slots {args.slots}: the offload cache needs at least num_experts={num_experts} slots")
     env_gather = os.environ.get("FREETOKEN_DECODE_GATHER") or None
-    llm = TimedLLM(args.model, **engine_kwargs(args, num_experts))
-    t_loaded = time.perf_counter()
+    llm = _timed_llm(torch, LLM, DetokenizeMsg)(args.model, **engine_kwargs(args, num_experts))
     cache = llm.engine.moe_offload_cache
     if cache is None:
         raise RuntimeError("the engine built no MoE offload cache: --moe-strategy offload did not take")
@@ -179,6 +179,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     graph_bs = list(getattr(llm.engine.graph_runner, "graph_bs_list", []) or [])
     if 1 not in graph_bs:
         raise RuntimeError(f"no batch-1 CUDA graph was captured (graph batch sizes {graph_bs}); decode would run eager")
+    return llm, cache, kernel, env_gather, graph_bs
+
+
+def _generate(llm: Any, args: argparse.Namespace, torch: Any) -> tuple[list[int], list[float], float]:
+    """(token ids, arrival stamps, the time generation started) of the timed prompt, after a warm-up one."""
+    from freetoken.core import SamplingParams
 
     greedy = {"temperature": 0.0, "ignore_eos": True}
     llm.generate([WARMUP_PROMPT], SamplingParams(max_tokens=WARMUP_TOKENS, **greedy))
@@ -189,13 +195,37 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t_gen = time.perf_counter()
     out = llm.generate([PROMPT], SamplingParams(max_tokens=n_total, **greedy))[0]
     torch.cuda.synchronize()
-    stats = cache.decode_miss_stats()
-    stamps = llm.stamps
     ids = [int(i) for i in out["token_ids"]]
-    if len(stamps) < n_total or len(ids) < n_total:
-        raise RuntimeError(f"asked for {n_total} tokens, got {len(ids)} ids and {len(stamps)} stamps")
+    if len(llm.stamps) < n_total or len(ids) < n_total:
+        raise RuntimeError(f"asked for {n_total} tokens, got {len(ids)} ids and {len(llm.stamps)} stamps")
+    return ids, llm.stamps, t_gen
+
+
+def _timing(args: argparse.Namespace, stamps: list[float], t_gen: float) -> dict[str, Any]:
+    """The timed window's tokens/s and inter-token intervals, and the whole generation's."""
     window = stamps[args.skip : args.skip + args.tokens + 1]
     steps_ms = sorted((b - a) * 1e3 for a, b in zip(window, window[1:]))
+    return {
+        "tokens_per_s": args.tokens / (window[-1] - window[0]),
+        # the window's inter-token intervals: a uniformly slower run moves p50, host hiccups move p90/max
+        "step_ms": {q: steps_ms[min(len(steps_ms) - 1, int(f * len(steps_ms)))] for q, f in STEP_QUANTILES},
+        "step_ms_max": steps_ms[-1],
+        "ttft_s": stamps[0] - t_gen,
+        "decode_s_all": stamps[-1] - stamps[0],
+        "tokens_per_s_all": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    t_start = time.perf_counter()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local checkpoint; never wait on the network
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+
+    llm, cache, kernel, env_gather, graph_bs = _load(args, torch)
+    t_loaded = time.perf_counter()
+    ids, stamps, t_gen = _generate(llm, args, torch)
+    stats = cache.decode_miss_stats()
     layers = cache.num_layers
     free, total = torch.cuda.mem_get_info()
     result = {
@@ -213,13 +243,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "generated_tokens": len(ids),
         "skip": args.skip,
         "tokens": args.tokens,
-        "tokens_per_s": args.tokens / (window[-1] - window[0]),
-        # the window's inter-token intervals: a uniformly slower run moves p50, host hiccups move p90/max
-        "step_ms": {q: steps_ms[min(len(steps_ms) - 1, int(f * len(steps_ms)))] for q, f in STEP_QUANTILES},
-        "step_ms_max": steps_ms[-1],
-        "ttft_s": stamps[0] - t_gen,
-        "decode_s_all": stamps[-1] - stamps[0],
-        "tokens_per_s_all": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
+        **_timing(args, stamps, t_gen),
         "misses_per_token": stats["missing_per_layer"] * layers,
         "miss_rate": stats["miss_rate"],
         "active_per_token": stats["active_per_layer"] * layers,
