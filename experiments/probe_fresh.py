@@ -22,6 +22,7 @@ import argparse
 import logging
 import functools
 import time
+from typing import Any
 
 import torch
 
@@ -39,8 +40,7 @@ from suite.log import configure
 logger = logging.getLogger(__name__)
 
 
-def main() -> None:
-    configure()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="0,1,2,4,8,32")
     ap.add_argument("--touch", default="", help="kTouch values of the installed kernel to add")
@@ -61,28 +61,45 @@ def main() -> None:
                     "e.g. hybrid1,hybrid2 (built with the default ring)")  # fmt: skip
     ap.add_argument("--upstream-loads", default="", help="upstream kernel variants of experiments.variants."
                     "UPSTREAM_LOADS to add, e.g. nc,nc_l2_256")  # fmt: skip
-    args = ap.parse_args()
-    ns = [int(x) for x in args.ns.split(",") if x]
-    touches = [int(x) for x in args.touch.split(",") if x]
-    regimes = [r for r in args.regimes.split(",") if r]
-    rings = [Ring.parse(r) for r in args.rings.split(",") if r]
-    assert all(r in REGIME_ORDER for r in regimes), regimes
-    assert not args.interleave or "decode" in regimes, "--interleave compares every regime with decode"
+    args = ap.parse_args(argv)
+    assert all(r in REGIME_ORDER for r in _list(args.regimes)), args.regimes
+    assert not args.interleave or "decode" in _list(args.regimes), "--interleave compares every regime with decode"
+    return args
 
-    from freetoken.kernel.utils import load_jit, make_cpp_args
 
-    dgm, fic = load_kernels()
-    ring = default_ring(dgm)
+def _list(csv: str) -> list[str]:
+    return [x for x in csv.split(",") if x]
 
-    def touch_module(t: int):
-        a = make_cpp_args(*ring, t)
+
+class Modules:
+    """The probe's JIT modules, built up front: the touch variants, upstream's row loads, the ring variants."""
+
+    def __init__(self, args: argparse.Namespace, dgm, fic, ring):
+        from freetoken.kernel.utils import KERNEL_PATH
+
+        self.ring, self.touches, self.loads = ring, [int(x) for x in _list(args.touch)], _list(args.upstream_loads)
+        self.mods: dict[int, object] = {}
+        self.fic_mods: dict[str, object] = {}
+        self.var_mods: dict[str, object] = {}
+        self.var_files, self.var_texts, skipped = variants.make(KERNEL_PATH / "jit", _list(args.tma_variants))
+        assert not skipped, skipped
+        extra = {f"touch{t}": (lambda t=t: self.mods.setdefault(t, self.touch_module(t)))
+                 for t in sorted(set(self.touches) | {int(x) for x in _list(args.step)})}  # fmt: skip
+        extra.update({upstream_load(x): (lambda x=x: self.fic_mods.setdefault(x, self.fic_module(x))) for x in self.loads})
+        extra.update({f"dg_{v}": (lambda v=v: self.var_module(v)) for v in self.var_files})
+        errors = precompile(dgm, fic, [Ring.parse(r) for r in _list(args.rings)], upstream_blocks=(8, 32), extra=extra,
+                            progress=logger.info)  # fmt: skip
+        assert not errors, errors
+
+    def touch_module(self, t: int):
+        from freetoken.kernel.utils import load_jit, make_cpp_args
+
+        a = make_cpp_args(*self.ring, t)
         return load_jit("decode_gather_touch", *a, cuda_files=["decode_gather.cuh"],
                         cuda_wrappers=[("launch", f"&DecodeGatherKernel<{a}>::run")])  # fmt: skip
 
-    fic_mods: dict[str, object] = {}
-
-    def fic_module(name: str):  # upstream's kernel (1024 x 8 per bank) with another row load
-        from freetoken.kernel.utils import KERNEL_PATH
+    def fic_module(self, name: str):  # upstream's kernel (1024 x 8 per bank) with another row load
+        from freetoken.kernel.utils import KERNEL_PATH, load_jit, make_cpp_args
 
         text = variants.upstream_load_variant((KERNEL_PATH / "jit" / "fast_index_copy.cuh").read_text(), name)
         a = make_cpp_args(UPSTREAM_THREADS, UPSTREAM_BLOCKS_PER_BANK)
@@ -90,79 +107,90 @@ def main() -> None:
             return load_jit(f"fic_{name}", *a, cuda_files=[f"fic_{name}.cuh"],
                             cuda_wrappers=[("launch", f"&MultiIndexCopyKernel<{a}>::run")])  # fmt: skip
 
-    loads = [x for x in args.upstream_loads.split(",") if x]
-    mods: dict[int, object] = {}
-    extra = {f"touch{t}": (lambda t=t: mods.setdefault(t, touch_module(t))) for t in sorted(set(touches) | {
-        int(x) for x in args.step.split(",") if x})}  # fmt: skip
-    extra.update({upstream_load(x): (lambda x=x: fic_mods.setdefault(x, fic_module(x))) for x in loads})
-    from freetoken.kernel.utils import KERNEL_PATH
+    def var_module(self, v: str):
+        with probe_headers({self.var_files[v]: self.var_texts[self.var_files[v]]}):
+            return self.var_mods.setdefault(v, variants.load(self.var_files, v, self.ring))
 
-    var_files, var_texts, skipped = variants.make(KERNEL_PATH / "jit", [v for v in args.tma_variants.split(",") if v])
-    assert not skipped, skipped
-    var_mods: dict[str, object] = {}
 
-    def var_module(v: str):
-        with probe_headers({var_files[v]: var_texts[var_files[v]]}):
-            return var_mods.setdefault(v, variants.load(var_files, v, ring))
+def probe_kernels(dgm, fic, m: Modules, rings: list[Ring]) -> dict[str, Any]:
+    """{label: launch} of every kernel the probe times (upstream twice: the A/A control)."""
 
-    extra.update({f"dg_{v}": (lambda v=v: var_module(v)) for v in var_files})
-    errors = precompile(dgm, fic, rings, upstream_blocks=(8, 32), extra=extra, progress=logger.info)
-    assert not errors, errors
+    def upstream(bpb: int):
+        return functools.partial(call_upstream, fic, blocks_per_bank=bpb)
 
+    def mod(module):
+        return functools.partial(harness.call_module, module)
+
+    kernels = {UPSTREAM: upstream(8), UPSTREAM_AA: upstream(8), UPSTREAM_BPB32: upstream(32),
+               TMA: mod(dgm.decode_gather_module(*m.ring))}  # fmt: skip
+    kernels.update({f"tma+t{t}": mod(m.mods[t]) for t in m.touches})
+    kernels.update({f"tma_{r.tag}": mod(dgm.decode_gather_module(*r)) for r in rings})
+    kernels.update({f"tma_{v}": mod(m.var_mods[v]) for v in m.var_files})
+    # a fast_index_copy_multi variant's launch also takes the wait flag (0: none)
+    kernels.update({upstream_load(x): lambda *a, mm=m.fic_mods[x]: harness.call_module(mm, *a, 0) for x in m.loads})
+    return kernels
+
+
+def probe_n(args: argparse.Namespace, n: int, banks, slots, fp, fic, kernels: dict[str, Any]) -> dict[str, Any]:
+    """Every kernel at ``n`` misses per layer, per regime (or interleaved): one entry of ``per_n``."""
+    regimes = _list(args.regimes)
+    rg = ProbeGraphs(banks, slots, n, layers=fp.layers if n <= 32 else 4)
+    for name, fn in kernels.items():
+        rg.capture(name, fn)
+    entry: dict = {"layers": rg.layers}
+    if args.interleave:
+        entry["interleaved"] = interleaved(rg, fic, kernels, regimes, args.rounds)
+    for regime, (timed_as, touch) in ({} if args.interleave else how_timed(rg, fic, regimes)).items():
+        rounds = rg.rounds(list(kernels), timed_as, args.rounds, replays_per_set(n), prepare=touch).values
+        summ = {k: summarize_rounds(rounds, candidate=k, base=UPSTREAM, aa=UPSTREAM_AA)
+                for k in kernels if k not in (UPSTREAM, UPSTREAM_AA)}  # fmt: skip
+        entry[regime] = {"rounds_us": rounds, "summary": summ}
+        us = {k: harness.median(v) for k, v in rounds.items()}
+        aa = summ[TMA]["aa_spread"]
+        logger.info(f"n={n:3d} {regime:6s} {UPSTREAM} {us[UPSTREAM]:8.2f} us  A/A +-{aa:.4f}  "
+              + "  ".join(f"{k} {s['speedup_paired']:.4f}" for k, s in summ.items()))  # fmt: skip
+    entry["verified_replays"] = rg.verified
+    return entry
+
+
+def step_variants(args: argparse.Namespace, m: Modules) -> list[StepVariant]:
+    """The decode-step A/B's variants (none: no step asked for)."""
+    step_rings = [Ring.parse(r) for r in _list(args.step_rings)]
+    if not (args.step or step_rings or (args.step_variants and m.var_mods)):
+        return []
+    specs = [StepVariant(UPSTREAM), StepVariant(UPSTREAM_AA), StepVariant(TMA, {"FREETOKEN_DECODE_GATHER": "tma"})]
+    specs += [StepVariant(f"tma+t{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=m.mods[int(t)])
+              for t in _list(args.step)]  # fmt: skip
+    specs += [StepVariant(f"tma_{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
+              for r in step_rings]  # fmt: skip
+    if args.step_variants:
+        specs += [StepVariant(f"tma_{v}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mm)
+                  for v, mm in m.var_mods.items()]  # fmt: skip
+    return specs
+
+
+def main(argv: list[str] | None = None) -> None:
+    configure()
+    args = parse_args(argv)
+    rings = [Ring.parse(r) for r in _list(args.rings)]
+    dgm, fic = load_kernels()
+    m = Modules(args, dgm, fic, default_ring(dgm))
     dev = torch.device("cuda")
     fp = Footprint.scaled(args.gib)
     t0 = time.perf_counter()
     banks, pages = model_banks(fp, dev, args.backing, progress=logger.info)
     logger.info(f"bank pages: {pages}")
     slots = poisoned_slots(fp.row_bytes, dev)
-    log: dict = {"footprint": fp.describe(), "ring": list(ring), "touch": touches, "rings": [r.tag for r in rings], "bank_setup_s": time.perf_counter() - t0, "bank_pages": pages,
-                 "per_n": {}}  # fmt: skip
-
-    def upstream(bpb: int):
-        return functools.partial(call_upstream, fic, blocks_per_bank=bpb)
-
-    def mod(m):
-        return functools.partial(harness.call_module, m)
-
-    kernels = {UPSTREAM: upstream(8), UPSTREAM_AA: upstream(8), UPSTREAM_BPB32: upstream(32),
-               TMA: mod(dgm.decode_gather_module(*ring))}  # fmt: skip
-    kernels.update({f"tma+t{t}": mod(mods[t]) for t in touches})
-    kernels.update({f"tma_{r.tag}": mod(dgm.decode_gather_module(*r)) for r in rings})
-    kernels.update({f"tma_{v}": mod(var_mods[v]) for v in var_files})
-    # a fast_index_copy_multi variant's launch also takes the wait flag (0: none)
-    kernels.update({upstream_load(x): lambda *a, m=fic_mods[x]: harness.call_module(m, *a, 0) for x in loads})
-    for n in ns:
-        rg = ProbeGraphs(banks, slots, n, layers=fp.layers if n <= 32 else 4)
-        for name, fn in kernels.items():
-            rg.capture(name, fn)
-        entry: dict = {"layers": rg.layers}
-        if args.interleave:
-            entry["interleaved"] = interleaved(rg, fic, kernels, regimes, args.rounds)
-        for regime, (timed_as, touch) in ({} if args.interleave else how_timed(rg, fic, regimes)).items():
-            rounds = rg.rounds(list(kernels), timed_as, args.rounds, replays_per_set(n), prepare=touch).values
-            summ = {k: summarize_rounds(rounds, candidate=k, base=UPSTREAM, aa=UPSTREAM_AA)
-                    for k in kernels if k not in (UPSTREAM, UPSTREAM_AA)}  # fmt: skip
-            entry[regime] = {"rounds_us": rounds, "summary": summ}
-            us = {k: harness.median(v) for k, v in rounds.items()}
-            aa = summ[TMA]["aa_spread"]
-            logger.info(f"n={n:3d} {regime:6s} {UPSTREAM} {us[UPSTREAM]:8.2f} us  A/A +-{aa:.4f}  "
-                  + "  ".join(f"{k} {s['speedup_paired']:.4f}" for k, s in summ.items()))  # fmt: skip
-        entry["verified_replays"] = rg.verified
-        log["per_n"][n] = entry
+    log: dict = {"footprint": fp.describe(), "ring": list(m.ring), "touch": m.touches, "rings": [r.tag for r in rings],
+                 "bank_setup_s": time.perf_counter() - t0, "bank_pages": pages, "per_n": {}}  # fmt: skip
+    kernels = probe_kernels(dgm, fic, m, rings)
+    for n in [int(x) for x in _list(args.ns)]:
+        log["per_n"][n] = probe_n(args, n, banks, slots, fp, fic, kernels)
         harness.save(log, args.name)  # after every n: a run cut short still leaves its figures
-        del rg
     slots = None
     banks.close()
-    step_rings = [Ring.parse(r) for r in args.step_rings.split(",") if r]
-    if args.step or step_rings or (args.step_variants and var_mods):
-        specs = [StepVariant(UPSTREAM), StepVariant(UPSTREAM_AA), StepVariant(TMA, {"FREETOKEN_DECODE_GATHER": "tma"})]
-        specs += [StepVariant(f"tma+t{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mods[int(t)])
-                  for t in args.step.split(",") if t]  # fmt: skip
-        specs += [StepVariant(f"tma_{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
-                  for r in step_rings]  # fmt: skip
-        if args.step_variants:
-            specs += [StepVariant(f"tma_{v}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=m)
-                      for v, m in var_mods.items()]  # fmt: skip
+    specs = step_variants(args, m)
+    if specs:
         log["step"] = harness.decode_step(specs, rounds=9)
         harness.print_step(log["step"])
     harness.save(log, args.name)
