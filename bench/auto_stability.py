@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from gpukit.decode_step import choice_fields
-from suite import results
 from suite.models import AutoStability, AutoSummary
-from suite.log import configure
+from bench import entry
 
 GATHER_ENV = "FREETOKEN_DECODE_GATHER"
 EXIT_OK, EXIT_CHANGED, EXIT_FAILED = 0, 1, 2
@@ -153,12 +152,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = entry.parser("auto_stability")
     ap.add_argument("--runs", type=int, default=5, help="fresh processes (default 5; at least 1)")
     ap.add_argument("--slots", type=int, default=DEFAULT_SLOTS, help=f"slot-cache size (default {DEFAULT_SLOTS})")
     ap.add_argument("--gib", type=float, default=None, help="cap the host banks at this many GiB (fewer layers)")
     ap.add_argument("--seed", type=int, default=1, help="bank bytes of run i are drawn with seed + i")
-    ap.add_argument("--out", default=None, help="directory of auto_stability.json (default: results/<device>/)")
     ap.add_argument("--log-dir", default=None, help="worker logs and raw results (default: a new temp dir)")
     ap.add_argument("--timeout-s", type=int, default=300, help="kill a worker after this long (default 300)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -175,7 +173,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    configure()
     args = parse_args(argv)
     if args.worker:
         Path(args.result).write_text(json.dumps(worker(args), indent=1, default=str))
@@ -205,11 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     machine = next((r.pop("machine") for r in runs if r.get("machine")), {})
     settings = {"runs": args.runs, "slots": args.slots, "gib": args.gib, "seed": args.seed}
     doc = AutoStability(settings=settings, summary=AutoSummary.from_doc(summarize(runs)), runs=runs, errors=errors)
-    path = results.save("auto_stability", machine=machine, device=machine.get("device_slug"), out_dir=args.out,
-                        **doc.to_doc())  # fmt: skip
+    entry.save("auto_stability", args, doc, machine=machine)
     s = doc.summary
     log(f"{s.counts} over {len(runs)} process(es) x 2 probes; probe {s.probe_ms_min}-{s.probe_ms_max} ms; "
-        f"cache left as found: {s.cache_left_as_found}; wrote {path}")
+        f"cache left as found: {s.cache_left_as_found}")
     if errors:
         return EXIT_FAILED
     return EXIT_OK if s.cache_left_as_found else EXIT_CHANGED

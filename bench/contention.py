@@ -14,14 +14,14 @@ Run on a machine with two CUDA GPUs and the patched freetoken: ``python -m bench
 
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
 import os
 import statistics
 import time
 from pathlib import Path
-from suite.log import configure
+
+from bench import entry
 
 KERNELS = ("upstream", "tma")
 POISON = 0x5A
@@ -147,12 +147,10 @@ def summarize(rows: list[dict], ns, ranks=(0, 1)) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    configure()
     import torch
     import torch.multiprocessing as mp
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", help="write contention.json into DIR (default: results/<device>x2/, suite.results)")
+    p = entry.parser("contention")
     p.add_argument("--ns", type=int, nargs="*", default=[1, 4, 32])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--layers", type=int, default=40)
@@ -184,13 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         log(f"n={s['n']:>2} {s['kernel']:>8} GPU{s['rank']}: solo {s['solo_gbps']:.1f} GB/s, "
             f"both {s['both_gbps']:.1f} GB/s, kept {s['kept']:.3f}")
     wrong = [x for x in rows if not x["verified"]]
-    from gpukit.machine import machine_info
-    from suite import results
     from suite.models import Contention
 
     doc = Contention(gpus=infos, args=vars(args), summary=summary, rows=rows, wrong_sets=len(wrong))
-    path = results.save("contention", machine=machine_info(), out_dir=args.out, **doc.to_doc())
-    log(f"{len(rows)} timed sets, {len(wrong)} wrong; wrote {path}")
+    entry.save("contention", args, doc)
+    log(f"{len(rows)} timed sets, {len(wrong)} wrong")
     return 1 if wrong or any(proc.exitcode for proc in procs) else 0
 
 

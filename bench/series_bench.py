@@ -10,12 +10,12 @@ Extra arguments go to the benchmark (``--ring 8x4x16384``, ``--misses 0 1 2``, .
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from bench import entry
 from freetoken_overlay.series import work_repo
 from freetoken_overlay.util import Workdir
 from gpukit.machine import machine_info
@@ -31,9 +31,7 @@ def fields_of(raw: dict, **extra) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=None, help="directory for series_bench.json (default: results/<device>/)")
-    args, rest = ap.parse_known_args(argv)
+    args, rest = entry.parser("series_bench").parse_known_args(argv)
     script = work_repo(Workdir.from_env()) / SCRIPT
     if not script.is_file():
         print(f"[series_bench] {script} is missing: run `nox -s apply` first", file=sys.stderr)

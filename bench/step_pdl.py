@@ -24,7 +24,6 @@ miss list of n experts, 40 layers per graph, in paired alternating rounds, every
 
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
 import statistics
@@ -32,7 +31,6 @@ import time
 
 import torch
 
-from suite import results
 from gpukit.decode_step import (
     DEFAULT_VARIANTS,
     DecodeStep,
@@ -46,12 +44,11 @@ from gpukit.decode_step import (
 )
 from suite.geometry import MODEL, nvfp4_banks
 from gpukit.kernels import probe_headers
-from gpukit.machine import machine_info
 from gpukit.memory import cache_rows
 from suite.models import Paired, StepBreakdown, StepPdl, paired
 from suite.rounds import Rounds, run_rounds
 from gpukit.timing import bench
-from suite.log import configure
+from bench import entry
 
 POISON = 0x5A
 
@@ -222,9 +219,7 @@ def per_layer(args, probes) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    configure()
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", help="write step_pdl.json into DIR (default: results/<device>/, suite.results)")
+    p = entry.parser("step_pdl")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--profile-steps", type=int, default=10)
     p.add_argument("--sources", type=int, default=8)
@@ -241,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"  {name}: per layer call ensure {b['mean_us']['ensure_us']:.2f} us, gap {b['mean_us']['gap_us']:.2f} us, "
                 f"copy {b['mean_us']['copy_us']:.2f} us ({b['calls']} calls)")
     doc = StepPdl(args=fields["args"], decode_step=StepBreakdown.from_doc(s), per_layer=per_layer(args, probes))
-    path = results.save("step_pdl", machine=machine_info(), out_dir=args.out, **doc.to_doc())
-    log(f"wrote {path} in {time.perf_counter() - t0:.0f}s")
+    entry.save("step_pdl", args, doc)
+    log(f"done in {time.perf_counter() - t0:.0f}s")
     return 0
 
 

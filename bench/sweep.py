@@ -43,7 +43,7 @@ from gpukit.kernels import call_tma, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
 from gpukit.timing import bench, reps_for
-from suite.log import configure
+from bench import entry
 
 DEFAULTS = {
     "ctas": "1,2,4,8,16,32,64,132",
@@ -263,15 +263,8 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog=MEASUREMENTS["sweep"].line, description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__,
-    )  # fmt: skip
-    ap.add_argument(
-        "--out",
-        default=None,
-        help="write sweep.json and .png into DIR (default: results/<device>/, suite.results; a temp dir with --dry-run)",
-    )
+    ap = entry.parser("sweep", dry_run="CPU: synthetic numbers, JSON + PNG into --out or a temp dir",
+                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
     ap.add_argument("--ctas", default=None, help=f"CTA counts (default {DEFAULTS['ctas']})")
     ap.add_argument("--rings", default=None, help=f"STAGESxCHUNK per CTA (default {DEFAULTS['rings']})")
     ap.add_argument("--ldg-blocks", default=None, help=f"upstream blocks per bank (default {DEFAULTS['ldg_blocks']})")
@@ -286,7 +279,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-ldg", action="store_true")
     ap.add_argument("--no-ce", action="store_true")
     ap.add_argument("--no-png", action="store_true")
-    ap.add_argument("--dry-run", action="store_true", help="CPU: synthetic numbers, JSON + PNG into a temp dir")
     return ap.parse_args(argv)
 
 
@@ -431,7 +423,6 @@ def _buildable(doc: dict[str, Any], rings: list[Ring], max_ring: int) -> list[Ri
 
 
 def main(argv: list[str] | None = None) -> int:
-    configure()
     args = parse_args(argv)
     rings, ldg, ce_sizes = plan(args)
     t_start = time.perf_counter()
