@@ -1,4 +1,5 @@
-"""The report: results/README.md (the entry page), REPORT.md and PR.md, rendered from the result documents.
+"""The report: results/README.md (the entry page), REPORT.md, PR-1.md and PR-2.md (the two stacked
+pull-request texts), rendered from the result documents.
 
     python -m report                       # or: nox -s report
     python -m report --check               # exit 1 when a committed page is not the rendering of the JSON

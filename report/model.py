@@ -15,7 +15,7 @@ from suite.results import machine_line
 from report import benchmarks
 from report.gather import decode_step_view, gather_view, targets_view
 from report.repeats import current_ratios, decode_losses, repeats_view
-from report.series import commit_adding, series_commits, series_footprint
+from report.series import commit_adding, pull_requests, series_commits, series_footprint
 from report.views import (
     auto_view,
     ceiling_view,
@@ -114,5 +114,7 @@ def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
         "commits": commits,
         "sass_test": commit_adding(commits, "tests/kernels/test_bulk_copy_sass.py"),
         "footprint": series_footprint(patches),
+        "prs": [{"number": i, "commits": part, "footprint": series_footprint(patches, {c["number"] for c in part})}
+                for i, part in enumerate(pull_requests(commits), 1)],  # fmt: skip
         "series_hash": series_hash(patches),
     }

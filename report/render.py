@@ -12,7 +12,7 @@ from suite.geometry import fmt_bytes
 from report.model import context
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-PAGES = {"README.md": "README.md.j2", "REPORT.md": "REPORT.md.j2", "PR.md": "PR.md.j2"}
+PAGES = {"README.md": "README.md.j2", "REPORT.md": "REPORT.md.j2", "PR-1.md": "PR-1.md.j2", "PR-2.md": "PR-2.md.j2"}
 
 
 def num(x: Any, digits: int = 2, unit: str = "") -> str:

@@ -28,26 +28,51 @@ def commit_adding(commits: list[dict[str, Any]], suffix: str) -> dict[str, Any] 
     return next((c for c in commits if any(f.endswith(suffix) for f in c["added"])), None)
 
 
-def series_footprint(patches: Path | None = None) -> dict[str, Any]:
-    """Lines added and removed per file over the whole series, from the patches' diffs: ``existing``
-    lists the upstream files the series changes (their hunks are what a rebase can conflict on),
-    ``new`` the files it adds; each ``{"path", "added", "removed"}``, in path order."""
+#: the subject words of the first patch of the second pull request (``auto``, stacked on the first)
+SECOND_PR_STARTS = "FREETOKEN_DECODE_GATHER=auto"
+
+
+def pull_requests(commits: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The series as the stacked pull requests it is offered in: PR 1 the commits before the one adding
+    ``FREETOKEN_DECODE_GATHER=auto`` (the kernel, its AOT entry, ``tma``, the benchmark), PR 2 that one and
+    the rest; one PR when the series has no such commit."""
+    cut = next((i for i, c in enumerate(commits) if SECOND_PR_STARTS in c["subject"]), len(commits))
+    return [part for part in (commits[:cut], commits[cut:]) if part]
+
+
+def _diffs(patch: Path) -> list[tuple[str, bool, int, int]]:
+    """(path, created here, lines added, lines removed) of every file a patch changes."""
+    diff = patch.read_text().split("\n-- \n", 1)[0]  # format-patch's signature ("-- ", git's version) is no line
+    out = []
+    for part in diff.split("\ndiff --git a/")[1:]:
+        header, _, body = part.partition("\n@@")
+        lines = body.splitlines()[1:]  # the rest of the first "@@" line is its range
+        out.append((header.split(" ", 1)[0], "\nnew file mode " in header, sum(x.startswith("+") for x in lines),
+                    sum(x.startswith("-") for x in lines)))  # fmt: skip
+    return out
+
+
+def series_footprint(patches: Path | None = None, numbers: Any = None) -> dict[str, Any]:
+    """Lines added and removed per file over the series' patches ``numbers`` (1-based; default all), from
+    their diffs: ``existing`` lists the upstream files they change (their hunks are what a rebase can
+    conflict on), ``series`` the files an earlier patch of the series added that they change, ``new`` the
+    files they add; each ``{"path", "added", "removed"}``, in path order."""
+    every = list(patch_files(patches))
+    created = {path for p in every for path, new, _, _ in _diffs(p) if new}
+    chosen = [p for i, p in enumerate(every, 1) if numbers is None or i in numbers]
     files: dict[str, dict[str, Any]] = {}
-    for p in patch_files(patches):
-        diff = p.read_text().split("\n-- \n", 1)[0]  # format-patch's signature ("-- ", git's version) is no line
-        for part in diff.split("\ndiff --git a/")[1:]:
-            header, _, body = part.partition("\n@@")
-            f = files.setdefault(header.split(" ", 1)[0], {"path": header.split(" ", 1)[0], "added": 0, "removed": 0})
-            f.setdefault("new", "\nnew file mode " in header)
-            for line in body.splitlines()[1:]:  # the rest of the first "@@" line is its range
-                f["added"] += line.startswith("+")
-                f["removed"] += line.startswith("-")
-    for f in files.values():  # a file the series adds: a later patch's removed lines were the series' own
+    for p in chosen:
+        for path, new, added, removed in _diffs(p):
+            f = files.setdefault(path, {"path": path, "added": 0, "removed": 0, "new": new})
+            f["added"] += added
+            f["removed"] += removed
+    for f in files.values():  # a file added here: a later patch's removed lines were the series' own
         if f["new"]:
             f["added"], f["removed"] = f["added"] - f["removed"], 0
     rows = sorted(files.values(), key=lambda f: f["path"])
     return {
-        "existing": [f for f in rows if not f["new"]],
+        "existing": [f for f in rows if f["path"] not in created],
+        "series": [f for f in rows if f["path"] in created and not f["new"]],
         "new": [f for f in rows if f["new"]],
         "added": sum(f["added"] for f in rows),
         "removed": sum(f["removed"] for f in rows),

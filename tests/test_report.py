@@ -88,8 +88,8 @@ FLIPS = {
     ),
     "PDL hurt -> helped": (
         "step_pdl.json", lambda d: (_step_ratio(d, "tma_pdl", 1.02), _step_ratio(d, "upstream_pdl", 1.02)),
-        ("PR.md", "PDL hurt decode_gather's step and hurt upstream's"),
-        ("PR.md", "PDL helped decode_gather's step and helped upstream's"),
+        ("PR-1.md", "PDL hurt decode_gather's step and hurt upstream's"),
+        ("PR-1.md", "PDL helped decode_gather's step and helped upstream's"),
     ),
     "PDL gap lengthens -> shortens": (
         "step_pdl.json", lambda d: d["decode_step"]["breakdown"]["tma_pdl"]["mean_us"].update(gap_us=0.30),
@@ -108,8 +108,8 @@ FLIPS = {
     ),
     "wider grid verdicts": (
         "series_bench.json", lambda d: [r["ratio"].update(upstream_bpb32=0.9) for r in d["rows"]],
-        ("PR.md", "`upstream_bpb32`: faster at n = 1, 2; slower at n = 0"),
-        ("PR.md", "`upstream_bpb32`: slower at n = 0, 1, 2"),
+        ("PR-1.md", "`upstream_bpb32`: faster at n = 1, 2; slower at n = 0"),
+        ("PR-1.md", "`upstream_bpb32`: slower at n = 0, 1, 2"),
     ),
     "default ring below -> above the knee": (
         BENCH, lambda d: d.update(tma_default_ring=dict(ctas=64, stages=4, chunk_bytes=16384)),
@@ -169,14 +169,16 @@ def test_decode_regime_rows_come_first_and_make_the_headline(synthetic_results):
 
 def test_report_renders_the_synthetic_tree(synthetic_results, tmp_path):
     pages = render(synthetic_results)
-    assert set(pages) == {"README.md", "REPORT.md", "PR.md"}
-    readme, rep, pr = pages["README.md"], pages["REPORT.md"], pages["PR.md"]
+    assert set(pages) == {"README.md", "REPORT.md", "PR-1.md", "PR-2.md"}
+    readme, rep, pr = pages["README.md"], pages["REPORT.md"], pages["PR-1.md"]
     assert "| Synthetic GPU (dry run) | gather, 40 layers | 1 |" in readme
     assert rep.index("**Verdict.**") < rep.index("## Synthetic GPU")
     summary = pr.split("## What changed")[0].strip().splitlines()
     assert len([line for line in summary if line.startswith("- ")]) == 7  # adds, enable, cost, measured, loses, measure, consumer card
     assert commands.series_bench_line() in pr.split("## Reproduce")[1]
-    assert "bench/" not in pr.split("## Reproduce")[1], "PR.md's reproduce section names overlay paths"
+    for page in ("PR-1.md", "PR-2.md"):
+        assert "bench/" not in pages[page].split("## Reproduce")[1], f"{page}'s reproduce section names overlay paths"
+        assert len(pages[page].splitlines()) <= 150, f"{page}: a pull-request text of at most 150 lines"
     assert "**faster**" not in rep + pr + readme, "verdicts are words, not claims in bold"
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -188,7 +190,8 @@ def test_the_vocabulary_is_stated_once_on_the_entry_page():
     definition = "It is called *faster*, *tie* or *slower* against the A/A spread of its own run"
     assert pages["README.md"].count(definition) == 1
     assert definition not in pages["REPORT.md"] and "[README.md](README.md)" in pages["REPORT.md"]
-    assert pages["PR.md"].count(definition) == 1  # the pull-request text is pasted upstream: it carries its own
+    for page in ("PR-1.md", "PR-2.md"):  # a pull-request text is pasted upstream: it carries its own
+        assert pages[page].count(definition) == 1
     assert "a tie" not in pages["README.md"] + pages["REPORT.md"]
 
 
@@ -350,3 +353,24 @@ def test_series_footprint_is_the_net_diff_git_reports(tmp_path: Path) -> None:
     fp = series_footprint(out)
     assert {f["path"]: (f["added"], f["removed"]) for f in fp["existing"] + fp["new"]} == numstat
     assert (fp["added"], fp["removed"]) == tuple(map(sum, zip(*numstat.values())))
+
+
+def test_the_series_is_two_stacked_pull_requests_each_with_its_own_footprint():
+    """PR 1: the commits before the one adding FREETOKEN_DECODE_GATHER=auto; PR 2: that one on. Each PR's
+    footprint counts only its own patches; together they are the series' (a file PR 1 adds and PR 2 changes
+    is one of PR 1's files in PR 2's line)."""
+    from report.series import pull_requests, series_commits, series_footprint
+
+    commits = series_commits()
+    prs = pull_requests(commits)
+    assert [c["number"] for p in prs for c in p] == [c["number"] for c in commits]
+    assert len(prs) == 2 and all("=auto" not in c["subject"] for c in prs[0]) and "=auto" in prs[1][0]["subject"]
+    assert pull_requests([c for c in commits if "=auto" not in c["subject"]]) == [prs[0]]  # no auto: one PR
+    whole = series_footprint()
+    parts = [series_footprint(numbers={c["number"] for c in p}) for p in prs]
+    assert sum(p["added"] - p["removed"] for p in parts) == whole["added"] - whole["removed"]
+    assert {f["path"] for f in parts[1]["series"]} <= {f["path"] for f in parts[0]["new"]}
+    assert not parts[0]["series"] and {f["path"] for f in whole["existing"]} == {f["path"] for p in parts for f in p["existing"]}
+    pages = render(RESULTS)
+    for page, p in zip(("PR-1.md", "PR-2.md"), parts):
+        assert f"In all +{p['added']} / -{p['removed']} lines." in pages[page]

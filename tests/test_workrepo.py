@@ -434,12 +434,12 @@ def test_editing_the_series_does_not_make_the_pages_stale(tmp_path: Path, monkey
     commit_project(project / "patches", "series: reword a subject")
     from report.render import render
 
-    assert render(project / "results")["PR.md"] != (project / "results/PR.md").read_text()  # PR.md lists subjects
+    assert render(project / "results")["PR-1.md"] != (project / "results/PR-1.md").read_text()  # PR-1.md lists subjects
     assert stale_pages(project / "results", project / "results") == []
     store = project / "results/h200/bench.json"
     doc = json.loads(store.read_text())
-    for record in doc["benchmarks"]:  # the decode step's paired ratio, which PR.md states
+    for record in doc["benchmarks"]:  # the decode step's paired ratio, which PR-1.md states
         if record["extra_info"]["regime"] == "step":
             record["extra_info"]["paired"]["ratio"]["tma"] = 9.0
     store.write_text(json.dumps(doc))
-    assert "PR.md" in stale_pages(project / "results", project / "results")
+    assert "PR-1.md" in stale_pages(project / "results", project / "results")
