@@ -13,6 +13,7 @@ from suite.geometry import Ring
 from suite.models import BenchRun, CaseRow
 from suite.stats import verdict
 from report import words
+from suite.kernels import Kernel
 
 #: The proposal's targets the rows are checked against.
 TARGETS = {"parity": 1.0, "ideal_slack": 1.10, "ideal_from_n": 4, "small_ns": (1, 2), "small_n_ratio": 1.05}
@@ -44,8 +45,8 @@ def gather_row(r: CaseRow) -> dict[str, Any]:
         "ratio": r.speedup,
         "spread": r.aa_spread,
         "verdict": verdict(r.speedup, r.aa_spread),
-        "gbps": r.gbps.get("tma"),
-        "pct": r.pct_of_ceiling.get("tma"),
+        "gbps": r.gbps.get(Kernel.TMA),
+        "pct": r.pct_of_ceiling.get(Kernel.TMA),
         # each kernel's pytest-benchmark medians (µs per layer)
         "benchmark": {k: v.get("median") for k, v in r.benchmark.items()},
         # bytes at the copy-engine ceiling of the same run
@@ -87,7 +88,7 @@ def gather_view(bench: BenchRun | None) -> dict[str, Any] | None:
                 "rows": sel,
                 "groups": words.groups(sel),
                 "max_spread": max(spreads) if spreads else None,
-                "copy_engine": any("copy_engine" in r["us"] for r in sel),
+                "copy_engine": any(Kernel.COPY_ENGINE in r["us"] for r in sel),
             }
         )
     regimes = sorted({r["regime"] for r in rows}, key=regime_key)
@@ -120,7 +121,7 @@ def decode_step_view(bench: BenchRun | None) -> dict[str, Any] | None:
     if not d:
         return None
     r = d.rounds_us
-    pairs = [u / t for u, t in zip(r.get("upstream") or [], r.get("tma") or []) if t]
+    pairs = [u / t for u, t in zip(r.get(Kernel.UPSTREAM) or [], r.get(Kernel.TMA) or []) if t]
     lo, hi = (min(pairs), max(pairs)) if pairs else (None, None)
     return {
         **{f.name: getattr(d, f.name) for f in dataclasses.fields(d)},
@@ -138,7 +139,7 @@ def decode_step_view(bench: BenchRun | None) -> dict[str, Any] | None:
 
 def _step_auto(d: Any) -> dict[str, Any] | None:
     """The decode step's ``auto`` arm (FREETOKEN_DECODE_GATHER=auto) against upstream, and what its probe chose."""
-    ratio = d.ratio_by_kernel.get("auto")
+    ratio = d.ratio_by_kernel.get(Kernel.AUTO)
     if ratio is None:
         return None
     choice = d.auto_choice or {}
@@ -156,9 +157,9 @@ def targets_view(gather: dict[str, Any] | None, ceiling: dict[str, Any] | None) 
     by_n = {r["n"]: r for r in main}
     below = [r for r in main if (r["ratio"] or 0) < t["parity"]]
     ideal = [
-        {"n": r["n"], "x": r["us"]["tma"] / r["ideal"]}
+        {"n": r["n"], "x": r["us"][Kernel.TMA] / r["ideal"]}
         for r in main
-        if r["n"] >= t["ideal_from_n"] and r["us"].get("tma") and r["ideal"]
+        if r["n"] >= t["ideal_from_n"] and r["us"].get(Kernel.TMA) and r["ideal"]
     ]
     out: dict[str, Any] = {
         "targets": t,
@@ -180,7 +181,7 @@ def targets_view(gather: dict[str, Any] | None, ceiling: dict[str, Any] | None) 
         out["small"] = {"rows": small, "word": words.reached(all(r["ratio"] >= t["small_n_ratio"] for r in small))}
         r0, r1, r2 = by_n.get(0), small[0], small[1]
         if r0 and t["small_ns"] == (1, 2):
-            o0, o1, o2, u1 = r0["us"]["tma"], r1["us"]["tma"], r2["us"]["tma"], r1["us"]["upstream"]
+            o0, o1, o2, u1 = r0["us"][Kernel.TMA], r1["us"][Kernel.TMA], r2["us"][Kernel.TMA], r1["us"][Kernel.UPSTREAM]
             per_expert = o2 - o1
             need = u1 / t["small_n_ratio"]
             out["small"]["fixed"] = {

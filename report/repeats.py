@@ -12,6 +12,7 @@ from suite.commands import MEASUREMENTS
 from suite.models import BenchRun, Model, SeriesBench
 from report.gather import gather_view, main_rows
 from report.views import series_bench_view
+from suite.kernels import Kernel
 
 
 def bench_decode_ratios(gather: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
@@ -26,9 +27,9 @@ def bench_decode_ratios(gather: dict[str, Any] | None) -> dict[int, dict[str, An
 def series_decode_ratios(ubench: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
     """{n: {ratio, spread, verdict}} of tma against upstream's default kernel in the decode regime of
     one run of the series' benchmark: its :func:`series_bench_view` (the ``tma`` column)."""
-    if not ubench or "tma" not in ubench["names"]:
+    if not ubench or Kernel.TMA not in ubench["names"]:
         return {}
-    i = ubench["names"].index("tma")
+    i = ubench["names"].index(Kernel.TMA)
     return {r["n"]: {"ratio": r["cells"][i]["ratio"], "spread": r["spread"], "verdict": r["cells"][i]["verdict"]}
             for r in ubench["rows"] if r["regime"] == "decode"}  # fmt: skip
 

@@ -13,15 +13,17 @@ from suite.models import AutoStability, Ceiling, CeilingRow, Conformance, Conten
 from suite.stats import median, verdict
 from report import words
 from report.gather import Doc, regime_key
+from suite.kernels import Kernel
 
 KNEE_SHARE = 0.97  # the open question's "knee": the fewest bytes in flight within this share of the best ring
 
 
+#: (summary key, label, the rows it is the best of, their figure)
 SWEEP_PATHS = (
-    ("best_ring_flat_gbps", "TMA ring, flat"),
-    ("best_ring_gather_gbps", "TMA ring, NVFP4 gather"),
-    ("best_ldg_flat_gbps", "LDG grid, flat"),
-    ("best_ldg_gather_gbps", "LDG grid, NVFP4 gather"),
+    ("best_ring_flat_gbps", "TMA ring, flat", "ring", "flat_gbps"),
+    ("best_ring_gather_gbps", "TMA ring, NVFP4 gather", "ring", "gather_gbps"),
+    ("best_ldg_flat_gbps", "LDG grid, flat", "ldg", "flat_gbps"),
+    ("best_ldg_gather_gbps", "LDG grid, NVFP4 gather", "ldg", "gather_gbps"),
 )
 
 
@@ -29,11 +31,11 @@ def ceiling_view(doc: Ceiling | None, png: str | None, default_ring: Ring | None
     if not doc:
         return None
     s = doc.summary
-    best = [(label, getattr(s, key)) for key, label in SWEEP_PATHS if s and getattr(s, key)]
+    best = [(label, getattr(s, key), rows, metric) for key, label, rows, metric in SWEEP_PATHS if s and getattr(s, key)]
     sm = [r.gather_gbps for r in doc.ring + doc.ldg if r.gather_gbps]
     return {
         "copy_engine_gbps": s.copy_engine_gbps if s else None,
-        "best": [{"label": label, **b, **_ring_in_flight(b)} for label, b in best],
+        "best": [{"label": label, **b, **_ring_in_flight(doc, rows, metric, b)} for label, b, rows, metric in best],
         "skipped": len(doc.skipped),
         "synthetic": doc.synthetic,
         "png": png,
@@ -43,12 +45,11 @@ def ceiling_view(doc: Ceiling | None, png: str | None, default_ring: Ring | None
     }
 
 
-def _ring_in_flight(best: Doc) -> dict[str, Any]:
-    """A sweep summary entry of a ring (config CTASxSTAGESxCHUNK): its bytes in flight by Ring's rule."""
-    try:
-        return {"bytes_in_flight": Ring.parse(best["config"]).bytes_in_flight}
-    except (KeyError, ValueError):
-        return {}  # an LDG grid (CTAS x threads): its bytes in flight as stored
+def _ring_in_flight(doc: Ceiling, rows: str, metric: str, best: Doc) -> dict[str, Any]:
+    """The bytes in flight of a sweep summary's best ring by Ring's rule, from the swept row it names (its
+    fields, not its label); an LDG grid's as stored."""
+    row = next((r for r in getattr(doc, rows) if getattr(r, metric) == best.get("gbps")), None) if rows == "ring" else None
+    return {"bytes_in_flight": _in_flight(row).bytes_in_flight} if row is not None and row.ctas else {}
 
 
 def knee(doc: Ceiling, default_ring: Ring | None) -> dict[str, Any] | None:
@@ -86,9 +87,9 @@ def series_bench_view(doc: SeriesBench | None) -> dict[str, Any] | None:
         {
             "n": r.n,
             "regime": r.regime,
-            "upstream_us": r.median_us.get("upstream"),
+            "upstream_us": r.median_us.get(Kernel.UPSTREAM),
             "spread": r.aa_spread,
-            "tma_gbps": r.gbps.get("tma"),
+            "tma_gbps": r.gbps.get(Kernel.TMA),
             "cells": [{"ratio": r.ratio.get(k), "verdict": verdict(r.ratio.get(k), r.aa_spread)} for k in names],
         }
         for r in sorted(rows, key=lambda r: (regime_key(r.regime), r.n))
@@ -122,18 +123,18 @@ def step_pdl_view(doc: StepPdl | None, gather: dict[str, Any] | None) -> dict[st
     ratio, spread = s.ratio or {}, s.aa_spread
     out: dict[str, Any] = {"doc": doc, "step": s, "spread": spread, "cells": ratio_cells(ratio, spread), "tma": None,
                            "pdl": None, "shares": None, "dilution": None, "gap": None, "per_layer": None}  # fmt: skip
-    if "tma" in ratio:
-        out["tma"] = {
-            "ratio": ratio["tma"],
-            "verdict": verdict(ratio["tma"], spread),
+    if Kernel.TMA in ratio:
+        out[Kernel.TMA] = {
+            "ratio": ratio[Kernel.TMA],
+            "verdict": verdict(ratio[Kernel.TMA], spread),
             "spread": spread,
-            "within": words.within(ratio["tma"], spread),
+            "within": words.within(ratio[Kernel.TMA], spread),
         }
-    if "tma_pdl" in ratio and "tma" in ratio:
-        tma_gain = ratio["tma_pdl"] / ratio["tma"]  # time of tma / time of tma with PDL
+    if "tma_pdl" in ratio and Kernel.TMA in ratio:
+        tma_gain = ratio["tma_pdl"] / ratio[Kernel.TMA]  # time of tma / time of tma with PDL
         out["pdl"] = {"tma": {"ratio": tma_gain, "effect": words.effect(tma_gain, spread)}}
         if "upstream_pdl" in ratio:
-            out["pdl"]["upstream"] = {
+            out["pdl"][Kernel.UPSTREAM] = {
                 "ratio": ratio["upstream_pdl"],
                 "effect": words.effect(ratio["upstream_pdl"], spread),
             }
@@ -141,7 +142,7 @@ def step_pdl_view(doc: StepPdl | None, gather: dict[str, Any] | None) -> dict[st
     out["breakdown"] = b
     first = next(iter(b.values()), None)
     out["breakdown_steps"] = first.get("steps") if first else None
-    u = b.get("upstream")
+    u = b.get(Kernel.UPSTREAM)
     if u:
         per = u["per_step_us"]
         total = sum(per.values())
@@ -155,7 +156,7 @@ def step_pdl_view(doc: StepPdl | None, gather: dict[str, Any] | None) -> dict[st
         rows = [
             {
                 "n": n,
-                "upstream_us": r.median_us.get("upstream"),
+                "upstream_us": r.median_us.get(Kernel.UPSTREAM),
                 "spread": r.aa_spread,
                 "cells": ratio_cells(r.ratio, r.aa_spread),
             }
@@ -257,7 +258,7 @@ def e2e_view(doc: E2E | None) -> dict[str, Any] | None:
         return None
     rows = []
     for p in doc.points:
-        u, t_ = p.variants.get("upstream") or {}, p.variants.get("tma") or {}
+        u, t_ = p.variants.get(Kernel.UPSTREAM) or {}, p.variants.get(Kernel.TMA) or {}
         spreads = [u.get("tokens_per_s_spread"), t_.get("tokens_per_s_spread")]
         rows.append({
             "slots": p.slots,
@@ -277,10 +278,10 @@ def e2e_view(doc: E2E | None) -> dict[str, Any] | None:
 def auto_arm(p: Any) -> dict[str, Any] | None:
     """The ``auto`` arm of one end-to-end point (a run with ``--auto``): its tokens/s, the kernel its probes
     kept, and auto / upstream with its paired range; None without the arm."""
-    a, vs = p.variants.get("auto"), (p.versus_upstream or {}).get("auto")
+    a, vs = p.variants.get(Kernel.AUTO), (p.versus_upstream or {}).get(Kernel.AUTO)
     if not a or not vs:
         return None
-    spreads = [(p.variants.get("upstream") or {}).get("tokens_per_s_spread"), a.get("tokens_per_s_spread")]
+    spreads = [(p.variants.get(Kernel.UPSTREAM) or {}).get("tokens_per_s_spread"), a.get("tokens_per_s_spread")]
     return {"arm": a, "kernels": sorted(set(a.get("copy_kernel") or [])), "ratio": vs["speedup"],
             "paired": (vs["speedup_paired_min"], vs["speedup_paired_max"]),
             "settled": words.e2e_settled(vs["speedup"], spreads)}  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from suite.commands import MEASUREMENTS
 from suite.models.base import Model, field
 from suite.models.paired import CANDIDATE, Paired
+from suite.kernels import Kernel
 
 BENCHMARK_SCHEMA = MEASUREMENTS["bench"].schema
 
@@ -158,7 +159,7 @@ class BenchRun(Model):
         return {
             "store": pb.get("store"), "synthetic": bool(pb.get("synthetic")), "generated_at": pb.get("datetime"),
             "machine": {**((pb.get("machine_info") or {}).get("gpu") or {})}, "provenance": pb.get("provenance") or {},
-            "tma_default_ring": kernel.get("tma_default_ring"), "upstream_kernel": kernel.get("upstream") or {},
+            "tma_default_ring": kernel.get("tma_default_ring"), "upstream_kernel": kernel.get(Kernel.UPSTREAM) or {},
             "geometry": info.get("geometry") or {}, "ceiling": info.get("ceiling") or {},
             "method": info.get("method") or {}, "verified": info.get("verified") or {},
             "gather": gather, "decode_step": step, "pytest_benchmark": pb.get("version"),
