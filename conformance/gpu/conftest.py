@@ -4,7 +4,7 @@ Every test here is marked ``gpu`` and ``slow`` and is skipped, with the reason, 
 CUDA device (or no torch). On a CUDA machine the installed ``freetoken`` must provide
 ``freetoken.kernel.decode_gather``: a missing module is an error there, not a skip.
 
-With ``CONFORMANCE_SUMMARY=1`` (``nox -s gpu`` sets it) the session writes the ``conformance``
+With ``CONFORMANCE_SUMMARY=1`` (``nox -s gpu`` sets it) the session writes the ``gpu``
 document (``suite.results``: ``results/<device>/conformance/gpu.json``): verified calls and
 bytes per group, pass/fail counts per group, the machine and the provenance.
 """
