@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from bench import entry
+from suite.kernels import Kernel
 
 KERNELS = ("upstream", "tma")
 POISON = 0x5A
@@ -74,12 +75,12 @@ def worker(rank: int, args, barrier, queue) -> None:
                      for f in NVFP4_ROW_BYTES])
     caches = {}
     for kernel in KERNELS:
-        with gather_env({"FREETOKEN_DECODE_GATHER": "tma"} if kernel == "tma" else {}):
+        with gather_env({"FREETOKEN_DECODE_GATHER": "tma"} if kernel == Kernel.TMA else {}):
             c = OffloadMoeCache(num_layers=layers, num_experts=experts, cache_size=experts, device=dev,
                                 quant_format="nvfp4", prefill_overlap=False)
         c.set_bank_sources({name: [host[layer % args.sources][k] for layer in range(layers)]
                             for k, name in enumerate(c.bank_schema)})
-        assert (c._decode_gather is not None) == (kernel == "tma")
+        assert (c._decode_gather is not None) == (kernel == Kernel.TMA)
         caches[kernel] = c
     info = {"rank": rank, "gpu": torch.cuda.get_device_name(dev), "gpu_numa_node": gpu_numa_node(torch, rank),
             "banks_numa_pages": numa_of(host[0][0].data_ptr()), "cpu_affinity": sorted(os.sched_getaffinity(0))[:4]}
@@ -98,7 +99,7 @@ def worker(rank: int, args, barrier, queue) -> None:
             graphs[kernel] = g
         # each GPU sizes its replay count from its own upstream replay; the links are alike, so the two
         # sets of a "both" phase last about as long and overlap
-        reps = max(2, round(args.target_s / bench(graphs["upstream"].replay)[0]))
+        reps = max(2, round(args.target_s / bench(graphs[Kernel.UPSTREAM].replay)[0]))
         queue.put(("reps", rank, n, reps))
 
         def phases(kernel: str, r: int) -> list[float]:

@@ -49,6 +49,7 @@ from suite.models import Paired, StepBreakdown, StepPdl, paired
 from suite.rounds import Rounds, run_rounds
 from gpukit.timing import bench
 from bench import entry
+from suite.kernels import Kernel
 
 POISON = 0x5A
 
@@ -157,8 +158,8 @@ def breakdown(args, probes) -> dict:
         assert diff is None, f"{name}: {diff}"
     stats = step.miss_stats()
     out |= {"zipf_exponent": step.zipf_exponent, "modelled_miss_rate": step.modelled_miss_rate,
-            "cache_slots": cfg.cache_slots, "misses_per_step": stats["tma"]["missing_per_layer"] * cfg.layers,
-            "miss_stats": stats["tma"]}  # fmt: skip
+            "cache_slots": cfg.cache_slots, "misses_per_step": stats[Kernel.TMA]["missing_per_layer"] * cfg.layers,
+            "miss_stats": stats[Kernel.TMA]}  # fmt: skip
     step.close()
     return out
 

@@ -61,7 +61,7 @@ from gpukit.timing import copy_engine_ceiling, device_clock, reps_for
 from suite import results
 from suite.rounds import run_rounds
 from suite.models import paired as paired_result
-from suite.kernels import AA, BASE, CANDIDATE
+from suite.kernels import AA, BASE, CANDIDATE, Kernel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 log = logging.getLogger("bench")
@@ -198,7 +198,7 @@ class Bench:
         fns = {BASE: launcher(call_upstream, self.fast_index_copy), AA: launcher(call_upstream, self.fast_index_copy),
                "tma": launcher(call_tma, self.decode_gather)}  # fmt: skip
         for layer in range(layers):  # eager warm-up; decode_gather checks every source descriptor here
-            fns[BASE](layer), fns["tma"](layer)
+            fns[BASE](layer), fns[Kernel.TMA](layer)
         torch.cuda.synchronize()
         graphs = {}
         for name, fn in fns.items():
@@ -273,7 +273,7 @@ class Bench:
         rounds_us = rg.rounds(list(GATHER_KERNELS), "decode", ROUNDS, reps, base=BASE, aa=AA).values
         footprint = banks.fp.describe()
         case = Case("decode", rg.layers, n, rg.layers * n * NVFP4_EXPERT_BYTES,
-                    paired(rounds_us, ["tma"], reps=reps, footprint=footprint), 1)  # fmt: skip
+                    paired(rounds_us, [Kernel.TMA], reps=reps, footprint=footprint), 1)  # fmt: skip
         case.verified = rg_sets = {"sets": rg.verified}
         case.paired_sets = rg.verified
 
@@ -305,7 +305,7 @@ class Bench:
         config = StepConfig(slots_per_layer=DECODE_SLOTS_PER_LAYER, source_layers=SOURCES,
                             steps=start + STEP_ROUNDS + 1)  # fmt: skip
         step = self.step = DecodeStep(variants, config, device=self.device, banks=self.banks, log=log.info)
-        assert getattr(step.caches["tma"], "_decode_gather", None) is not None, "the tma cache does not use decode_gather"
+        assert getattr(step.caches[Kernel.TMA], "_decode_gather", None) is not None, "the tma cache does not use decode_gather"
         names = [v.name for v in variants]
 
         def states_agree(r: int) -> None:
@@ -318,13 +318,13 @@ class Bench:
         same_misses(step)
         err = step.reference_diff("tma")
         assert err is None, f"decode step: {err}"
-        stats = step.miss_stats()["tma"]
+        stats = step.miss_stats()[Kernel.TMA]
         misses = stats["missing_per_layer"] * config.layers
         extra = {"steps_per_round": STEP_BLOCK, "miss_rate": stats["miss_rate"], "misses_per_step": misses,
                  "zipf_exponent": step.zipf_exponent, "modelled_miss_rate": step.modelled_miss_rate,
                  "cache_slots": config.cache_slots, "top_k": config.top_k, "batch": config.batch,
                  "ideal_copy_us_per_step": misses * NVFP4_EXPERT_BYTES / (self.ceiling["start"]["gbps"] * 1e9) * 1e6,
-                 "auto_choice": results.scrub(choice_fields(step.caches["auto"].decode_gather_auto))}  # fmt: skip
+                 "auto_choice": results.scrub(choice_fields(step.caches[Kernel.AUTO].decode_gather_auto))}  # fmt: skip
         case = Case("step", config.layers, "zipf", round(misses * NVFP4_EXPERT_BYTES), paired(rounds_us, names[2:], **extra))
         counter = {k: start for k in names}
 
@@ -349,7 +349,7 @@ class Bench:
 
 def same_misses(step: DecodeStep) -> None:
     stats = step.miss_stats()
-    assert all(v == stats["tma"] for v in stats.values()), stats
+    assert all(v == stats[Kernel.TMA] for v in stats.values()), stats
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from suite.stats import median, stands_out
+from suite.kernels import Kernel
 
 #: The A/B's variants by default: ``upstream`` (the baseline, first: ``FREETOKEN_DECODE_GATHER`` unset) and ``tma``; ``run --auto`` adds
 #: :data:`AUTO` (FREETOKEN_DECODE_GATHER=auto: what each process's start-up probe chose).
@@ -68,12 +69,12 @@ def versus_upstream(mine: list[dict[str, Any]], arm: str, variants: dict[str, di
     """``arm`` against upstream at one point: the ratio of medians, the paired ratios (one per repeat
     with both) and the verdict; a difference needs both every paired repeat on one side of 1 and
     the ratio out of either variant's spread over its repeats."""
-    base, ours = variants["upstream"]["tokens_per_s_median"], variants[arm]["tokens_per_s_median"]
+    base, ours = variants[Kernel.UPSTREAM]["tokens_per_s_median"], variants[arm]["tokens_per_s_median"]
     paired = []
     for r in sorted({x["repeat"] for x in mine}):
         pair = {x["variant"]: x["tokens_per_s"] for x in mine if x["repeat"] == r}
-        if arm in pair and pair.get("upstream"):
-            paired.append(pair[arm] / pair["upstream"])
+        if arm in pair and pair.get(Kernel.UPSTREAM):
+            paired.append(pair[arm] / pair[Kernel.UPSTREAM])
     speedup = ours / base if base and ours else None
     spreads = [variants[v].get("tokens_per_s_spread") for v in ("upstream", arm)]
     if not paired:
@@ -107,7 +108,7 @@ def summarize_point(
     return {
         **point,
         "variants": variants,
-        **versus["tma"],
+        **versus[Kernel.TMA],
         "versus_upstream": versus,
         "ids_identical": (not mism) if complete else None,
         "miss_counts_identical": all(len(set(c.values())) == 1 for c in counts) if counts else None,
