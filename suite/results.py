@@ -196,14 +196,17 @@ def save(
     machine: dict[str, Any] | None = None,
     device: str | None = None,
     out_dir: str | os.PathLike | None = None,
+    keep_replaced: bool = True,
     **fields: Any,
 ) -> Path:
     """Write a new document of ``kind`` to :func:`path` (``device`` defaults to the machine's slug); the
-    document it replaces goes to the history first (:func:`supersede`)."""
+    document it replaces goes to the history first (:func:`supersede`), unless ``keep_replaced`` is False:
+    a run that saves as it goes replaces only its own earlier save (it kept the one before it at its start)."""
     device = device or (machine or {}).get("device_slug")
     target = path(kind, device, out_dir)
     doc = document(kind, machine=machine, **fields)
-    supersede(kind, target, doc)
+    if keep_replaced:
+        supersede(kind, target, doc)
     return write_json(target, doc)
 
 

@@ -241,9 +241,12 @@ def test_resume_continues_an_interrupted_document(tmp_path, monkeypatch):
     assert code == 0 and doc["complete"] is True and len(doc["runs"]) == 12
     assert len(second.calls) == 8 and second.calls[0] == (1, 0, "tma")
     assert doc["machine"]["device_slug"] == "fake-gpu" and doc["ids_identical"] is True
+    assert not (out / "history").exists()  # one measurement: its saves as it went, and its continuation
     third = FakeRunner()
     code, doc = main_with(third, "--resume")  # complete: not continued, measured afresh
     assert code == 0 and len(third.calls) == 12
+    kept = list((out / "history").rglob("e2e.*.json"))  # the complete document it replaced, kept once
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["complete"] is True
 
 
 def test_resume_refuses_another_measurement():

@@ -104,3 +104,13 @@ def test_numbering_follows_the_last_kept_run(res, monkeypatch):
     results.save("step_pdl", machine={"device_slug": "h200"}, args={"run": 2})
     assert (folder / "step_pdl.3.json").read_text() == "{}"
     assert json.loads((folder / "step_pdl.4.json").read_text())["args"] == {"run": 1}
+
+
+def test_a_run_that_saves_as_it_goes_replaces_only_its_own_save(res, monkeypatch):
+    _prov(monkeypatch, "a" * 40)
+    results.save("e2e", device="h200", runs=[0])  # an earlier measurement
+    results.save("e2e", device="h200", runs=[1])  # this one's first save keeps it
+    results.save("e2e", device="h200", keep_replaced=False, runs=[1, 2])  # its later saves replace their own
+    kept = results.history("e2e", "h200", "a" * 40, res)
+    assert [json.loads(p.read_text())["runs"] for p in kept] == [[0]]
+    assert results.load("e2e", "h200", res)["runs"] == [1, 2]

@@ -125,10 +125,11 @@ def result_path(out: str | None, slug: str | None) -> Path:
     return results.path("e2e", slug, out)
 
 
-def write_result(out: str | None, slug: str | None, fields: dict[str, Any]) -> Path:
+def write_result(out: str | None, slug: str | None, fields: dict[str, Any], keep_replaced: bool = True) -> Path:
     """Write the e2e document (schema id, time, provenance, machine: suite.results) for device ``slug``
-    (the workers' GPU: this process may never touch CUDA)."""
-    return results.save("e2e", device=slug, out_dir=out, **E2E.from_doc(fields).to_doc())
+    (the workers' GPU: this process may never touch CUDA); ``keep_replaced``: the document it replaces
+    goes to the history (a session's first save; its later saves replace only its own)."""
+    return results.save("e2e", device=slug, out_dir=out, keep_replaced=keep_replaced, **E2E.from_doc(fields).to_doc())
 
 
 def model_info(model: str) -> dict[str, Any]:
@@ -306,7 +307,7 @@ def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]], model: di
     doc = results.read_json(path)
     if doc is None:
         return [], None
-    doc = E2E.from_doc(doc).to_doc()  # a run of before the switch's words names the upstream arm unset
+    doc = E2E.from_doc(doc).to_doc()
     why = resume_mismatch(doc, model, args, points, results.provenance().get("tree"))
     if why:
         log(f"--resume: not continuing {path}: {why}; starting afresh (it will be overwritten)")
@@ -378,12 +379,15 @@ def main(args: argparse.Namespace) -> int:
         f"{args.tokens} tokens after {args.skip}; worker logs in {log_dir}")  # fmt: skip
     info = model_info(str(model))
     prior, machine = prior_runs(args, points, info) if args.resume else ([], None)
-    state: dict[str, Any] = {"runs": prior, "complete": False, "errors": []}
+    # a continued document is this measurement's own: only a fresh session keeps the one it replaces
+    state: dict[str, Any] = {"runs": prior, "complete": False, "errors": [], "keep": not prior}
 
     def on_update(runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None = None) -> Path:
         state.update(runs=list(runs), complete=complete, errors=list(errors))
         slug, fields = document_fields(args, info, points, runs, complete, errors, exit_code, machine)
-        return write_result(args.out, slug, fields)
+        path = write_result(args.out, slug, fields, keep_replaced=state["keep"])
+        state["keep"] = False
+        return path
 
     code = execute(points, args.repeats, worker_runner(args, log_dir), on_update=on_update, budget_s=args.budget_s,
                    prior=prior, names=variant_names(args))  # fmt: skip
