@@ -37,7 +37,7 @@ from suite.rounds import run_rounds
 from suite.stats import summarize_rounds
 from suite.log import configure
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("experiments.probe_fresh")  # its name also when run as __main__
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

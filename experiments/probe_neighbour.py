@@ -27,7 +27,7 @@ from suite.geometry import Ring
 from gpukit.kernels import load_kernels, precompile
 from suite.log import configure
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("experiments.probe_neighbour")  # its name also when run as __main__
 
 RINGS = [Ring.parse(r) for r in os.environ.get("PROBE_RINGS", "16x4x8K,32x4x4K").split(",")]
 

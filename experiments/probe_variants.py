@@ -28,7 +28,7 @@ from suite.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import load_kernels, probe_headers
 from suite.log import configure
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("experiments.probe_variants")  # its name also when run as __main__
 
 RINGS = [Ring.parse(r) for r in os.environ.get("PROBE_RINGS", "16x4x8K,32x4x4K").split(",")]
 VARS = os.environ.get("PROBE_VARS", "current,old,serial_loop,serial_init").split(",")

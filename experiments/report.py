@@ -24,7 +24,7 @@ from suite import results
 from suite.stats import median, verdict
 from suite.log import configure
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("experiments.report")  # its name also when run as __main__
 
 #: experiments' results folder: ``<device>/<tree id>/<file>``
 ROOT = Path(__file__).resolve().parent / "results"

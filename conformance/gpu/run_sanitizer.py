@@ -27,7 +27,7 @@ from suite.models import Sanitizer
 from gpukit.machine import machine_info
 from suite.log import configure
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("conformance.gpu.run_sanitizer")  # its name also when run as __main__
 
 CASE = "conformance.gpu.sanitize_case"  # run as a module from the repository root
 TOOLS = ("memcheck", "racecheck", "synccheck")
