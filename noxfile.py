@@ -6,7 +6,8 @@
 # FT_OVERLAY_WORKDIR (absolute; default .work/), FT_OVERLAY_WHEELHOUSE (offline wheels: pip's own
 # PIP_NO_INDEX/PIP_FIND_LINKS are set from it), FT_OVERLAY_SYSTEM_SITE=1 (reuse the torch, triton,
 # ... of the Python running nox; ``nox --no-venv`` runs in it), FT_OVERLAY_VERBOSE=1 (pip's output),
-# TVM_FFI_CUDA_ARCH_LIST (kernel architectures for ``build``).  pytest's testpaths and addopts are
+# TVM_FFI_CUDA_ARCH_LIST (kernel architectures for ``build``), FT_OVERLAY_KERNEL_SET=full (``build`` also compiles
+# upstream's fast_index_copy_multi widths: the cache the GPU sessions build for themselves).  pytest's testpaths and addopts are
 # in pyproject.toml.  A new session: ``_install_patched(session, *extra)``, then ``session.run``.
 
 from __future__ import annotations
