@@ -30,6 +30,8 @@ class Command(NamedTuple):
 CONFORMANCE_SUMMARY_ENV = "CONFORMANCE_SUMMARY"
 
 GPU = Command("gpu", ("pytest", "-rs", "conformance/gpu"), note=f"{CONFORMANCE_SUMMARY_ENV}=1")
+#: ``nox -s gpu`` then runs the series' upstream tests again with FREETOKEN_DISABLE_JIT=1 (every kernel prebuilt).
+SERIES_NO_JIT = Command(None, ("pytest", "-rs"), note="FREETOKEN_DISABLE_JIT=1, the series' upstream tests")
 SANITIZE = Command("sanitize", ("conformance.gpu.run_sanitizer",))
 #: pytest-benchmark times every kernel with the device clock; --bench-store saves its JSON as the store
 #: (results/<device>/pytest-benchmark.json, bench/conftest.py).
