@@ -86,9 +86,9 @@ def engine_kwargs(args: argparse.Namespace, num_experts: int) -> dict[str, Any]:
 
 def copy_kernel(cache) -> str:
     """Which kernel ``copy_missing`` runs for decode misses in this cache."""
-    choice = getattr(cache, "decode_gather_auto", None)  # FREETOKEN_DECODE_GATHER=auto: its label says
-    ring = choice.label.startswith("tma ") if choice is not None else getattr(cache, "_decode_gather", None) is not None
-    if ring:
+    from gpukit.kernels import runs_ring
+
+    if runs_ring(cache):
         return "decode_gather"
     if getattr(cache, "_copy_fused_ok", False):
         return "fast_index_copy_multi"
