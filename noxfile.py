@@ -6,7 +6,8 @@
 # FT_OVERLAY_WORKDIR (absolute; default .work/), FT_OVERLAY_WHEELHOUSE (offline wheels: pip's own
 # PIP_NO_INDEX/PIP_FIND_LINKS are set from it), FT_OVERLAY_SYSTEM_SITE=1 (reuse the torch, triton,
 # ... of the Python running nox; ``nox --no-venv`` runs in it), FT_OVERLAY_VERBOSE=1 (pip's output),
-# TVM_FFI_CUDA_ARCH_LIST (kernel architectures for ``build``).  pytest's testpaths and addopts are
+# TVM_FFI_CUDA_ARCH_LIST (kernel architectures for ``build``), FT_OVERLAY_KERNEL_SET=full (``build`` also compiles
+# upstream's fast_index_copy_multi widths: the cache the GPU sessions build for themselves).  pytest's testpaths and addopts are
 # in pyproject.toml.  A new session: ``_install_patched(session, *extra)``, then ``session.run``.
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from freetoken_overlay import requirements as req  # noqa: E402
+from freetoken_overlay.kernels import KERNEL_SET_ENV  # noqa: E402
 from freetoken_overlay.pin import get_pin  # noqa: E402
 from freetoken_overlay.series import series_hash, work_repo  # noqa: E402
 from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, SYSTEM_SITE_ENV, WHEELHOUSE_ENV, OverlayError, Workdir  # noqa: E402
@@ -45,6 +47,7 @@ logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv bin
 
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 KERNEL_CACHE_ENV = "FREETOKEN_KERNEL_CACHE_DIR"
+DISABLE_JIT_ENV = "FREETOKEN_DISABLE_JIT"
 
 
 def _group(*names: str) -> tuple[str, ...]:
@@ -175,11 +178,20 @@ def test(session: nox.Session) -> None:
 
 
 def _run_patched(session: nox.Session, cmd: commands.Measurement, *, upstream_tests: bool = False) -> None:
-    """``cmd`` on a GPU with the patched wheel (+ the series' upstream tests; files go where suite.results says)."""
+    """``cmd`` on a GPU with the patched wheel and the full kernel cache (+ the series' upstream tests, run a
+    second time with FREETOKEN_DISABLE_JIT=1: every kernel from the cache; files go where suite.results says)."""
     _require_gpu(session)
-    _install_patched(session, *_group("test", "gpu", *cmd.groups))
+    _install_patched(session, *_group("test", "gpu", "kernel-build", *cmd.groups), kernel_cache=False)
+    # the series' kernels + upstream's fast_index_copy_multi widths, built once and kept (kernels.kernel_set)
+    session.run(_python(session), "-m", "freetoken_overlay", "build-kernels", env={KERNEL_SET_ENV: "full"},
+                external=True)  # fmt: skip
+    _use_kernel_cache(session)
     paths = _upstream_tests(session, all_=True) if upstream_tests else []  # after the install, which may apply
     session.run(_python(session), "-m", *cmd.args, *paths, *session.posargs, env=dict(cmd.env), external=True)
+    if paths:
+        session.log("the series' upstream tests again, with FREETOKEN_DISABLE_JIT=1")
+        session.run(_python(session), "-m", *commands.SERIES_NO_JIT.args, *paths, env={DISABLE_JIT_ENV: "1"},
+                    external=True)  # fmt: skip
 
 
 def _needs_model(session: nox.Session) -> None:

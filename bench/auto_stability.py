@@ -63,6 +63,7 @@ def _cache_state(cache) -> dict[str, Any]:
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
+    from freetoken.moe import decode_gather_auto
     from freetoken.moe.decode_gather_auto import choose_decode_gather
     from freetoken.moe.offload_cache import OffloadMoeCache
     from gpukit.decode_regime import Footprint, ModelBanks
@@ -88,6 +89,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     torch.cuda.synchronize(device)
     before, allocated = _cache_state(cache), torch.cuda.memory_allocated(device)
     t0 = time.perf_counter()
+    decode_gather_auto._CHOICES.clear()  # else the same geometry reuses the first choice: probe it again
     again = choose_decode_gather(cache)
     torch.cuda.synchronize(device)
     again_s = time.perf_counter() - t0

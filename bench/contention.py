@@ -61,6 +61,7 @@ def worker(rank: int, args, barrier, queue) -> None:
     from freetoken.moe.offload_cache import OffloadMoeCache
 
     from gpukit.decode_step import copy_all_layers, expected_slots, gather_env, stage_misses
+    from gpukit.kernels import runs_ring
     from suite.geometry import NVFP4_ROW_BYTES
     from suite.rounds import run_rounds
     from gpukit.timing import bench
@@ -80,7 +81,7 @@ def worker(rank: int, args, barrier, queue) -> None:
                                 quant_format="nvfp4", prefill_overlap=False)
         c.set_bank_sources({name: [host[layer % args.sources][k] for layer in range(layers)]
                             for k, name in enumerate(c.bank_schema)})
-        assert (c._decode_gather is not None) == (kernel == Kernel.TMA)
+        assert runs_ring(c) == (kernel == Kernel.TMA)
         caches[kernel] = c
     info = {"rank": rank, "gpu": torch.cuda.get_device_name(dev), "gpu_numa_node": gpu_numa_node(torch, rank),
             "banks_numa_pages": numa_of(host[0][0].data_ptr()), "cpu_affinity": sorted(os.sched_getaffinity(0))[:4]}

@@ -3,9 +3,11 @@
 The benchmark ships in the upstream tree and knows nothing of this repository; this wrapper runs it
 from ``.work/upstream`` (after ``nox -s apply build``) and stores what it wrote as an
 ``series_bench`` result document (schema id, provenance, machine) in ``results/<device>/``.
-Extra arguments go to the benchmark (``--ring 8x4x16384``, ``--misses 0 1 2``, ...).
+Extra arguments go to the benchmark (``--model all``, ``--rings``, ``--misses 0 1 2``, ...). With
+``--markdown`` the benchmark's comment is printed and kept beside the JSON as ``series_bench.md``,
+its first line an HTML comment with the provenance (invisible once pasted).
 
-``python -m bench.series_bench [--out DIR] [BENCHMARK ARGS...]`` (default: where :mod:`suite.results` keeps it)
+``python -m bench.series_bench [--out DIR] [--markdown] [BENCHMARK ARGS...]`` (default: where :mod:`suite.results` keeps it)
 """
 
 from __future__ import annotations
@@ -31,15 +33,19 @@ def fields_of(raw: dict, **extra) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, rest = entry.parser("series_bench").parse_known_args(argv)
+    ap = entry.parser("series_bench")
+    ap.add_argument("--markdown", action="store_true", help="also keep the benchmark's comment as series_bench.md")
+    args, rest = ap.parse_known_args(argv)
     script = work_repo(Workdir.from_env()) / SCRIPT
     if not script.is_file():
         print(f"[series_bench] {script} is missing: run `nox -s apply` first", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="upstream-bench-") as tmp:
-        raw_path = Path(tmp) / "raw.json"
-        rc = subprocess.run([sys.executable, str(script), "--json", str(raw_path), *rest], check=False).returncode
+        raw_path, md_path = Path(tmp) / "raw.json", Path(tmp) / "comment.md"
+        md = ["--markdown", str(md_path)] if args.markdown else []
+        rc = subprocess.run([sys.executable, str(script), "--json", str(raw_path), *md, *rest], check=False).returncode
         raw = results.read_json(raw_path)
+        comment = md_path.read_text() if md_path.is_file() else None
     if raw is None:
         print(f"[series_bench] the benchmark wrote no JSON (exit {rc})", file=sys.stderr)
         return rc or 1
@@ -47,7 +53,22 @@ def main(argv: list[str] | None = None) -> int:
     doc = SeriesBench.from_doc(fields_of(raw, exit_code=rc))  # the benchmark's JSON read into the model
     out = results.save("series_bench", machine=info, out_dir=args.out, **doc.to_doc())
     print(f"[series_bench] wrote {out} (benchmark exit {rc})")
+    if comment is not None:
+        print(comment)
+        md_out = save_comment(out, comment)
+        print(f"[series_bench] wrote {md_out}")
     return rc
+
+
+def save_comment(json_path: Path, comment: str) -> Path:
+    """The comment beside its document, first line the document's provenance as an HTML comment."""
+    doc = results.read_json(json_path) or {}
+    p = doc.get("provenance") or {}
+    head = (f"<!-- {json_path.name} of {doc.get('generated_at')}: series {p.get('series_hash')} "
+            f"({p.get('series_from')}), tree {p.get('tree')}, patch-id {p.get('patch_id')} -->")  # fmt: skip
+    target = json_path.with_suffix(".md")
+    target.write_text(head + "\n" + comment)
+    return target
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ from bench.conftest import RUN_INFO
 from gpukit.decode_regime import Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
 from gpukit.decode_step import DEFAULT_VARIANTS, DecodeStep, StepConfig, StepVariant, choice_fields
 from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
-from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels, precompile
+from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels, precompile, runs_ring
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 from gpukit import timing
@@ -305,7 +305,7 @@ class Bench:
         config = StepConfig(slots_per_layer=DECODE_SLOTS_PER_LAYER, source_layers=SOURCES,
                             steps=start + STEP_ROUNDS + 1)  # fmt: skip
         step = self.step = DecodeStep(variants, config, device=self.device, banks=self.banks, log=log.info)
-        assert getattr(step.caches[Kernel.TMA], "_decode_gather", None) is not None, "the tma cache does not use decode_gather"
+        assert runs_ring(step.caches[Kernel.TMA]), "the tma cache does not use decode_gather"
         names = [v.name for v in variants]
 
         def states_agree(r: int) -> None:

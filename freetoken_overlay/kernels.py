@@ -5,8 +5,10 @@ installed (the nox ``build`` session); it needs no GPU: the kernels are
 compiled with nvcc for every architecture in $TVM_FFI_CUDA_ARCH_LIST.
 
 Which kernels: the specs of ``freetoken.kernel.aot.default_kernel_specs()``
-whose name starts with :data:`SPEC_PREFIX`, i.e. those the series adds.  The
-cache goes to ``<workdir>/kernel-cache/`` (one ``<name>/<name>.so`` per spec,
+whose name starts with :data:`SPEC_PREFIX`, i.e. those the series adds; with
+``FT_OVERLAY_KERNEL_SET=full`` also upstream's ``fast_index_copy_multi`` widths (what the
+series' tests and ``auto`` load, so they run under FREETOKEN_DISABLE_JIT=1; the GPU sessions
+build this set).  The cache goes to ``<workdir>/kernel-cache/`` (one ``<name>/<name>.so`` per spec,
 the layout FREETOKEN_KERNEL_CACHE_DIR expects) with a ``MANIFEST.json``.
 """
 
@@ -31,6 +33,10 @@ logger = logging.getLogger(__name__)
 
 #: Kernel specs of the series: names ``freetoken__decode_gather...``.
 SPEC_PREFIX = "freetoken__decode_gather"
+#: What ``FT_OVERLAY_KERNEL_SET=full`` adds: upstream's decode miss copy at its prebuilt widths (1024 x 8, 32, 64).
+FULL_SET_PREFIX = "freetoken__fast_index_copy_multi"
+KERNEL_SET_ENV = "FT_OVERLAY_KERNEL_SET"
+KERNEL_SETS = ("series", "full")
 
 CUDA_ARCH_LIST_ENV = "TVM_FFI_CUDA_ARCH_LIST"
 DEFAULT_CUDA_ARCH_LIST = "8.0 9.0 10.0 12.0"
@@ -152,6 +158,17 @@ def select_specs(prefix: str = SPEC_PREFIX) -> list[str]:
     return [spec.name for spec in default_kernel_specs() if spec.name.startswith(prefix)]
 
 
+def kernel_set() -> str:
+    """$FT_OVERLAY_KERNEL_SET: ``series`` (unset or empty, the default) or ``full``."""
+    value = os.environ.get(KERNEL_SET_ENV, "").strip().lower() or "series"
+    if value not in KERNEL_SETS:
+        raise OverlayError(
+            f"{KERNEL_SET_ENV}={os.environ[KERNEL_SET_ENV]!r} is not a kernel set; allowed values: series (the "
+            f"default: the series' kernels), full (also upstream's {FULL_SET_PREFIX} widths)"
+        )
+    return value
+
+
 def _kernel_sources_sha256() -> str:
     """sha256 over the installed freetoken's kernel package (its Python specs and CUDA sources)."""
     import freetoken.kernel
@@ -164,15 +181,19 @@ def _kernel_sources_sha256() -> str:
 
 
 def _up_to_date(out: Path, inputs: dict) -> bool:
-    """Whether ``out`` holds a cache built from exactly ``inputs``, every kernel file still as built."""
+    """Whether ``out`` holds a cache built from ``inputs`` (its specs or more: a full cache serves the
+    series' set), every kernel file still as built."""
     try:
         manifest = json.loads((out / "MANIFEST.json").read_text())
     except (OSError, ValueError):
         return False
-    if {k: manifest.get(k) for k in inputs} != inputs or sorted(manifest.get("kernels", {})) != inputs["specs"]:
+    kernels = manifest.get("kernels", {})
+    if {k: manifest.get(k) for k in inputs if k != "specs"} != {k: v for k, v in inputs.items() if k != "specs"}:
         return False
-    so = {name: out / name / f"{name}.so" for name in inputs["specs"]}
-    return all(p.is_file() and p.stat().st_size == manifest["kernels"][n] for n, p in so.items())
+    if not set(inputs["specs"]) <= set(kernels) or sorted(kernels) != sorted(manifest.get("specs", [])):
+        return False
+    so = {name: out / name / f"{name}.so" for name in kernels}
+    return all(p.is_file() and p.stat().st_size == kernels[n] for n, p in so.items())
 
 
 def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
@@ -183,6 +204,7 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     import freetoken
 
     archs = cuda_arch_list()
+    full = kernel_set() == "full"
     names = select_specs()
     if not names:
         logger.info(
@@ -190,6 +212,8 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
             "default_kernel_specs() (the series adds none yet); skipping the kernel cache"
         )
         return None
+    if full:
+        names = [*names, *select_specs(FULL_SET_PREFIX)]
     cuda_home = ensure_cuda_home(workdir, pip_args=pip_args)
     out = workdir.kernel_cache
     inputs = {"freetoken": freetoken.__version__, "sources_sha256": _kernel_sources_sha256(),

@@ -45,6 +45,15 @@ def probe_headers(texts: Mapping[str, str], jit_dir: Path | None = None) -> Iter
             path.unlink(missing_ok=True)
 
 
+def runs_ring(cache) -> bool:
+    """Whether ``cache``'s decode misses run the ring (``copy_missing``'s launcher, chosen once in
+    ``_build_copy_plan``): anything but upstream's ``fast_index_copy_multi_jit`` is the ring, since
+    LaunchCounter may wrap ``decode_gather_jit``."""
+    from freetoken.kernel.fast_index_copy import fast_index_copy_multi_jit
+
+    return getattr(cache._decode_miss_copy, "func", None) is not fast_index_copy_multi_jit
+
+
 def default_ring(decode_gather) -> Ring:
     return Ring(int(decode_gather.DEFAULT_CTAS), int(decode_gather.DEFAULT_STAGES), int(decode_gather.DEFAULT_CHUNK_BYTES))
 

@@ -87,7 +87,7 @@ def _bench(name: str, *more: str) -> tuple[str, ...]:
 
 _TABLE = (
     Measurement("gpu", ("pytest", "-rs", "conformance/gpu"), folder="conformance",
-                doc="GPU tier only: conformance/gpu + the series' upstream tests, summary into "
+                doc="GPU tier only: conformance/gpu + the series' upstream tests (again with FREETOKEN_DISABLE_JIT=1), summary into "
                     "results/<device>/conformance/gpu.json.",
                 env=((CONFORMANCE_SUMMARY_ENV, "1"),), note=f"{CONFORMANCE_SUMMARY_ENV}=1"),
     Measurement("sanitize", ("conformance.gpu.run_sanitizer",), folder="conformance",
@@ -129,6 +129,8 @@ GPU_RUN = tuple(MEASUREMENTS[n] for n in ("gpu", "sanitize", "bench", "sweep", "
 
 # --------------------------------------------------------------------------- the other commands
 
+#: ``nox -s gpu`` then runs the series' upstream tests again with FREETOKEN_DISABLE_JIT=1 (every kernel prebuilt).
+SERIES_NO_JIT = Command(None, ("pytest", "-rs"), note="FREETOKEN_DISABLE_JIT=1, the series' upstream tests")
 REPORT = Command("report", ("report",))
 COMPARE = Command("compare", ("report.compare",), note="upstream, A/A and tma per (regime, layers, n), with the paired verdict")
 #: pytest-benchmark's own table of a saved run (DEVICE: a results/ directory such as h200), one group per case.

@@ -203,14 +203,23 @@ def test_main_refuses_bad_settings(tmp_path, monkeypatch, caplog):
         build_parser().parse_args(["run", "--model", str(model), "--miss-rate", "1.5"])
 
 
+def _upstream(bpb: int):  # the launchers the series' switch makes: partials of the kernels' entry points
+    return functools.partial(print, blocks_per_bank=bpb)
+
+
+def _ring(ctas: int, stages: int, chunk_bytes: int):
+    return functools.partial(print, ctas=ctas, stages=stages, chunk_bytes=chunk_bytes)
+
+
 def test_worker_pure_parts():
     assert ids_sha256([1, 2, 3]) == ids_sha256([1, 2, 3]) != ids_sha256([1, 2, 4])
     assert expected_kernel(None) == "fast_index_copy_multi" and expected_kernel("tma") == "decode_gather"
-    cache = types.SimpleNamespace(_decode_gather=None, _copy_fused_ok=True)
-    assert copy_kernel(cache) == "fast_index_copy_multi"
-    cache._decode_gather = object()
+    cache = types.SimpleNamespace(_decode_miss_copy=_upstream(8), _copy_fused_ok=True, _copy_blocks_per_bank=8)
+    assert copy_kernel(cache) == "fast_index_copy_multi" and copy_grid(cache) == {"blocks_per_bank": 8}
+    cache._copy_fused_ok = False
+    assert copy_kernel(cache) == "fast_index_copy (per bank)"
+    cache._decode_miss_copy = _ring(16, 4, 8192)
     assert copy_kernel(cache) == "decode_gather"
-    assert copy_grid(types.SimpleNamespace(_copy_blocks_per_bank=8), "fast_index_copy_multi") == {"blocks_per_bank": 8}
     args = argparse.Namespace(slots=600, kv_tokens=8192)
     pytest.importorskip("freetoken.mm.config", reason="needs the patched freetoken wheel")
     from bench.e2e.worker import engine_kwargs
@@ -325,25 +334,17 @@ def test_resume_refuses_a_document_of_other_variants():
     assert harness.resume_mismatch(doc, model, args, points, "t") == "it ran other variants (--auto)"
 
 
-def test_worker_reports_what_auto_chose():
+def test_worker_reports_what_runs_from_the_launcher_not_a_label():
+    """copy_kernel / copy_grid read the cache's decode miss launcher (``_decode_miss_copy``, auto's choice
+    included): its kernel and ring or grid are its fields; a label is never parsed."""
     assert expected_kernel("auto") is None and expected_kernel(" AUTO ") is None
-    kept = types.SimpleNamespace(label="bpb8", launch=None, reason="tie")
-    cache = types.SimpleNamespace(_decode_gather=None, _copy_fused_ok=True, _copy_blocks_per_bank=8,
-                                  decode_gather_auto=kept)  # fmt: skip
-    assert copy_kernel(cache) == "fast_index_copy_multi" and copy_grid(cache, "x") == {"blocks_per_bank": 8}
-    # the probe's launchers, as the switch makes them: partials of the kernels' entry points (the labels unread)
-    cache.decode_gather_auto = types.SimpleNamespace(label="?", launch=functools.partial(print, blocks_per_bank=32))
-    cache._decode_gather = print  # auto took a wider upstream grid: still fast_index_copy_multi
-    assert copy_kernel(cache) == "fast_index_copy_multi" and copy_grid(cache, "x") == {"blocks_per_bank": 32}
-    cache.decode_gather_auto = types.SimpleNamespace(label="?", launch=functools.partial(print, ctas=16, stages=4, chunk_bytes=8192))
-    assert copy_kernel(cache) == "decode_gather"
-    assert copy_grid(cache, "decode_gather") == {"ctas": 16, "stages": 4, "chunk_bytes": 8192}
-    cache.decode_gather_auto = types.SimpleNamespace(label="?", launch=print)  # a launcher of neither kernel
+    cache = types.SimpleNamespace(_copy_fused_ok=True, _copy_blocks_per_bank=8, _decode_miss_copy=_upstream(32),
+                                  decode_gather_auto=types.SimpleNamespace(label="tma 1x1x1"))  # fmt: skip
+    assert copy_kernel(cache) == "fast_index_copy_multi" and copy_grid(cache) == {"blocks_per_bank": 32}
+    cache._decode_miss_copy = _ring(8, 2, 16384)
+    assert copy_kernel(cache) == "decode_gather" and copy_grid(cache) == {"ctas": 8, "stages": 2, "chunk_bytes": 16384}
+    cache._decode_miss_copy = None  # no launcher: the cache's own fast_index_copy_multi at its grid
+    assert copy_grid(cache) == {"blocks_per_bank": 8}
+    cache._decode_miss_copy = print  # a launcher of neither kernel
     with pytest.raises(ValueError, match="neither a decode_gather ring nor a fast_index_copy_multi grid"):
-        copy_grid(cache, "x")
-
-def test_worker_reports_the_ring_of_the_tma_switch():
-    cache = types.SimpleNamespace(_decode_gather=print, _copy_fused_ok=True, decode_gather_auto=None,
-                                  _decode_gather_switch=types.SimpleNamespace(ring=(8, 2, 16384)))  # fmt: skip
-    assert copy_kernel(cache) == "decode_gather"
-    assert copy_grid(cache, "decode_gather") == {"ctas": 8, "stages": 2, "chunk_bytes": 16384}
+        copy_grid(cache)

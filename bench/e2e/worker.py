@@ -35,7 +35,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from suite.geometry import Ring
 from suite.kernels import Kernel, Variant, launched
 
 #: The fixed prompt (any tokenizer encodes it; ~90 tokens on a BPE vocabulary, ~480 bytes).
@@ -87,36 +86,24 @@ def engine_kwargs(args: argparse.Namespace, num_experts: int) -> dict[str, Any]:
     }
 
 
-def _auto_variant(cache) -> Variant | None:
-    """What FREETOKEN_DECODE_GATHER=auto's probe launches in ``cache`` (from its launcher; None: not auto)."""
-    choice = getattr(cache, "decode_gather_auto", None)
-    return None if choice is None else launched(choice.launch, getattr(cache, "_copy_blocks_per_bank", None))
+def copy_variant(cache) -> Variant:
+    """The kernel and launch shape of ``cache``'s decode miss copy, from its launcher (``_decode_miss_copy``,
+    chosen once in ``_build_copy_plan``: upstream's at its grid, the ring, or what auto's probe kept)."""
+    return launched(getattr(cache, "_decode_miss_copy", None), getattr(cache, "_copy_blocks_per_bank", None))
 
 
 def copy_kernel(cache) -> str:
     """Which kernel ``copy_missing`` runs for decode misses in this cache."""
-    auto = _auto_variant(cache)
-    ring = auto.kernel is Kernel.TMA if auto is not None else getattr(cache, "_decode_gather", None) is not None
-    if ring:
+    if copy_variant(cache).kernel is Kernel.TMA:
         return "decode_gather"
     if getattr(cache, "_copy_fused_ok", False):
         return "fast_index_copy_multi"
     return "fast_index_copy (per bank)"
 
 
-def copy_grid(cache, kernel: str) -> dict[str, Any]:
+def copy_grid(cache) -> dict[str, Any]:
     """The launch shape of the decode miss copy: decode_gather's ring, or upstream's CTAs per bank."""
-    auto = _auto_variant(cache)
-    if auto is not None:
-        return auto.grid
-    if kernel == "decode_gather":
-        ring = getattr(getattr(cache, "_decode_gather_switch", None), "ring", None)
-        if ring is None:  # the switch's default ring
-            from freetoken.kernel import decode_gather
-
-            ring = decode_gather.default_ring()
-        return Variant(Kernel.TMA, ring=Ring(*ring)).grid
-    return Variant(Kernel.UPSTREAM, blocks_per_bank=getattr(cache, "_copy_blocks_per_bank", None)).grid
+    return copy_variant(cache).grid
 
 
 def expected_kernel(env_value: str | None) -> str | None:
@@ -232,7 +219,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "variant_env": env_gather,
         "copy_kernel": kernel,
         "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
-        "copy_grid": copy_grid(cache, kernel),
+        "copy_grid": copy_grid(cache),
         "auto": auto_choice(cache),
         "slots": args.slots,
         "moe_layers": layers,

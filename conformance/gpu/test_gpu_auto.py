@@ -19,6 +19,7 @@ ENV = "FREETOKEN_DECODE_GATHER"
 
 
 def test_auto_cache_matches_unset_through_the_captured_decode_step(real_gpu, tally):
+    from freetoken.kernel.fast_index_copy import fast_index_copy_multi_jit
     from freetoken.moe.decode_gather_auto import describe
     from gpukit.decode_step import DecodeStep, StepConfig, StepVariant
 
@@ -28,8 +29,8 @@ def test_auto_cache_matches_unset_through_the_captured_decode_step(real_gpu, tal
         auto, unset = step.caches["auto"], step.caches["unset"]
         choice = auto.decode_gather_auto
         assert choice is not None, f"{ENV}=auto built a cache without decode_gather_auto"
-        assert unset.decode_gather_auto is None and unset._decode_gather is None
-        assert auto._decode_gather is choice.launch
+        assert unset.decode_gather_auto is None and unset._decode_miss_copy.func is fast_index_copy_multi_jit
+        assert auto._decode_miss_copy is choice.launch  # the kernel its label names
         tally.note("auto_choice", describe(choice))
         assert step.state_diff("unset", "auto") is None, "after the warm-up"
         for k in range(config.steps):

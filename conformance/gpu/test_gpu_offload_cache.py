@@ -100,11 +100,12 @@ def test_eager_steps_identical_and_tma_uses_decode_gather(sm90, banks, monkeypat
     with LaunchCounter(gpu.decode_gather, gpu.fast_index_copy) as counter:
         base = _make_cache(gpu, banks, monkeypatch, None)
         tma = _make_cache(gpu, banks, monkeypatch, "tma")
-        assert hasattr(tma, "_decode_gather"), (
-            "OffloadMoeCache has no _decode_gather: the FREETOKEN_DECODE_GATHER wiring is missing"
+        assert hasattr(tma, "_decode_miss_copy"), (
+            "OffloadMoeCache has no _decode_miss_copy: the FREETOKEN_DECODE_GATHER wiring is missing"
         )
-        assert tma._decode_gather is not None, "the tma cache did not select decode_gather"
-        assert base._decode_gather is None, f"unset cache recorded {base._decode_gather!r}"
+        upstream = gpu.fast_index_copy.fast_index_copy_multi_jit  # the decode miss launcher's function, unless tma
+        assert tma._decode_miss_copy.func is not upstream, "the tma cache did not select decode_gather"
+        assert base._decode_miss_copy.func is upstream, f"unset cache runs {base._decode_miss_copy!r}"
         rng = random.Random("cache-eager")
         steps = 24
         trace = _trace(gpu, steps, 4, seed=5)

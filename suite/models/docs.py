@@ -188,6 +188,23 @@ class SeriesRow(Model):
 
 
 @dataclasses.dataclass
+class SeriesGeometry(Model):
+    """One model geometry of a ``--model`` run (benchmark schema ``/2``): its profile, bank rows and pinned
+    layers (in ``extra``), its rows, what ``auto`` chose; ``skipped`` says why it has no rows."""
+
+    model: str
+    quant_format: str | None = None
+    expert_bytes: int | None = None
+    rows: list[SeriesRow] = field([])
+    auto: dict[str, Any] | None = None
+    skipped: str | None = None
+    extra: dict[str, Any] = field({})
+
+    NESTED = {"rows": (list, SeriesRow)}
+    OPTIONAL = ("quant_format", "expert_bytes", "auto")
+
+
+@dataclasses.dataclass
 class SeriesBench(Document):
     """The series' own benchmark (``benchmarks/bench_decode_gather.py``) kept by ``python -m bench.series_bench``."""
 
@@ -198,12 +215,13 @@ class SeriesBench(Document):
     full_footprint: bool | None = None
     decides: str | None = None
     copy_engine_gbps: list[float] = field([])
-    rows: list[SeriesRow] = field([])
+    rows: list[SeriesRow] = field([])  # one geometry's, before the benchmark's schema /2
+    geometries: list[SeriesGeometry] | None = None  # schema /2: one per --model geometry, each with its rows
     failures: list[Any] = field([])
     exit_code: int | None = None
 
-    NESTED = {"rows": (list, SeriesRow)}
-    OPTIONAL = ("benchmark_schema", "footprint_bytes", "full_footprint", "decides", "exit_code")
+    NESTED = {"rows": (list, SeriesRow), "geometries": (list, SeriesGeometry)}
+    OPTIONAL = ("benchmark_schema", "footprint_bytes", "full_footprint", "decides", "exit_code", "geometries")
 
 
 # --------------------------------------------------------------------------- ceiling, contention

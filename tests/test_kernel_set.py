@@ -1,0 +1,60 @@
+"""FT_OVERLAY_KERNEL_SET: the GPU sessions' full kernel cache (the series' kernels and upstream's
+fast_index_copy_multi widths) is built once and kept, also by a later build of the series' set;
+a value that is no set is refused, naming the variable, the value and the sets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from freetoken_overlay import kernels
+from freetoken_overlay.util import OverlayError, Workdir
+
+
+def test_a_bad_kernel_set_is_refused(monkeypatch) -> None:
+    monkeypatch.setenv(kernels.KERNEL_SET_ENV, "everything")
+    with pytest.raises(OverlayError, match="FT_OVERLAY_KERNEL_SET='everything' is not a kernel set; allowed values: series"):
+        kernels.kernel_set()
+    monkeypatch.setenv(kernels.KERNEL_SET_ENV, " ")
+    assert kernels.kernel_set() == "series"
+
+
+def test_the_full_set_adds_upstreams_copy_widths() -> None:
+    pytest.importorskip("freetoken.kernel.aot", reason="needs the patched freetoken (nox -s test)")
+    widths = kernels.select_specs(kernels.FULL_SET_PREFIX)
+    assert widths == [f"freetoken__fast_index_copy_multi_1024_{b}" for b in (8, 32, 64)]  # kernel/aot.py's widths
+
+
+def test_a_full_cache_is_built_once_and_kept_by_a_series_build(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("freetoken.kernel.aot")
+    import freetoken.kernel.aot as aot
+
+    workdir = Workdir(tmp_path / "work")
+    compiled = []
+
+    def fake_compile(out_dir, build_dir, specs, verbose):
+        compiled.append(sorted(specs))
+        built = []
+        for name in specs:
+            (Path(out_dir) / name).mkdir(parents=True, exist_ok=True)
+            (Path(out_dir) / name / f"{name}.so").write_bytes(b"\x7fELF" + name.encode())
+            built.append(Path(out_dir) / name / f"{name}.so")
+        return built
+
+    series = ["freetoken__decode_gather_16_4_8192"]
+    widths = [f"freetoken__fast_index_copy_multi_1024_{b}" for b in (8, 32, 64)]
+    monkeypatch.setattr(aot, "compile_and_package_kernels", fake_compile)
+    monkeypatch.setattr(kernels, "select_specs", lambda prefix=kernels.SPEC_PREFIX: series if prefix == kernels.SPEC_PREFIX else widths)
+    monkeypatch.setattr(kernels, "ensure_cuda_home", lambda workdir, pip_args: tmp_path / "cuda")
+    monkeypatch.setenv(kernels.CUDA_ARCH_LIST_ENV, "9.0")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))  # the build sets it; restored after the test
+    monkeypatch.setenv(kernels.KERNEL_SET_ENV, "full")
+    for _ in range(2):
+        kernels.build_kernel_cache(workdir, pip_args=[])
+    monkeypatch.setenv(kernels.KERNEL_SET_ENV, "series")
+    kernels.build_kernel_cache(workdir, pip_args=[])  # the full cache serves the series' set: kept
+    assert compiled == [sorted(series + widths)]
+    (workdir.kernel_cache / widths[1] / f"{widths[1]}.so").unlink()  # a kernel of the cache gone: rebuilt
+    kernels.build_kernel_cache(workdir, pip_args=[])
+    assert compiled[1:] == [series]
