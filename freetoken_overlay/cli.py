@@ -20,6 +20,7 @@ import importlib.util
 import logging
 import os
 import shlex
+import signal
 import sys
 import tomllib
 from pathlib import Path
@@ -241,11 +242,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the step is, so its ``finally`` and ``with`` blocks remove what it made aside."""
+
+
+def _on_signal(signum: int, _frame) -> None:
+    raise Interrupted(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
     setup_logging()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _on_signal)
     try:
         check_flags()
         setup_logging(debug=verbose())
@@ -253,4 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     except OverlayError as exc:
         print(f"freetoken_overlay {args.command}: error: {exc}", file=sys.stderr, flush=True)
         return 1
+    except KeyboardInterrupt as exc:  # Ctrl-C (SIGINT), or the signals above
+        signum = exc.args[0] if isinstance(exc, Interrupted) else signal.SIGINT
+        print(f"freetoken_overlay {args.command}: interrupted ({signal.Signals(signum).name}); "
+              "what it had made aside is removed", file=sys.stderr, flush=True)  # fmt: skip
+        return 128 + signum
     return 0
