@@ -1,7 +1,7 @@
 """``python -m freetoken_overlay COMMAND``: the steps the nox sessions run.
 
 Commands: apply, export, build (= build-wheel --install + build-kernels),
-build-wheel, build-kernels, verify, series-hash, wheelhouse.  Settings come
+build-wheel, build-kernels, verify, kept, series-hash, wheelhouse.  Settings come
 from the environment: FT_OVERLAY_WORKDIR (work directory, an absolute path;
 default ``<repo>/.work``), FT_OVERLAY_WHEELHOUSE (offline wheelhouse; also
 ``--wheelhouse``), FT_OVERLAY_VERBOSE=1 (pip's own output and the overlay's DEBUG
@@ -165,6 +165,27 @@ def cmd_series_hash(args: argparse.Namespace) -> None:
     print(series.series_hash(patches))
 
 
+def cmd_kept(args: argparse.Namespace) -> None:
+    from .workrepo import branch_tip, file_patch_ids, kept_refs, patch_ids, q, series_branch
+
+    pin = pins.get_pin(args.release)
+    repo, branch = series.work_repo(Workdir.from_env()), series_branch(pin)
+    if not (repo / ".git").is_dir():
+        raise OverlayError(f"{repo} does not exist, so nothing is kept")
+    known = set(file_patch_ids(repo, series.patch_files(_patches(args))))
+    if branch_tip(repo, branch):
+        known |= set(patch_ids(repo, pin.tag, branch))
+    kept = kept_refs(repo, pin.tag, branch, known)
+    if not kept:
+        logger.info(f"{repo}: no kept/{branch}-* branches")
+    for name, lost in kept.items():
+        if lost:
+            logger.info(f"{name}: keep it: {len(lost)} commit(s) in neither {branch} nor patches/:"
+                        + "".join(f"\n  {c}" for c in lost))  # fmt: skip
+        else:
+            logger.info(f"{name}: safe to drop (its commits are in {branch} or patches/): git -C {q(repo)} branch -D {name}")
+
+
 def cmd_wheelhouse(args: argparse.Namespace) -> None:
     from .wheelhouse import download_wheelhouse
 
@@ -234,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     command("build", cmd_build, "build-wheel --install, then build-kernels")
     verify = command("verify", cmd_verify, "check the pinned wheels' sha256 and source tree id", patches=False)
     verify.add_argument("--all-wheels", action="store_true", help="every accepted wheel, not just one")
+    command("kept", cmd_kept, "list the kept/decode-gather-* branches apply made, and which are safe to drop",
+            wheelhouse=False, pip=False)  # fmt: skip
     command("series-hash", cmd_series_hash, "print the series hash of patches/", wheelhouse=False, pip=False)
     house = command("wheelhouse", cmd_wheelhouse, "download the wheels the offline GPU machine lacks into DIR",
                     patches=False, wheelhouse=False)  # fmt: skip
