@@ -447,3 +447,25 @@ def test_editing_the_series_does_not_make_the_pages_stale(tmp_path: Path, monkey
             record["extra_info"]["paired"]["ratio"]["tma"] = 9.0
     store.write_text(json.dumps(doc))
     assert "PR.md" in stale_pages(project / "results", project / "results")
+
+
+@pytest.mark.parametrize("operation", ["rebase", "am"])
+def test_an_operation_in_progress_gets_one_command_a_line(operation: str, throwaway_series: Path, workdir: Path) -> None:
+    """"git -C ... rebase --continue or am --continue (or --abort)" was several commands in one line."""
+    repo = workdir / "upstream"
+    if operation == "rebase":
+        _commit(repo, "python/freetoken/a.py", "A = 1\n", "a")
+        env = {**os.environ, **AUTHOR, "GIT_SEQUENCE_EDITOR": "sed -i 's/^pick/edit/'"}
+        subprocess.run(["git", "-C", str(repo), "rebase", "-q", "-i", f"{BRANCH}~1"], env=env, check=True,
+                       capture_output=True)  # fmt: skip
+    else:
+        second = sorted(throwaway_series.glob("*.patch"))[1]
+        git(repo, "am", str(second), check=False)  # already applied: git am stops in the middle
+    assert (repo / ".git" / ("rebase-merge" if operation == "rebase" else "rebase-apply")).is_dir()
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=workdir, check=False)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 1 and f"  git -C {repo} {operation} --continue" in lines
+    assert f"  git -C {repo} {operation} --abort" in lines
+    assert f"then run this again: python3 -m freetoken_overlay apply --patches {throwaway_series}" in lines
+    subprocess.run(f"git -C {repo} {operation} --abort", shell=True, check=True, capture_output=True)  # as printed
+    assert not (repo / ".git/rebase-merge").exists() and not (repo / ".git/rebase-apply").exists()
