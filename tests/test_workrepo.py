@@ -418,23 +418,19 @@ def test_another_release_is_another_tag_and_branch_in_the_same_repository(throwa
 
 
 def test_editing_the_series_does_not_make_the_pages_stale(tmp_path: Path, monkeypatch) -> None:
-    """`nox -s test` after an export: the page check compares the JSON to the pages, with patches/ as of the
-    commit that last wrote each page; a change to the JSON is still caught."""
-    import shutil
-
+    """`nox -s test` after an export and a commit: the page check compares the JSON to the pages, with patches/ as of
+    the commit that last wrote each page; a change to the JSON is still caught.  It runs on a clone of this checkout,
+    so that commit is the real one: a copy of the files in a new repository failed here once 0003's subject was
+    reworded and committed (``python3 -m report --check`` passed)."""
     from freetoken_overlay import series
     from report.__main__ import stale_pages
 
     project = tmp_path / "project"
-    shutil.copytree(REPO_ROOT / "results", project / "results")
-    shutil.copytree(REPO_ROOT / "experiments" / "results", project / "experiments" / "results")  # earlier runs
-    shutil.copytree(series.PATCHES_DIR, project / "patches")
-    git(project, "init", "-q")
-    commit_project(project / "patches", "results and patches")
+    subprocess.run(["git", "clone", "-q", "--local", str(REPO_ROOT), str(project)], check=True, capture_output=True)
     monkeypatch.setattr(series, "PATCHES_DIR", project / "patches")
     assert stale_pages(project / "results", project / "results") == []
-    first = min((project / "patches").glob("*.patch"))
-    first.write_text(re.sub(r"(?m)^Subject: (\[PATCH[^\]]*\]) ", r"Subject: \1 reworded: ", first.read_text(), count=1))
+    third = sorted((project / "patches").glob("*.patch"))[2]
+    third.write_text(re.sub(r"(?m)^Subject: (\[PATCH[^\]]*\]) ", r"Subject: \1 reworded: ", third.read_text(), count=1))
     commit_project(project / "patches", "series: reword a subject")
     from report.render import render
 
