@@ -125,7 +125,7 @@ def _missing_for_kernels(missing: str) -> OverlayError:
     return OverlayError(
         f"building the kernel cache imports the patched freetoken, which needs torch and its import closure; "
         f"this Python ({sys.executable}) has no module {missing!r}\n"
-        "run it through nox, which installs them into .nox/build/: nox -s build\n"
+        "run it through nox, which installs them into .nox/patched/: nox -s build\n"
         f"or install them into this Python ({req.TORCH_CPU} is the CPU build; a GPU machine keeps its own torch): "
         f"{python} -m pip install {closure} && {python} -m pip install --no-deps {' '.join(req.NO_DEPS)}"
     )
