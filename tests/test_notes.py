@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from freetoken_overlay.notes import patch_note
 from freetoken_overlay.series import BRANCH
 
 from conftest import commit_project, git, overlay, read_dir  # noqa: E402
@@ -13,6 +12,8 @@ NOTE = "Reviewer: why not a bigger grid?\n\nA second paragraph."
 
 
 def test_patch_note_reads_a_typed_note_and_exports_own_block() -> None:
+    from freetoken_overlay.notes import patch_note
+
     typed = b"Subject: [PATCH] x\n\nbody\n---\nReviewer: why?\n\n a.py | 1 +\n 1 file changed\n\ndiff --git a/a.py b/a.py\n"
     assert patch_note(typed) == "Reviewer: why?"
     exported = b"Subject: [PATCH] x\n\nbody\n---\n\nNotes:\n    Reviewer: why?\n    \n    more\n\n a.py | 1 +\n"
@@ -31,7 +32,9 @@ def test_a_committed_note_stays_in_the_patch_file(throwaway_series: Path, workdi
     assert git(repo, "notes", "show", f"{BRANCH}~1") == NOTE
     git(repo, "commit", "-q", "--amend", "-m", "Drop cache_report, add a test\n\nReworded.", date="1700000100 +0000")
     overlay("export", "--patches", str(throwaway_series), workdir=workdir)
-    assert patch_note(first.read_bytes()) == NOTE and "Reworded." in max(throwaway_series.glob("*.patch")).read_text()
+    kept = "".join(f"    {line}\n" for line in NOTE.splitlines())
+    assert f"\n---\n\nNotes:\n{kept}\n" in first.read_text()  # format-patch --notes: under Notes:, indented
+    assert "Reworded." in max(throwaway_series.glob("*.patch")).read_text()
     commit_project(throwaway_series, "series: reworded")
     exported = read_dir(throwaway_series)
     fresh = tmp_path / "fresh"
