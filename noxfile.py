@@ -181,7 +181,7 @@ def export(session: nox.Session) -> None:
 @nox.session(default=False)
 def patched(session: nox.Session) -> None:
     """The venv build, test and sass share (.nox/patched/): CPU torch, the import closure, the patched wheel."""
-    _install_patched(session, *_group("test", "kernel-build"), kernel_cache=False)
+    _install_patched(session, *_group("test", "kernel-build", *(() if GPUS else ("parallel",))), kernel_cache=False)
     if session.venv_backend == "none":  # --no-venv: the Python running nox
         _PATCHED.update(python=sys.executable)
     else:
@@ -213,7 +213,8 @@ def build(session: nox.Session) -> None:
 def test(session: nox.Session) -> None:
     """Run tests/, conformance/ and the series' upstream tests against the patched wheel (-- PATH... narrows it)."""
     python = _in_patched(session)
-    session.run(python, "-m", "pytest", *(session.posargs or _upstream_tests(session)), external=True)
+    spread = [] if GPUS else ["-n", "auto"]  # pytest-xdist over the CPU cores; -- ARGS: one process, as given
+    session.run(python, "-m", "pytest", *(session.posargs or [*spread, *_upstream_tests(session)]), external=True)
 
 
 def _run_patched(session: nox.Session, cmd: commands.Command, *groups: str, upstream_tests: bool = False,
