@@ -10,7 +10,7 @@
 # ... of the Python running nox; ``nox --no-venv`` runs in it), FT_OVERLAY_VERBOSE=1 (pip's output),
 # TVM_FFI_CUDA_ARCH_LIST (kernel architectures for ``build``).  pytest's testpaths and addopts are
 # in pyproject.toml.  A new CPU session: ``@nox.session(python=False, requires=["patched"])``, then
-# ``_in_patched(session)`` and ``session.run(_python(session), ...)``.
+# ``session.run(_in_patched(session), "-m", ...)`` (the shared venv's Python).
 
 from __future__ import annotations
 
