@@ -1,14 +1,17 @@
 """nox sessions for the decode-gather patch series against FreeToken (README.md says how to use them)."""
 
 # Developer notes (not in the docstring, which ``nox -l`` prints).  ``nox -s apply build`` is the
-# main job, ``nox -s test`` the default.  Each installing session has its own venv under .nox/,
-# made and reused by nox (``reuse_venv = "yes"``; ``nox -R`` also skips the pip runs).  Settings:
+# main job, ``nox -s test`` the default.  build, test and sass share one venv on purpose, .nox/patched/
+# (CPU torch is installed once): nox makes it for the ``patched`` session they require, which installs
+# into it; they run in it (``reuse_venv = "yes"``; ``nox -R`` also skips the pip runs).  The GPU sessions
+# keep their own venvs, made only where nvidia-smi finds a GPU.  Settings:
 # FT_OVERLAY_WORKDIR (absolute; default .work/), FT_OVERLAY_WHEELHOUSE (offline wheels: pip's own
 # PIP_NO_INDEX/PIP_FIND_LINKS are set from it), FT_OVERLAY_SYSTEM_SITE=1 (reuse the torch, triton,
 # ... of the Python running nox; ``nox --no-venv`` runs in it), FT_OVERLAY_VERBOSE=1 (pip's output),
 # TVM_FFI_CUDA_ARCH_LIST (kernel architectures for ``build``), FT_OVERLAY_KERNEL_SET=full (``build`` also compiles
-# upstream's fast_index_copy_multi widths: the cache the GPU sessions build for themselves).  pytest's testpaths and addopts are
-# in pyproject.toml.  A new session: ``_install_patched(session, *extra)``, then ``session.run``.
+# upstream's fast_index_copy_multi widths: the cache the GPU sessions build for themselves).  pytest's testpaths and
+# addopts are in pyproject.toml.  A new CPU session: ``@nox.session(python=False, requires=["patched"])``, then
+# ``session.run(_in_patched(session), "-m", ...)`` (the shared venv's Python).
 
 from __future__ import annotations
 
@@ -102,6 +105,11 @@ def _python(session: nox.Session) -> str:
     return sys.executable if session.venv_backend == "none" else "python"  # --no-venv: the Python running nox
 
 
+#: The shared venv's interpreter and bin directory, recorded by the ``patched`` session for the sessions that
+#: require it (nox runs a session's requirements first, in the same process).
+_PATCHED: dict[str, str] = {}
+
+
 def _use_kernel_cache(session: nox.Session) -> None:
     """Point $FREETOKEN_KERNEL_CACHE_DIR at the kernel cache ``nox -s build`` made for the
     installed series (a value already set is kept; a cache built for another series is not used)."""
@@ -138,12 +146,22 @@ def _upstream_tests(session: nox.Session, *, all_: bool = False) -> list[str]:
     return [str(tests)] if tests.is_dir() and (all_ or tests != ROOT / ".work" / "upstream" / "tests") else []
 
 
-def _require_gpu(session: nox.Session) -> None:
-    """The one behaviour of every GPU session on a machine without one: say so and skip."""
+def _count_gpus() -> int:
+    """The CUDA GPUs ``nvidia-smi -L`` lists (0 without nvidia-smi)."""
     smi = shutil.which("nvidia-smi")
-    found = smi and subprocess.run([smi, "-L"], capture_output=True, text=True, check=False).stdout.strip()
-    if not found:
-        session.skip(f"nox -s {session.name} needs a CUDA GPU (nvidia-smi finds none here)")
+    out = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False).stdout if smi else ""
+    return sum(line.startswith("GPU ") for line in out.splitlines())
+
+
+#: Counted once, as the noxfile loads: a GPU session gets a venv only where it has its GPUs, else it skips at once.
+GPUS = _count_gpus()
+
+
+def _require_gpu(session: nox.Session, gpus: int = 1) -> None:
+    """The one behaviour of every GPU session on a machine without its GPUs: say so and skip."""
+    if GPUS < gpus:
+        needs = "a CUDA GPU" if gpus == 1 else f"{gpus} CUDA GPUs"
+        session.skip(f"nox -s {session.name} needs {needs} (nvidia-smi finds {GPUS or 'none'} here)")
 
 
 def _overlay(session: nox.Session, command: str) -> None:
@@ -163,24 +181,48 @@ def export(session: nox.Session) -> None:
     _overlay(session, "export")
 
 
-@nox.session
+@nox.session(default=False)
+def patched(session: nox.Session) -> None:
+    """The venv build, test and sass share (.nox/patched/): CPU torch, the import closure, the patched wheel."""
+    _install_patched(session, *_group("test", "kernel-build", *(() if GPUS else ("parallel",))), kernel_cache=False)
+    if session.venv_backend == "none":  # --no-venv: the Python running nox
+        _PATCHED.update(python=sys.executable)
+    else:
+        _PATCHED.update(python=str(Path(session.bin) / "python"), bin=session.bin)
+
+
+def _in_patched(session: nox.Session, *, kernel_cache: bool = True) -> str:
+    """The shared venv's Python, its bin/ first on PATH (ninja, pytest) and, with ``kernel_cache``, the kernel
+    cache built for the installed series, where there is one."""
+    if "python" not in _PATCHED:
+        session.error(f"nox -s {session.name} runs in the venv of the patched session it requires; "
+                      "run it without --no-dependencies")  # fmt: skip
+    if "bin" in _PATCHED:
+        session.env.update(PATH=os.pathsep.join([_PATCHED["bin"], os.environ.get("PATH", "")]),
+                           VIRTUAL_ENV=str(Path(_PATCHED["bin"]).parent))  # fmt: skip
+    if kernel_cache:
+        _use_kernel_cache(session)
+    return _PATCHED["python"]
+
+
+@nox.session(python=False, requires=["patched"])
 def build(session: nox.Session) -> None:
     """Build and install the patched wheel (.work/dist/) and the series' AOT kernel cache."""
-    _install_patched(session, *_group("kernel-build"), kernel_cache=False)  # it is building that cache
-    session.run(_python(session), "-m", "freetoken_overlay", "build-kernels", *session.posargs, external=True)
+    python = _in_patched(session, kernel_cache=False)  # it is building that cache
+    session.run(python, "-m", "freetoken_overlay", "build-kernels", *session.posargs, external=True)
 
 
-@nox.session
+@nox.session(python=False, requires=["patched"])
 def test(session: nox.Session) -> None:
     """Run tests/, conformance/ and the series' upstream tests against the patched wheel (-- PATH... narrows it)."""
-    _install_patched(session, *_group("test"))
-    session.run(_python(session), "-m", "pytest", *(session.posargs or _upstream_tests(session)), external=True)
+    python = _in_patched(session)
+    spread = [] if GPUS else ["-n", "auto"]  # pytest-xdist over the CPU cores; -- ARGS: one process, as given
+    session.run(python, "-m", "pytest", *(session.posargs or [*spread, *_upstream_tests(session)]), external=True)
 
 
 def _run_patched(session: nox.Session, cmd: commands.Measurement, *, upstream_tests: bool = False) -> None:
     """``cmd`` on a GPU with the patched wheel and the full kernel cache (+ the series' upstream tests, run a
     second time with FREETOKEN_DISABLE_JIT=1: every kernel from the cache; files go where suite.results says)."""
-    _require_gpu(session)
     _install_patched(session, *_group("test", "gpu", "kernel-build", *cmd.groups), kernel_cache=False)
     # the series' kernels + upstream's fast_index_copy_multi widths, built once and kept (kernels.kernel_set)
     session.run(_python(session), "-m", "freetoken_overlay", "build-kernels", env={KERNEL_SET_ENV: "full"},
@@ -207,11 +249,13 @@ def _gpu_session(cmd: commands.Measurement, **kwargs) -> None:
     """The session ``nox -s NAME`` of a GPU measurement (suite.commands.MEASUREMENTS), tagged gpu."""
 
     def run(session: nox.Session) -> None:
+        _require_gpu(session, cmd.gpus)  # first: without its GPUs every GPU session skips alike (e2e before its usage)
         _BEFORE.get(cmd.name, lambda s: None)(session)
         _run_patched(session, cmd, **kwargs)
 
     run.__doc__ = cmd.doc
-    nox.session(run, name=cmd.name, tags=["gpu"], default=False)
+    # no venv where the GPUs are missing: the session only says so and skips
+    nox.session(run, name=cmd.name, tags=["gpu"], default=False, python=None if GPUS >= cmd.gpus else False)
 
 
 for _m in commands.MEASUREMENTS.values():
@@ -226,11 +270,10 @@ def report(session: nox.Session) -> None:
     session.run("python", "-m", *commands.REPORT.args, *session.posargs)
 
 
-@nox.session
+@nox.session(python=False, requires=["patched"])
 def sass(session: nox.Session) -> None:
     """Compile-only SASS gate of the patched kernel for sm_80..sm_120 -> results/sass.json (nvcc, no GPU)."""
-    _install_patched(session, *_group("test"))
-    session.run(_python(session), "-m", *commands.MEASUREMENTS["sass"].args, *session.posargs, external=True)
+    session.run(_in_patched(session), "-m", *commands.MEASUREMENTS["sass"].args, *session.posargs, external=True)
 
 
 @nox.session(python=False)  # stdlib only

@@ -2,7 +2,7 @@
 
 Development experiment (see README.md here); GPU and the patched freetoken installed:
 
-    PROBE_RINGS=16x4x8K,32x4x4K .nox/build/bin/python -m experiments.probe_neighbour
+    PROBE_RINGS=16x4x8K,32x4x4K .nox/patched/bin/python -m experiments.probe_neighbour
 
 A: 40-layer captured graphs at n = 0, 1, 2 of upstream (twice) and each ring, alone and with a
 one-CTA cupy kernel before every layer (default shared-memory carveout, and carveout 100% shared),

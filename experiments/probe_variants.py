@@ -4,7 +4,7 @@ Development experiment behind the kernel's prologue (see README.md here); needs 
 patched freetoken installed (``nox -s apply build``, then this file with that session's Python):
 
     PROBE_VARS=current,old PROBE_RINGS=16x4x8K PROBE_NS=0,1,2,600 \
-        .nox/build/bin/python -m experiments.probe_variants
+        .nox/patched/bin/python -m experiments.probe_variants
 
 It writes the variants of :mod:`variants` next to the installed decode_gather.cuh, JIT-builds each
 (variant, ring) as its own module, and times per-layer 40-layer captured graphs (4 layers for

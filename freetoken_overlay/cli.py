@@ -1,7 +1,7 @@
 """``python -m freetoken_overlay COMMAND``: the steps the nox sessions run.
 
 Commands: apply, export, build (= build-wheel --install + build-kernels),
-build-wheel, build-kernels, verify, series-hash, wheelhouse.  Settings come
+build-wheel, build-kernels, verify, kept, series-hash, wheelhouse.  Settings come
 from the environment: FT_OVERLAY_WORKDIR (work directory, an absolute path;
 default ``<repo>/.work``), FT_OVERLAY_WHEELHOUSE (offline wheelhouse; also
 ``--wheelhouse``), FT_OVERLAY_VERBOSE=1 (pip's own output and the overlay's DEBUG
@@ -20,6 +20,7 @@ import importlib.util
 import logging
 import os
 import shlex
+import signal
 import sys
 import tomllib
 from pathlib import Path
@@ -124,7 +125,7 @@ def _missing_for_kernels(missing: str) -> OverlayError:
     return OverlayError(
         f"building the kernel cache imports the patched freetoken, which needs torch and its import closure; "
         f"this Python ({sys.executable}) has no module {missing!r}\n"
-        "run it through nox, which installs them into .nox/build/: nox -s build\n"
+        "run it through nox, which installs them into .nox/patched/: nox -s build\n"
         f"or install them into this Python ({req.TORCH_CPU} is the CPU build; a GPU machine keeps its own torch): "
         f"{python} -m pip install {closure} && {python} -m pip install --no-deps {' '.join(req.NO_DEPS)}"
     )
@@ -162,6 +163,27 @@ def cmd_series_hash(args: argparse.Namespace) -> None:
     if not series.patch_files(patches):
         raise OverlayError(f"--patches {args.patches!r}: holds no *.patch files, so there is no series to hash")
     print(series.series_hash(patches))
+
+
+def cmd_kept(args: argparse.Namespace) -> None:
+    from .workrepo import branch_tip, file_patch_ids, kept_refs, patch_ids, q, series_branch
+
+    pin = pins.get_pin(args.release)
+    repo, branch = series.work_repo(Workdir.from_env()), series_branch(pin)
+    if not (repo / ".git").is_dir():
+        raise OverlayError(f"{repo} does not exist, so nothing is kept")
+    known = set(file_patch_ids(repo, series.patch_files(_patches(args))))
+    if branch_tip(repo, branch):
+        known |= set(patch_ids(repo, pin.tag, branch))
+    kept = kept_refs(repo, pin.tag, branch, known)
+    if not kept:
+        logger.info(f"{repo}: no kept/{branch}-* branches")
+    for name, lost in kept.items():
+        if lost:
+            logger.info(f"{name}: keep it: {len(lost)} commit(s) in neither {branch} nor patches/:"
+                        + "".join(f"\n  {c}" for c in lost))  # fmt: skip
+        else:
+            logger.info(f"{name}: safe to drop (its commits are in {branch} or patches/): git -C {q(repo)} branch -D {name}")
 
 
 def cmd_wheelhouse(args: argparse.Namespace) -> None:
@@ -233,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     command("build", cmd_build, "build-wheel --install, then build-kernels")
     verify = command("verify", cmd_verify, "check the pinned wheels' sha256 and source tree id", patches=False)
     verify.add_argument("--all-wheels", action="store_true", help="every accepted wheel, not just one")
+    command("kept", cmd_kept, "list the kept/decode-gather-* branches apply made, and which are safe to drop",
+            wheelhouse=False, pip=False)  # fmt: skip
     command("series-hash", cmd_series_hash, "print the series hash of patches/", wheelhouse=False, pip=False)
     house = command("wheelhouse", cmd_wheelhouse, "download the wheels the offline GPU machine lacks into DIR",
                     patches=False, wheelhouse=False)  # fmt: skip
@@ -241,11 +265,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the step is, so its ``finally`` and ``with`` blocks remove what it made aside."""
+
+
+def _on_signal(signum: int, _frame) -> None:
+    raise Interrupted(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
     setup_logging()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _on_signal)
     try:
         check_flags()
         setup_logging(debug=verbose())
@@ -253,4 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     except OverlayError as exc:
         print(f"freetoken_overlay {args.command}: error: {exc}", file=sys.stderr, flush=True)
         return 1
+    except KeyboardInterrupt as exc:  # Ctrl-C (SIGINT), or the signals above
+        signum = exc.args[0] if isinstance(exc, Interrupted) else signal.SIGINT
+        print(f"freetoken_overlay {args.command}: interrupted ({signal.Signals(signum).name}); "
+              "what it had made aside is removed", file=sys.stderr, flush=True)  # fmt: skip
+        return 128 + signum
     return 0

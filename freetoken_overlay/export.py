@@ -51,7 +51,11 @@ FORMAT_PATCH_FLAGS = (
     "--subject-prefix=PATCH",
     "--no-cover-letter",
     "--no-thread",
+    "--notes",  # a commit's git note below ---: a reviewer's note of its patch, read back by apply (.notes)
 )
+
+
+_HAND_EDIT = " (has changes the project's git does not hold: a hand edit or a note?)"
 
 
 def clean_in_git(folder: Path) -> set[Path]:
@@ -107,7 +111,7 @@ def _plan(
         if old is not None and (target.resolve() in clean or written.get(name) == sha256_hex(old)):
             writes.append(target)
         else:
-            problems.append(f"  {target} (has changes the project's git does not hold: a hand edit or a note?)")
+            problems.append(f"  {target}{_HAND_EDIT}")
     for path in patch_files(patches_dir):
         if path.name not in new:
             data = path.read_bytes()
@@ -117,9 +121,15 @@ def _plan(
             else:
                 problems.append(f"  {path} (no longer in the series, and export did not write it; "
                                 f"git rm {q(path)} drops it)")
-    if (writes or removes) and not os.access(patches_dir, os.W_OK):
+    if (writes or removes) and not writable(patches_dir):
         problems.append(f"  {patches_dir} (not writable)")
     return writes, removes, problems
+
+
+def writable(folder: Path) -> bool:
+    """Whether export may write into ``folder``: this user can (``os.access``), and its mode has a write bit (root
+    can write anywhere; a folder made read-only with ``chmod a-w`` is refused for root too)."""
+    return os.access(folder, os.W_OK) and bool(folder.stat().st_mode & 0o222)
 
 
 def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> list[Path]:
@@ -134,7 +144,7 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
     repo = work_repo(workdir)
     if not (repo / ".git").is_dir():
         raise OverlayError(f"{repo} does not exist: run {hint('apply', *args)} first")
-    refuse_if_busy(repo, "export")
+    refuse_if_busy(repo, "export", hint("export", *args))
     if not on_branch(repo, branch):
         raise OverlayError(
             f"{repo}: HEAD is {head_place(repo)}; export writes patches/ from branch {branch} only\n"
@@ -153,16 +163,21 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
                            f"drop them (git -C {q(repo)} rebase -i {pin.tag}), then run {hint('export', *args)}")  # fmt: skip
     new = format_patches(repo, pin.tag, head)
     patches_dir.mkdir(parents=True, exist_ok=True)
-    recorded, _ = read_state(repo, branch)
+    recorded, applied = read_state(repo, branch)
     now = series_hash(patches_dir)
     current = {p.name: p.read_bytes() for p in patch_files(patches_dir)}
-    if recorded is not None and recorded != now and current != new:
+    writes, removes, problems = _plan(repo, patches_dir, new, read_manifest(repo, branch))
+    edited = [p for p in problems if p.endswith(_HAND_EDIT)]  # named first: an edit, not a pull, is what changed
+    if recorded is not None and recorded != now and current != new and not edited:
+        if head != applied:  # commits not in patches/: a plain apply refuses, --force is the way on
+            way = (f"{branch} holds commits patches/ does not, so run {hint('apply', *args, '--force')}: it keeps "
+                   f"the old tip named and prints the git cherry-pick that carries them over; run that, then export")
+        else:
+            way = f"run {hint('apply', *args)} first, then export"
         raise OverlayError(
             f"patches/ (series {now}) changed since {repo} was last applied or exported (series {recorded}), "
-            f"a pull or an edit; exporting now would undo that change\n"
-            f"run {hint('apply', *args)} first (it keeps {branch}'s commits: see what it prints), then export"
+            f"a pull or an edit; exporting now would undo that change\n{way}"
         )
-    writes, removes, problems = _plan(repo, patches_dir, new, read_manifest(repo, branch))
     if problems:
         raise OverlayError(
             "export would replace or remove patch files that hold something it did not write; nothing was written:\n"

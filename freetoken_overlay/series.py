@@ -24,12 +24,14 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .notes import attach_note
 from .pin import DEFAULT_VERSION, Pin
 from .upstream import load_source_tree
 from .util import REPO_ROOT, OverlayError, Workdir, git, git_out, hint
 from .workrepo import (
     BRANCH,
     branch_tip,
+    carry_notes,
     check_out_new_branch,
     checked_out_elsewhere,
     dirt,
@@ -115,13 +117,15 @@ def _failed_files(output: str) -> list[str]:
 
 
 def am_series(
-    repo: Path, patches: Sequence[Path], *, hermetic: bool = True, identity: Mapping[str, str] | None = None
+    repo: Path, patches: Sequence[Path], *, hermetic: bool = True, identity: Mapping[str, str] | None = None,
+    notes: bool = False,
 ) -> str:
     """``git am`` each patch onto the checked-out branch of ``repo``; the new tip.
 
     One ``git am`` per patch, so a failure names the patch file directly. With ``identity``
     (``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` variables) each commit is re-authored to it, dated now:
     a submission branch carries a real, accountable author, while ``patches/`` keeps its fixed one.
+    With ``notes``, a patch's note below ``---`` becomes its commit's git note (:mod:`.notes`).
     """
     for index, patch in enumerate(patches, 1):
         dates = () if identity else ("--committer-date-is-author-date",)
@@ -137,6 +141,8 @@ def am_series(
             )  # fmt: skip
         if identity:
             git(repo, "commit", "-q", "--amend", "--no-edit", "--reset-author", hermetic=hermetic, env=identity)
+        if notes:
+            attach_note(repo, git_out(repo, "rev-parse", "HEAD", hermetic=hermetic), patch)
         logger.info(f"[{index}/{len(patches)}] {patch.name}: {output.splitlines()[0] if output else 'applied'}")
     return git_out(repo, "rev-parse", "HEAD", hermetic=hermetic)
 
@@ -154,7 +160,8 @@ def author_identity(author: str) -> dict[str, str]:
 
 
 def build_aside(
-    repo: Path, base: str, patches: Sequence[Path], *, hermetic: bool = True, identity: Mapping[str, str] | None = None
+    repo: Path, base: str, patches: Sequence[Path], *, hermetic: bool = True, identity: Mapping[str, str] | None = None,
+    notes: bool = False,
 ) -> str:
     """The series' commits on ``base``, made in a temporary worktree of ``repo`` (its own work tree,
     index, HEAD and refs untouched); the new tip.  The worktree, made here, is removed here."""
@@ -162,7 +169,7 @@ def build_aside(
         worktree = Path(tmp) / "series"
         git(repo, "worktree", "add", "-q", "--detach", str(worktree), base, hermetic=hermetic)
         try:
-            return am_series(worktree, patches, hermetic=hermetic, identity=identity)
+            return am_series(worktree, patches, hermetic=hermetic, identity=identity, notes=notes)
         finally:
             git(repo, "worktree", "remove", "--force", str(worktree), hermetic=hermetic, check=False)
 
@@ -243,6 +250,7 @@ def apply(
     patches = patch_files(patches_dir)
     series = series_hash(patches_dir)
     repo, branch, args = work_repo(workdir), series_branch(pin), series_args(pin, patches_dir)
+    refuse_empty(patches, args)
     files = None  # the verified source tree, read once: only a new repository needs it before _base
     if not (repo / ".git").is_dir():
         if repo.exists() and (not repo.is_dir() or any(repo.iterdir())):
@@ -254,7 +262,7 @@ def apply(
         files = load_source_tree(pin, cache=workdir.wheels, wheelhouse=wheelhouse)  # verified before anything is made
         init_repo(repo, branch)
         logger.info(f"created the work repository {repo}")
-    refuse_if_busy(repo, "apply")
+    refuse_if_busy(repo, "apply", hint("apply", *args))
     tip = branch_tip(repo, branch)
     recorded, applied = read_state(repo, branch)
     if tip is not None and recorded == series and tip == applied:
@@ -268,17 +276,19 @@ def apply(
         _refuse_local_changes(repo, branch, args)
     base = _base(repo, pin, workdir, wheelhouse, files)
     logger.info(f"applying {len(patches)} patch(es) onto {pin.tag}")
+    carry_notes(repo)
     try:
-        new = build_aside(repo, base, patches)
+        new = build_aside(repo, base, patches, notes=True)
     except PatchError as exc:
         raise PatchError(_patch_advice(exc, repo, branch, args), exc.patch, exc.index, exc.count, exc.applied) from None
     if tip == new:
         write_state(repo, branch, series, new)
         logger.info(f"{repo}: {branch} already holds series {series} ({new})")
         return repo
-    if tip is not None and not force and not _exported(repo, pin, tip, applied, patches):
-        raise OverlayError(_unexported_advice(repo, pin, branch, tip, applied, args))
-    kept = keep_ref(repo, branch, tip) if tip is not None else None
+    exported = tip is None or _exported(repo, pin, tip, applied, patches)
+    if not exported and not force:
+        raise OverlayError(_unexported_advice(repo, pin, branch, tip, applied, args, pulled=recorded not in (None, series)))
+    kept = keep_ref(repo, branch, tip) if not exported else None  # a ref only where commits would be lost
     _move_branch(repo, branch, tip, new)
     write_state(repo, branch, series, new)
     logger.info(f"{repo}: {branch} at {new} (series {series}, {len(patches)} patch(es))")
@@ -287,24 +297,39 @@ def apply(
         if applied and applied != tip and _is_ancestor(repo, applied, tip):
             carry = f"; to carry its commits over: git -C {q(repo)} cherry-pick {applied}..{kept}"
         logger.info(f"its previous tip {tip} stays as {kept}{carry}")
+    elif tip is not None:
+        logger.info(f"its previous tip {tip} was exported (patches/ holds its commits), so no ref is kept for it")
     return repo
+
+
+def refuse_empty(patches: Sequence[Path], args: Sequence[str] = ()) -> None:
+    """Refuse a patch file that is empty (only blank): git am would skip it and the series hash not see it."""
+    empty = [p for p in patches if not p.read_bytes().strip()]
+    if empty:
+        listed = "".join(f"\n  {p}" for p in empty)
+        raise OverlayError(f"empty patch file(s), which no commit can come from:{listed}\n"
+                           f"remove them (or write a patch into them), then run {hint('apply', *args)}")  # fmt: skip
 
 
 def _is_ancestor(repo: Path, old: str, new: str) -> bool:
     return git(repo, "merge-base", "--is-ancestor", old, new, check=False).returncode == 0
 
 
-def _unexported_advice(repo: Path, pin: Pin, branch: str, tip: str, applied: str | None, args: list[str]) -> str:
-    """Why apply does not move ``branch``, and the commands that go on."""
+def _unexported_advice(repo: Path, pin: Pin, branch: str, tip: str, applied: str | None, args: list[str], *,
+                       pulled: bool) -> str:  # fmt: skip
+    """Why apply does not move ``branch``, and the command that goes on (export, or after a pull apply --force)."""
     subjects = git_out(repo, "log", "--reverse", "--format=  %h %s", f"{applied}..{tip}" if applied and
                        _is_ancestor(repo, applied, tip) else f"{pin.tag}..{tip}")  # fmt: skip
-    return (
-        f"{repo}: {branch} ({tip}) holds commits that are not in patches/:\n{subjects}\n"
-        f"to put them into patches/, run {hint('export', *args)} (if patches/ changed since, a pull for one, "
-        "export refuses: then use the next line)\n"
-        f"to apply patches/ anyway, run {hint('apply', *args, '--force')}: {branch} moves to the series of "
-        f"patches/ and its tip stays named (a branch or tag already there, else branch kept/{branch}-{tip[:12]}), whose commits you can cherry-pick"
-    )
+    force = (f"run {hint('apply', *args, '--force')}: {branch} moves to the series of patches/ and its old tip stays "
+             f"named (a branch or tag already there, else branch kept/{branch}-{tip[:12]}), printed with the "
+             "git cherry-pick that carries your commits over; run that, then export")  # fmt: skip
+    if pulled:  # export would refuse (it would undo the change to patches/): --force is the way on
+        return (f"{repo}: {branch} ({tip}) holds commits that are not in patches/:\n{subjects}\n"
+                f"and patches/ changed since they were made (a pull?), so they cannot be exported first\n"
+                f"to take both: {force}")  # fmt: skip
+    return (f"{repo}: {branch} ({tip}) holds commits that are not in patches/:\n{subjects}\n"
+            f"to put them into patches/, run {hint('export', *args)}, then apply again\n"
+            f"to apply patches/ anyway: {force}")
 
 
 def _patch_advice(exc: PatchError, repo: Path, branch: str, args: list[str]) -> str:
@@ -385,30 +410,38 @@ def ensure_applied(
     """
     repo, branch = work_repo(workdir), series_branch(pin)
     series = series_hash(patches_dir)
+    args = series_args(pin, patches_dir)
+    refuse_empty(patch_files(patches_dir), args)
     if (repo / ".git").is_dir():
         recorded, applied = read_state(repo, branch)
         if recorded == series:
-            args = series_args(pin, patches_dir)
-            status = git_out(repo, "status", "--porcelain")
-            if branch_tip(repo, branch) != applied:
-                raise OverlayError(
-                    f"{repo}: branch {branch} has commits not exported to patches/; "
-                    f"run {hint('export', *args)}, then build again, so the wheel matches the series"
-                )
-            if status:
-                raise OverlayError(
-                    f"{repo} has {dirt(status)}, which the patched wheel (built from commits) would not "
-                    f"hold while the tests ran from that work tree:\n{status}\n"
-                    f"to keep them in the series, commit them there (git -C {repo} add -A && git -C {repo} commit), "
-                    f"run {hint('export', *args)}, then build again\n"
-                    f"to set them aside, git -C {repo} stash push --include-untracked, then build again "
-                    f"(git -C {repo} stash pop brings them back)"
-                )
-            if not on_branch(repo, branch):
-                raise OverlayError(
-                    f"{repo}: HEAD is {head_place(repo)}, but the patched wheel is built from branch {branch}; "
-                    f"git -C {repo} switch {branch}, then build again"
-                )
+            _refuse_a_mix(repo, branch, applied, args)
             return repo
         logger.info(f"{repo} holds series {recorded}, patches/ is {series}: applying")
     return apply(pin, workdir=workdir, patches_dir=patches_dir, wheelhouse=wheelhouse)
+
+
+def _refuse_a_mix(repo: Path, branch: str, applied: str | None, args: list[str]) -> None:
+    """Refuse, listing every cause at once, where the work tree is not just ``branch``'s commits as applied or
+    exported: commits not exported, uncommitted or untracked files, HEAD elsewhere."""
+    problems = []
+    if branch_tip(repo, branch) != applied:
+        problems.append(f"{repo}: branch {branch} has commits not exported to patches/; "
+                        f"run {hint('export', *args)}, then build again, so the wheel matches the series")  # fmt: skip
+    status = git_out(repo, "status", "--porcelain")
+    if status:
+        problems.append(
+            f"{repo} has {dirt(status)}, which the patched wheel (built from commits) would not "
+            f"hold while the tests ran from that work tree:\n{status}\n"
+            f"to keep them in the series, commit them there (git -C {repo} add -A && git -C {repo} commit), "
+            f"run {hint('export', *args)}, then build again\n"
+            f"to set them aside, git -C {repo} stash push --include-untracked, then build again "
+            f"(git -C {repo} stash pop brings them back)"
+        )
+    if not on_branch(repo, branch):
+        problems.append(f"{repo}: HEAD is {head_place(repo)}, but the patched wheel is built from branch {branch}; "
+                        f"git -C {repo} switch {branch}, then build again")  # fmt: skip
+    if len(problems) > 1:
+        problems.insert(0, f"{len(problems)} things stop the build, each with what goes on:")
+    if problems:
+        raise OverlayError("\n".join(problems))

@@ -117,8 +117,9 @@ class Workdir:
     * ``kernel-build/``   its intermediate build files
 
     ``upstream/`` is created once and never deleted, moved or recreated by the tools (another
-    release is another tag and branch in it).  ``git clean -xfd`` in the checkout deletes all of
-    ``.work/`` (it is ignored): use ``git clean -fd`` (keeps ignored files) or ``git clean -xfd -e .work``.
+    release is another tag and branch in it).  ``git clean -xfd`` in the checkout deletes ``.work/`` (it is
+    ignored) but ``upstream/``, a repository of its own (``git clean -xffd`` deletes it too): use
+    ``git clean -fd`` (keeps ignored files) or ``git clean -xfd -e .work``.
 
     $FT_OVERLAY_WORKDIR must be an absolute path (or start with ``~``): nox runs the
     sessions from the checkout root, so a relative one would land inside the checkout,

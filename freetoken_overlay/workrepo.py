@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 import tempfile
 from collections.abc import Mapping
@@ -28,13 +29,14 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # Build noise that must not count as uncommitted work in the work tree.
 WORK_EXCLUDES = ("__pycache__/", "*.pyc", ".pytest_cache/", ".hypothesis/", ".benchmarks/")
 
-#: Operations git leaves in progress, by the file it keeps in the git directory: (what, how to end it).
+#: Operations git leaves in progress, by the file it keeps in the git directory: (what, the git command that
+#: continues or aborts it); ``rebase-apply`` is a rebase or a ``git am``, told apart by its ``applying`` file.
 _IN_PROGRESS = {
-    "rebase-merge": ("a rebase", "rebase --continue (or --abort)"),
-    "rebase-apply": ("a rebase or git am", "rebase --continue or am --continue (or --abort)"),
-    "MERGE_HEAD": ("a merge", "merge --continue (or --abort)"),
-    "CHERRY_PICK_HEAD": ("a cherry-pick", "cherry-pick --continue (or --abort)"),
-    "REVERT_HEAD": ("a revert", "revert --continue (or --abort)"),
+    "rebase-merge": ("a rebase", "rebase"),
+    "rebase-apply": ("a rebase", "rebase"),
+    "MERGE_HEAD": ("a merge", "merge"),
+    "CHERRY_PICK_HEAD": ("a cherry-pick", "cherry-pick"),
+    "REVERT_HEAD": ("a revert", "revert"),
 }
 
 
@@ -117,14 +119,19 @@ def dirt(status: str) -> str:
     return " and ".join(kinds + ["untracked files"] * any(x.startswith("??") for x in lines))
 
 
-def refuse_if_busy(repo: Path, doing: str) -> None:
-    """Refuse (as git would) while an operation is in progress in ``repo``'s main work tree."""
+def refuse_if_busy(repo: Path, doing: str, again: str = "") -> None:
+    """Refuse (as git would) while an operation is in progress in ``repo``'s main work tree: one command a line,
+    to continue it or to abort it, then ``again`` (how to run this step again)."""
     git_dir = repo / ".git"
-    for name, (what, how) in _IN_PROGRESS.items():
+    for name, (what, verb) in _IN_PROGRESS.items():
         if (git_dir / name).exists():
+            if name == "rebase-apply" and (git_dir / name / "applying").exists():
+                what, verb = "a git am", "am"
             raise OverlayError(
                 f"{repo} has {what} in progress; {doing} waits until it is finished\n"
-                f"finish it: git -C {q(repo)} {how}, then run this again"
+                f"to finish it (once what it stopped at is resolved and added):\n  git -C {q(repo)} {verb} --continue\n"
+                f"or to give it up (back to where it started):\n  git -C {q(repo)} {verb} --abort\n"
+                f"then run this again{': ' + again if again else ''}"
             )
 
 
@@ -206,9 +213,29 @@ def init_repo(repo: Path, branch: str) -> None:
     """``git init`` ``repo`` (an empty or missing directory) with the build-noise excludes."""
     repo.mkdir(parents=True, exist_ok=True)
     git(repo, "init", "-q", "-b", branch)
+    carry_notes(repo)
     exclude = repo / ".git" / "info" / "exclude"
     exclude.parent.mkdir(exist_ok=True)
     exclude.write_text("\n".join(WORK_EXCLUDES) + "\n")
+
+
+def carry_notes(repo: Path) -> None:
+    """Let git carry a commit's note (refs/notes/commits: a reviewer's note of its patch) to the commit that
+    ``git commit --amend`` or ``git rebase`` makes of it."""
+    git(repo, "config", "--local", "notes.rewriteRef", "refs/notes/commits")
+
+
+def kept_refs(repo: Path, base: str, branch: str, known: set[str]) -> dict[str, list[str]]:
+    """Each ``kept/<branch>-<sha12>`` branch: the commits (``%h %s``) of ``base..`` it holds whose patch-ids are
+    not in ``known`` (the branch's and patches/'): what dropping it would lose (none: safe to drop)."""
+    out = git_out(repo, "for-each-ref", "--format=%(refname:short)", f"refs/heads/kept/{branch}-*")
+    names = [n for n in out.split() if re.fullmatch(rf"kept/{re.escape(branch)}-[0-9a-f]{{12}}", n)]
+    kept = {}
+    for name in names:
+        commits = git_out(repo, "rev-list", "--reverse", f"{base}..{name}").split()
+        ids = patch_ids(repo, base, name)
+        kept[name] = [git_out(repo, "log", "-1", "--format=%h %s", c) for c, i in zip(commits, ids) if i not in known]
+    return kept
 
 
 def make_base_commit(repo: Path, pin: Pin, files: Mapping[str, bytes]) -> str:

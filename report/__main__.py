@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         stale = stale_pages(base, out)
         for name in stale:
             print(f"[report] {out / name} is not the rendering of the JSON: run nox -s report", file=sys.stderr)
+        if not stale:
+            print(f"[report] {', '.join(str(out / n) for n in render(base))}: up to date with the JSON")
         return 1 if stale else 0
     pages = render(base)
     out.mkdir(parents=True, exist_ok=True)

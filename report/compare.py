@@ -5,9 +5,10 @@
     python -m report.compare --csv            # the same rows as CSV, on stdout
 
 A thin layer over the store (``results/<device>/bench.json``, :mod:`report.benchmarks`): the
-times are pytest-benchmark's own medians of each kernel (device clock, µs per layer; per step for the
-decode step), the same figures ``pytest-benchmark compare FILE --group-by=param:regime,param:layers,param:n``
-prints; the columns added are the case's paired alternating-rounds result measured in the same session:
+times are pytest-benchmark's own medians of each kernel (device clock) in µs per layer (per step for the
+decode step): ``pytest-benchmark compare FILE --group-by=param:regime,param:layers,param:n`` prints the
+same medians per round, the whole graph of ``layers`` layers (:data:`UNITS`); the columns added are the
+case's paired alternating-rounds result measured in the same session:
 ratio = upstream / tma (> 1: tma faster), the A/A spread and the verdict (a tie within the spread,
 :mod:`suite.stats`). A device whose only run predates the pytest-benchmark store shows that run's paired
 medians instead, and says so. Stdlib only: nox runs it in its own Python.
@@ -29,6 +30,8 @@ from report.gather import decode_step_view, gather_row, regime_key
 COLUMNS = ("regime", "layers", "n", "upstream µs", "upstream_aa µs", "tma µs", "paired upstream/tma", "A/A spread",
            "verdict")  # fmt: skip
 LEGEND = "paired = upstream / tma over alternating rounds (> 1: tma faster); tie: |paired - 1| within the A/A spread"
+UNITS = ("times: µs per layer (the decode step: µs per step); pytest-benchmark compare shows one round, "
+         "the whole graph: layers x these")  # fmt: skip
 
 
 def _times(view: dict) -> tuple:
@@ -97,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, (slug, bench) in enumerate(benches.items()):
         print(("\n" if i else "") + header(slug, bench))
         print(LEGEND)
+        print(UNITS)
         print(table([cells(r) for r in records(bench)]))
     skipped = sorted(set(found) - set(benches))
     if skipped:

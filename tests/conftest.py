@@ -91,11 +91,15 @@ def workdir(tmp_path: Path, wheel_cache: Path, official_wheel: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def throwaway_series(tmp_path: Path, workdir: Path) -> Path:
-    """A small series (modify, add, delete, add an upstream test) exported to ``patches/`` of a temporary
-    project checkout (a git repository, where the patches are committed)."""
-    patches = tmp_path / "project" / "patches"
+@pytest.fixture(scope="session")
+def throwaway_template(tmp_path_factory, wheel_cache: Path, official_wheel: Path) -> Path:
+    """Made once per test session: ``project/patches/`` (a git checkout holding a small series: modify, add, delete,
+    add an upstream test) and ``work/upstream/`` where it was freshly applied.  Tests get a copy (throwaway_series)."""
+    root = tmp_path_factory.mktemp("throwaway")
+    workdir = root / "work"
+    workdir.mkdir()
+    (workdir / "wheels").symlink_to(wheel_cache, target_is_directory=True)
+    patches = root / "project" / "patches"
     patches.mkdir(parents=True)
     git(patches.parent, "init", "-q")
     overlay("apply", "--patches", str(patches), workdir=workdir)
@@ -113,10 +117,18 @@ def throwaway_series(tmp_path: Path, workdir: Path) -> Path:
     overlay("export", "--patches", str(patches), workdir=workdir)
     assert len(read_dir(patches)) == 2
     commit_project(patches)
-    shutil.rmtree(repo)  # (the test's own doing: the tools never delete it)
+    shutil.rmtree(repo)  # (the fixture's own doing: the tools never delete it)
     overlay("apply", "--patches", str(patches), workdir=workdir)  # a fresh apply: canonical commit ids
-    return patches
+    return root
 
+
+@pytest.fixture
+def throwaway_series(tmp_path: Path, workdir: Path, throwaway_template: Path) -> Path:
+    """A copy of the session's throwaway series for this test: ``tmp_path/project/patches/`` (committed in that
+    checkout's git) and the work repository ``workdir/upstream/`` where it is applied; the patches directory."""
+    shutil.copytree(throwaway_template / "project", tmp_path / "project", symlinks=True)
+    shutil.copytree(throwaway_template / "work" / "upstream", workdir / "upstream", symlinks=True)
+    return tmp_path / "project" / "patches"
 
 
 @pytest.fixture

@@ -137,7 +137,8 @@ def run_synthetic(where: Path, *args: str, slow: str = "", env: dict | None = No
     plugin (its hooks, ``--bench-store``) and its timer, gpukit.timing.device_clock."""
     where.mkdir(parents=True, exist_ok=True)
     (where / "test_synthetic_bench.py").write_text(SYNTHETIC_TEST)
-    env = {**os.environ, "SYN_SLOW": slow, "PYTHONPATH": str(REPO), **(env or {})}
+    outer = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # not an xdist worker itself
+    env = {**outer, "SYN_SLOW": slow, "PYTHONPATH": str(REPO), **(env or {})}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "bench.conftest", "--rootdir",
            str(where), str(where), "--benchmark-timer=gpukit.timing.device_clock", *args]  # fmt: skip
     return subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True, timeout=300)

@@ -1,5 +1,6 @@
-"""CPU tests of freetoken_overlay: the pin, apply/export, the patched wheel (settings, the CLI and the
-nox sessions are tests/test_settings_and_nox.py's).
+"""CPU tests of freetoken_overlay's apply and export as a whole: the fixed points, an upstream clone, the submission
+branch (the pin: test_pin.py; the wheel: test_wheel.py; the kernels: test_kernels.py; the work repository's rule:
+test_workrepo.py; settings, the CLI and the nox sessions: test_settings_and_nox.py).
 
 Most tests drive ``python -m freetoken_overlay`` in a subprocess with a
 temporary work directory (FT_OVERLAY_WORKDIR) whose wheel cache points at the
@@ -8,135 +9,18 @@ shared, verified one, so nothing is downloaded twice.
 
 from __future__ import annotations
 
-import base64
-import csv
 import hashlib
-import importlib.metadata
-import io
-import os
 import re
 import shutil
 import time
-import zipfile
 from pathlib import Path
 
-import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from freetoken_overlay import kernels, series, upstream
-from freetoken_overlay.pin import DEFAULT_VERSION, PINS
+from freetoken_overlay import series, upstream
 from freetoken_overlay.export import FORMAT_PATCH_FLAGS, clean_in_git
 from freetoken_overlay.series import BRANCH, series_hash
-from freetoken_overlay.upstream import fetch_wheel, git_tree_id, source_files, verify_tree
-from freetoken_overlay.util import (
-    OverlayError,
-    Workdir,
-    python_tag,
-    wheelhouse_dir,
-)
-from freetoken_overlay.wheel import local_version, patched_wheel_name
-from freetoken_overlay.workrepo import series_branch
+from freetoken_overlay.util import Workdir
 
-from conftest import PIN, commit_project, git, make_base_repo, overlay, read_dir  # noqa: E402  (tests/conftest.py: the overlay's helpers)
-
-
-# --------------------------------------------------------------------------- the pin
-
-
-@pytest.mark.parametrize("version", sorted(PINS))
-def test_every_accepted_wheel_gives_the_pinned_tree(version: str, wheel_cache: Path) -> None:
-    pin = PINS[version]
-    wheelhouse = wheelhouse_dir()
-    trees = set()
-    for name in sorted(pin.wheels):
-        if wheelhouse is not None and not (wheelhouse / name).is_file():
-            pytest.skip(f"offline: {name} is not in the wheelhouse {wheelhouse}")
-        wheel = fetch_wheel(pin, name, cache=wheel_cache, wheelhouse=wheelhouse)
-        files = source_files(wheel)
-        assert all(p.startswith("python/freetoken/") and not p.endswith(".so") for p in files)
-        trees.add(git_tree_id(files))
-    assert trees == {pin.tree_id}
-
-
-@pytest.mark.parametrize("version", sorted(PINS))
-def test_base_commit_is_deterministic(version: str, tmp_path: Path, wheel_cache: Path) -> None:
-    pin = PINS[version]
-    name = pin.wheel_name(python_tag())
-    if wheelhouse_dir() is not None and not (wheelhouse_dir() / name).is_file():
-        pytest.skip(f"offline: {name} is not in the wheelhouse")
-    files = source_files(fetch_wheel(pin, name, cache=wheel_cache, wheelhouse=wheelhouse_dir()))
-    commit = make_base_repo(pin, files, tmp_path / "repo")  # asserts tree and commit ids
-    assert commit == pin.base_commit
-    repo = tmp_path / "repo"
-    branch = series_branch(pin)  # decode-gather, or decode-gather-<version> for another release
-    assert git(repo, "rev-parse", f"{pin.tag}^{{commit}}", f"refs/heads/{branch}") == f"{commit}\n{commit}"
-    assert git(repo, "rev-parse", "HEAD^{tree}") == pin.tree_id
-    assert git(repo, "status", "--porcelain") == ""
-
-
-tree_paths = st.lists(
-    st.lists(st.sampled_from(["a", "b", "a.py", "a-b", "a_b", "z", "kernel", "0"]), min_size=1, max_size=3),
-    min_size=1, max_size=8,
-)  # fmt: skip
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(paths=tree_paths, data=st.binary(max_size=64))
-def test_git_tree_id_matches_git(paths: list[list[str]], data: bytes, tmp_path_factory) -> None:
-    files: dict[str, bytes] = {}
-    for parts in paths:
-        path = "/".join(parts)
-        if any(f.startswith(path + "/") or path.startswith(f + "/") for f in files):
-            continue  # a name cannot be both a file and a directory
-        files[path] = data + path.encode()
-    repo = tmp_path_factory.mktemp("tree")
-    git(repo, "init", "-q")
-    for path, content in files.items():
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_bytes(content)
-    git(repo, "add", "-A")
-    assert git_tree_id(files) == git(repo, "write-tree")
-
-
-def test_tampered_wheel_is_refused_and_nothing_applied(tmp_path: Path, official_wheel: Path) -> None:
-    name = official_wheel.name
-    house = tmp_path / "house"
-    house.mkdir()
-    data = bytearray(official_wheel.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    (house / name).write_bytes(bytes(data))
-    actual = hashlib.sha256(data).hexdigest()
-    proc = overlay("apply", "--wheelhouse", str(house), workdir=tmp_path / "work", check=False)
-    assert proc.returncode != 0
-    assert name in proc.stderr and PIN.wheels[name] in proc.stderr and actual in proc.stderr
-    assert not (tmp_path / "work" / "upstream").exists()
-
-
-def test_tampered_cached_wheel_says_how_to_recover(tmp_path: Path, official_wheel: Path, monkeypatch) -> None:
-    work = tmp_path / "work"
-    cached = work / "wheels" / official_wheel.name
-    cached.parent.mkdir(parents=True)
-    cached.write_bytes(official_wheel.read_bytes()[:-100])  # truncated
-    proc = overlay("apply", workdir=work, check=False)
-    assert proc.returncode != 0 and "sha256 mismatch" in proc.stderr
-    assert f"delete it (rm {cached}); the next run downloads and verifies a fresh copy" in proc.stderr
-    assert not (work / "upstream").exists()
-    # Following the advice: the next fetch downloads (here: a stand-in for pip) and verifies a fresh copy.
-    cached.unlink()
-    monkeypatch.setattr(upstream, "_pip_download", lambda pin, name, dest: Path(shutil.copy(official_wheel, dest)))
-    assert fetch_wheel(PIN, official_wheel.name, cache=cached.parent) == cached
-    assert cached.read_bytes() == official_wheel.read_bytes()
-
-
-def test_tree_mismatch_is_refused(official_wheel: Path) -> None:
-    wheel = official_wheel
-    files = source_files(wheel)
-    files["python/freetoken/extra.py"] = b"x = 1\n"
-    with pytest.raises(OverlayError) as info:
-        verify_tree(PIN, wheel, files)
-    message = str(info.value)
-    assert wheel.name in message and PIN.tree_id in message and git_tree_id(files) in message
+from conftest import PIN, commit_project, git, overlay, read_dir  # noqa: E402  (tests/conftest.py: the overlay's helpers)
 
 
 # --------------------------------------------------------------------------- apply / export
@@ -316,109 +200,3 @@ def test_series_hash(tmp_path: Path) -> None:
     (tmp_path / "README").write_bytes(b"not part of the series")
     assert series_hash(tmp_path) == hashlib.sha256(b"ab").hexdigest()[:12]
     assert series_hash() == series_hash(series.PATCHES_DIR)
-
-
-# --------------------------------------------------------------------------- patched wheel
-
-
-def _record_ok(archive: zipfile.ZipFile) -> list[str]:
-    record_name = next(n for n in archive.namelist() if n.endswith(".dist-info/RECORD"))
-    rows = list(csv.reader(io.StringIO(archive.read(record_name).decode())))
-    assert sorted(r[0] for r in rows) == sorted(archive.namelist())
-    for path, digest, size in rows:
-        if path == record_name:
-            assert digest == size == ""
-            continue
-        data = archive.read(path)
-        expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        assert (digest, int(size)) == (f"sha256={expected}", len(data)), path
-    return [r[0] for r in rows]
-
-
-def test_patched_wheel(throwaway_series: Path, workdir: Path, official_wheel: Path) -> None:
-    overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir)
-    series_id = series_hash(throwaway_series)
-    wheel = workdir / "dist" / patched_wheel_name(PIN, series_id, python_tag())
-    version = local_version(PIN, series_id)
-    assert version == f"{DEFAULT_VERSION}+dg.{series_id}"
-    official = zipfile.ZipFile(official_wheel)
-    with zipfile.ZipFile(wheel) as archive:
-        names = _record_ok(archive)
-        assert f"freetoken-{version}.dist-info/METADATA" in names
-        assert not any(n.startswith(f"freetoken-{DEFAULT_VERSION}.dist-info/") for n in names)
-        assert f"\nVersion: {version}\n" in archive.read(f"freetoken-{version}.dist-info/METADATA").decode()
-        assert f'__version__ = "{version}"' in archive.read("freetoken/version.py").decode()
-        assert "freetoken/cache_report.py" not in names
-        assert archive.read("freetoken/kernel/decode_gather.py").startswith(b'"""Throwaway')
-        assert archive.read("freetoken/moe/offload_cache.py").endswith(b"# decode-gather: throwaway change\n")
-        for name in official.namelist():
-            if name.endswith(".so"):
-                assert archive.read(name) == official.read(name)
-    first = wheel.read_bytes()
-    wheel.unlink()
-    overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir)
-    assert wheel.read_bytes() == first  # deterministic
-
-
-def test_installed_freetoken_is_the_patched_wheel() -> None:
-    try:
-        installed = importlib.metadata.version("freetoken")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("freetoken is not installed here (run the tests with `nox -s test`)")
-    import freetoken
-
-    assert installed == freetoken.__version__ == local_version(PIN, series_hash())
-    # The import closure of the patched paths is installed (requirements.IMPORT_CLOSURE).
-    import freetoken.kernel.aot
-    import freetoken.kernel.fast_index_copy
-    import freetoken.moe.offload_cache
-
-
-# --------------------------------------------------------------------------- kernels
-
-
-def test_kernel_specs_are_selected_by_prefix() -> None:
-    pytest.importorskip("freetoken.kernel.aot", reason="needs the patched freetoken (nox -s test)")
-    assert kernels.SPEC_PREFIX == "freetoken__decode_gather"
-    assert all(name.startswith(kernels.SPEC_PREFIX) for name in kernels.select_specs())
-    assert kernels.select_specs("freetoken__fast_index_copy_update_flag") == ["freetoken__fast_index_copy_update_flag"]
-
-
-def test_aot_kernel_builds_without_gpu(tmp_path: Path) -> None:
-    pytest.importorskip("freetoken.kernel.aot", reason="needs the patched freetoken (nox -s test)")
-    if shutil.which("ninja") is None:
-        pytest.skip("no ninja on PATH (the build session installs it)")
-    home = kernels.find_cuda_home(Workdir(tmp_path))
-    if home is None:
-        pytest.skip("no CUDA toolkit (nvcc) here; `nox -s build` would install one from PyPI")
-    from freetoken.kernel.aot import compile_and_package_kernels
-
-    env = {"CUDA_HOME": str(home), kernels.CUDA_ARCH_LIST_ENV: "9.0"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        built = compile_and_package_kernels(
-            out_dir=tmp_path / "cache", build_dir=tmp_path / "build", specs=["freetoken__fast_index_copy_update_flag"]
-        )
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    assert [p.name for p in built] == ["freetoken__fast_index_copy_update_flag.so"]
-
-
-@pytest.mark.gpu
-def test_kernel_cache_loads_on_gpu() -> None:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    cache = Workdir.from_env().kernel_cache
-    built = sorted(cache.glob("*/*.so"))
-    if not built:
-        pytest.skip(f"no kernel cache at {cache} (run `nox -s build`; the series may add no kernels yet)")
-    import tvm_ffi
-
-    for path in built:
-        assert tvm_ffi.load_module(str(path)) is not None

@@ -7,6 +7,7 @@ The overlay's own steps (pin, apply/export, the patched wheel) are tests/test_ov
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.commands import GPU_RUN
+from suite.commands import MEASUREMENTS
 from freetoken_overlay import kernels, series
 from freetoken_overlay.pin import get_pin
 from freetoken_overlay.series import series_hash
@@ -104,8 +105,6 @@ def test_kernel_cache_built_for_this_series_is_used() -> None:
     manifest = Workdir.from_env().kernel_cache / "MANIFEST.json"
     if not manifest.is_file():
         pytest.skip(f"no kernel cache at {manifest.parent} (nox -s build makes it)")
-    import json
-
     if json.loads(manifest.read_text()).get("freetoken") != importlib.metadata.version("freetoken"):
         pytest.skip("the kernel cache is for another series (nox -s build rebuilds it)")
     assert os.environ.get("FREETOKEN_KERNEL_CACHE_DIR") == str(manifest.parent)
@@ -142,18 +141,36 @@ def test_wheelhouse_onto_a_file_and_an_empty_series_are_named(tmp_path: Path) ->
 
 
 def test_gpu_sessions_without_a_gpu_all_say_so_alike(tmp_path: Path) -> None:
-    """Every GPU session on a machine without one: the same message, the same exit (skipped), nothing installed."""
+    """Every GPU session on a machine without one, `nox -t gpu` as a new user runs it: the same message, skipped (e2e
+    too, before its usage; contention counts the two GPUs it needs), exit 0, and no venv made (each made 12 MB)."""
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has nvidia-smi")
     nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
     if nox is None:
         pytest.skip("no nox on PATH")
-    names = [m.name for m in GPU_RUN] + ["auto_stability"]  # every GPU session but e2e (which needs --model)
     env = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, "VIRTUAL_ENV")}
-    proc = subprocess.run([nox, "--no-venv", "-s", *names], cwd=REPO_ROOT, env=env,
+    envdir = tmp_path / "envs"
+    proc = subprocess.run([nox, "--envdir", str(envdir), "-t", "gpu"], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, check=False)  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    for name in names:
-        assert f"Session {name} skipped: nox -s {name} needs a CUDA GPU (nvidia-smi finds none here)" in out, out
-    assert "uv binary not found" not in out and "pip install" not in out
+    sessions = [m for m in MEASUREMENTS.values() if m.session and m.gpu]
+    assert {m.name for m in sessions} >= {"gpu", "sanitize", "bench", "e2e", "contention"}
+    for m in sessions:
+        needs = "a CUDA GPU" if m.gpus == 1 else f"{m.gpus} CUDA GPUs"
+        assert f"Session {m.name} skipped: nox -s {m.name} needs {needs} (nvidia-smi finds none here)" in out, out
+    assert "uv binary not found" not in out and "pip install" not in out and not envdir.exists()
+
+
+def test_build_test_and_sass_share_one_venv() -> None:
+    """One CPU torch install: build, test and sass make no venv; each brings in (nox's ``requires``) the session
+    ``patched``, whose venv (.nox/patched/) they run in."""
+    nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
+    if nox is None:
+        pytest.skip("no nox on PATH")
+    env = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, "VIRTUAL_ENV")}
+    for name in ("build", "test", "sass"):
+        proc = subprocess.run([nox, "-l", "--json", "-s", name], cwd=REPO_ROOT, env=env, capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        selected = {s["session"]: s["python"] for s in json.loads(proc.stdout)}
+        assert selected == {"patched": None, name: False}, selected  # None: nox's own venv; False: none
