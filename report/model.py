@@ -54,7 +54,8 @@ def runs_by_tree(docs: Mapping[str, Model], series: str | None) -> dict[str, Any
     patches/, by its hash): runs of it are ``current``, runs of any other tree ``older`` (not re-run on
     the current series). Without a run of ``series`` there is no current tree: every run is older."""
     tree = next((d.tree for d in docs.values() if d.tree and (d.provenance or {}).get("series_hash") == series), None)
-    out: dict[str, Any] = {"tree": tree[:12] if tree else None, "full": tree, "series": series, "current": [], "older": []}
+    out: dict[str, Any] = {"tree": tree[:12] if tree else None, "full": tree, "series": series,
+                           "current": [], "older": []}  # fmt: skip
     for kind, doc in docs.items():
         if kind in RUN_WORDS and doc.tree:
             run = {"kind": kind, "what": RUN_WORDS[kind], "tree": doc.tree[:12],
@@ -114,7 +115,9 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
     }
 
 
-def _losses(current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _losses(
+    current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict[str, Any] | None
+) -> list[dict[str, Any]]:
     """Every decode-regime figure where tma is slower beyond A/A (:func:`decode_losses`); of a ``--model``
     run of the series' benchmark, every geometry's (named), not only the first's."""
     if not ubench or ubench["format"] != "geometries":
