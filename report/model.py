@@ -52,7 +52,8 @@ RUN_WORDS = {"bench": "the project benchmark (per-layer gather, decode step)", "
 def runs_by_tree(docs: Mapping[str, Model], series: str | None) -> dict[str, Any]:
     """Which patched tree each run is of. The current tree is that of the runs of ``series`` (the series in
     patches/, by its hash): runs of it are ``current``, runs of any other tree ``older`` (not re-run on
-    the current series). Without a run of ``series`` there is no current tree: every run is older."""
+    the current series). Without a run of ``series`` there is no current tree: every run is listed with its
+    tree (a change of commit messages alone makes a new series hash of the same tree)."""
     tree = next((d.tree for d in docs.values() if d.tree and (d.provenance or {}).get("series_hash") == series), None)
     out: dict[str, Any] = {"tree": tree[:12] if tree else None, "full": tree, "series": series,
                            "current": [], "older": []}  # fmt: skip

@@ -124,13 +124,13 @@ def test_each_run_is_named_with_its_tree(synthetic_results):
     """Runs of the pages' series are current; runs of any other tree are flagged, naming it."""
     current = series_hash()
     pr = render(synthetic_results)["PR-1.md"]
-    assert "Measured on this page's series" not in pr and "another tree" not in pr  # no run names a tree
+    assert "Measured on this page's series" not in pr and "No run names" not in pr  # no run names a tree
     step = synthetic_results / SLUG / "step_pdl.json"
     doc = json.loads(step.read_text())
     doc["provenance"]["tree"] = "a" * 40
     step.write_text(json.dumps(doc))
     pr = render(synthetic_results)["PR-1.md"]
-    assert f"Every run is of another tree than this page's series `{current}`: the decode-step breakdown (tree " in pr
+    assert f"No run names this page's series `{current}`; the runs and their trees: the decode-step breakdown (tree " in pr
 
     def of_current(doc):
         doc["provenance"] = {"series_hash": current, "tree": "e" * 40}
@@ -138,7 +138,7 @@ def test_each_run_is_named_with_its_tree(synthetic_results):
     pr = _pages(synthetic_results, of_current)["PR-1.md"]
     assert f"Measured on this page's series `{current}` (tree `{'e' * 12}`): the series' benchmark." in pr
     assert "Of earlier trees, not yet re-run on it: the decode-step breakdown (tree `aaaaaaaaaaaa`)" in pr
-    assert "Every run is of another tree" not in pr
+    assert "No run names this page's series" not in pr
     doc["provenance"] = {"series_hash": current, "tree": "e" * 40}  # re-run on the current series: nothing flagged
     step.write_text(json.dumps(doc))
     pr = _pages(synthetic_results, of_current)["PR-1.md"]
