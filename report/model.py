@@ -14,6 +14,7 @@ from freetoken_overlay.series import series_hash
 from suite.results import machine_line
 from report import benchmarks
 from report.gather import decode_step_view, gather_view, targets_view
+from report.geometries import pasted_markdown
 from report.repeats import current_ratios, decode_losses, repeats_view
 from report.series import commit_adding, pull_requests, series_commits, series_footprint
 from report.views import (
@@ -32,27 +33,35 @@ from suite.commands import MEASUREMENTS
 from suite.models import MODELS, Document, Model
 
 
-def machine_of(docs: Mapping[str, Model]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The first document's machine, and its provenance (older files carry the series in the machine)."""
-    for doc in docs.values():
-        if doc.machine:
-            return doc.machine, doc.provenance or {}
+def machine_of(docs: Mapping[str, Model], tree: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The machine of the first document measured on ``tree`` (else the first with one), and its provenance
+    (older files carry the series in the machine)."""
+    with_machine = [doc for doc in docs.values() if doc.machine]
+    for doc in [d for d in with_machine if tree and d.tree == tree] + with_machine:
+        return doc.machine, doc.provenance or {}
     return {}, {}
 
 
 #: what each kind of document is, in the words of the pages
-RUN_WORDS = {"step_pdl": "the decode-step breakdown", "series_bench": "the series' benchmark",
-             "e2e": "end to end", "sweep": "the ceiling sweep", "contention": "the two-GPU run",
-             "gpu": "the GPU tier", "sanitize": "the sanitizers", "auto_stability": "auto's stability runs"}  # fmt: skip
+RUN_WORDS = {"bench": "the project benchmark (per-layer gather, decode step)", "step_pdl": "the decode-step breakdown",
+             "series_bench": "the series' benchmark", "e2e": "end to end", "sweep": "the ceiling sweep",
+             "contention": "the two-GPU run", "gpu": "the GPU tier", "sanitize": "the sanitizers",
+             "auto_stability": "auto's stability runs"}  # fmt: skip
 
 
-def older_runs(docs: Mapping[str, Model], tree: str | None) -> list[dict[str, str]]:
-    """The documents measured on another patched tree than the benchmark's ``tree`` (not re-run on it)."""
-    out = []
+def runs_by_tree(docs: Mapping[str, Model], series: str | None) -> dict[str, Any]:
+    """Which patched tree each run is of. The current tree is that of the runs of ``series`` (the series in
+    patches/, by its hash): runs of it are ``current``, runs of any other tree ``older`` (not re-run on
+    the current series). Without a run of ``series`` there is no current tree: every run is listed with its
+    tree (a change of commit messages alone makes a new series hash of the same tree)."""
+    tree = next((d.tree for d in docs.values() if d.tree and (d.provenance or {}).get("series_hash") == series), None)
+    out: dict[str, Any] = {"tree": tree[:12] if tree else None, "full": tree, "series": series,
+                           "current": [], "older": []}  # fmt: skip
     for kind, doc in docs.items():
-        other = doc.tree
-        if tree and other and other != tree and kind in RUN_WORDS:
-            out.append({"kind": kind, "what": RUN_WORDS[kind], "tree": other[:12]})
+        if kind in RUN_WORDS and doc.tree:
+            run = {"kind": kind, "what": RUN_WORDS[kind], "tree": doc.tree[:12],
+                   "series": (doc.provenance or {}).get("series_hash")}  # fmt: skip
+            out["current" if doc.tree == tree else "older"].append(run)
     return out
 
 
@@ -61,11 +70,14 @@ def models_of(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, Document]:
     return {kind: MODELS[kind].from_doc(doc) for kind, doc in raw.items() if kind in MODELS}
 
 
-def device_view(slug: str, base: Path) -> dict[str, Any]:
+def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, Any]:
+    """One device's views, from its documents under ``base``; ``series`` (the pages' series hash) decides
+    which runs are of the current tree (:func:`runs_by_tree`)."""
     raw = results.load_device(slug, base)
     bench = benchmarks.load(slug, docs=raw)  # the store's rows, from the documents read once
     docs: dict[str, Model] = {**({"bench": bench} if bench else {}), **models_of(raw)}
-    machine, prov = machine_of(docs)
+    trees = runs_by_tree(docs, series)
+    machine, prov = machine_of(docs, trees["full"])
     name = machine.get("device_name") or slug
     gpus = MEASUREMENTS["contention"].gpus
     gather = gather_view(bench)
@@ -89,6 +101,8 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "step": decode_step_view(bench),
         "ceiling": ceiling,
         "series_bench": ubench,
+        "series_markdown": pasted_markdown((base / slug / MEASUREMENTS["series_bench"].file).with_suffix(".md"),
+                                           ubench["doc"].generated_at if ubench else None),
         "step_pdl": step_pdl_view(docs.get("step_pdl"), gather),
         "contention": contention_view(docs.get("contention")),
         "conformance": conformance_view(docs.get("gpu")),
@@ -96,16 +110,27 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "targets": targets_view(gather, ceiling),
         "e2e": e2e_view(docs.get("e2e")),
         "auto": auto_view(docs.get("auto_stability")),
-        "older": older_runs(docs, bench_prov.get("tree")),
+        "trees": trees,
         "repeats": repeats,
-        "losses": decode_losses(current, repeats),
+        "losses": _losses(current, repeats, ubench),
     }
+
+
+def _losses(
+    current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Every decode-regime figure where tma is slower beyond A/A (:func:`decode_losses`); of a ``--model``
+    run of the series' benchmark, every geometry's (named), not only the first's."""
+    if not ubench or ubench["format"] != "geometries":
+        return decode_losses(current, repeats)
+    return decode_losses({**current, "series_bench": {}}, repeats) + ubench["losses"]
 
 
 def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
     """Everything the templates read, from the documents under ``base`` (a ``results/`` directory) and the
     series in ``patches`` (default: the checkout's patches/)."""
-    devices = [device_view(slug, base) for slug in results.devices(base)]
+    series = series_hash(patches)
+    devices = [device_view(slug, base, series) for slug in results.devices(base)]
     commits = series_commits(patches)
     return {
         "devices": devices,
@@ -116,5 +141,5 @@ def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
         "footprint": series_footprint(patches),
         "prs": [{"number": i, "commits": part, "footprint": series_footprint(patches, {c["number"] for c in part})}
                 for i, part in enumerate(pull_requests(commits), 1)],  # fmt: skip
-        "series_hash": series_hash(patches),
+        "series_hash": series,
     }

@@ -11,6 +11,7 @@ from suite import results
 from suite.commands import MEASUREMENTS
 from suite.models import BenchRun, Model, SeriesBench
 from report.gather import gather_view, main_rows
+from report.geometries import first_geometry_ratios
 from report.views import series_bench_view
 from suite.kernels import Kernel
 
@@ -26,7 +27,10 @@ def bench_decode_ratios(gather: dict[str, Any] | None) -> dict[int, dict[str, An
 
 def series_decode_ratios(ubench: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
     """{n: {ratio, spread, verdict}} of tma against upstream's default kernel in the decode regime of
-    one run of the series' benchmark: its :func:`series_bench_view` (the ``tma`` column)."""
+    one run of the series' benchmark: its :func:`series_bench_view` (the ``tma`` column; of a ``--model`` run,
+    its first geometry's)."""
+    if ubench and ubench.get("format") == "geometries":
+        return first_geometry_ratios(ubench)
     if not ubench or Kernel.TMA not in ubench["names"]:
         return {}
     i = ubench["names"].index(Kernel.TMA)
@@ -48,11 +52,20 @@ REPEAT_VIEWS = {"bench": lambda d: bench_decode_ratios(gather_view(d)),
                 "series_bench": lambda d: series_decode_ratios(series_bench_view(d))}  # fmt: skip
 
 
+def _same_series_format(old: Any, doc: SeriesBench) -> SeriesBench | None:
+    """An earlier run of the series' benchmark in the format of ``doc`` (the same schema and benchmark schema:
+    a ``--model`` run is compared only with ``--model`` runs); None otherwise."""
+    if not isinstance(old, dict) or old.get("schema") != doc.schema:
+        return None
+    if old.get("benchmark_schema") != doc.benchmark_schema or bool(old.get("geometries")) != bool(doc.geometries):
+        return None
+    return SeriesBench.from_doc(old)
+
+
 #: {kind: how an earlier run's file reads (None: not a run of that benchmark)}: the project benchmark's
-#: runs (suite.models.BenchRun), the series' benchmark's of the current schema.
+#: runs (suite.models.BenchRun), the series' benchmark's of the current schema and format.
 READERS = {"bench": lambda old, doc, name: BenchRun.read(old, name),
-           "series_bench": lambda old, doc, name: (SeriesBench.from_doc(old) if isinstance(old, dict)
-                                                   and old.get("schema") == doc.schema else None)}  # fmt: skip
+           "series_bench": lambda old, doc, name: _same_series_format(old, doc)}  # fmt: skip
 
 def repeats_view(
     base: Path, slug: str, docs: Mapping[str, Model], current: Mapping[str, dict[int, dict[str, Any]]]
@@ -79,6 +92,8 @@ def repeats_view(
         runs = [{"file": current_file, "at": doc.generated_at, "ratios": current[kind]}]
         runs += [{"file": f, "at": at, "ratios": REPEAT_VIEWS[kind](old)} for at, f, old in sorted(earlier)]
         ns = sorted({n for r in runs for n in r["ratios"]})
+        if getattr(doc, "geometries", None):  # a --model run: its first geometry's rows
+            where = f"{where} ({doc.geometries[0].model}, its first geometry)"
         out.append({"kind": kind, "where": where, "tree": tree, "runs": runs, "ns": ns,
                     "header": ["run", "generated (UTC)"] + [f"n = {n}" for n in ns]})  # fmt: skip
     return out

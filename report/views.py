@@ -12,6 +12,7 @@ from suite.geometry import Ring
 from suite.models import AutoStability, Ceiling, CeilingRow, Conformance, Contention, E2E, Sanitizer, SeriesBench, StepPdl
 from suite.stats import median, verdict
 from report import words
+from report.geometries import geometries_view
 from report.gather import Doc, regime_key
 from suite.kernels import Kernel
 
@@ -79,6 +80,10 @@ def _in_flight(r: CeilingRow) -> CeilingRow:
 
 
 def series_bench_view(doc: SeriesBench | None) -> dict[str, Any] | None:
+    """A run of the series' benchmark: over several geometries (``--model``, :func:`report.geometries.geometries_view`)
+    or, before the benchmark's schema ``/2``, one geometry's rows (with the wider grids it timed)."""
+    if doc and doc.geometries:
+        return geometries_view(doc)
     rows = doc.rows if doc else []
     if not rows:
         return None
@@ -101,6 +106,7 @@ def series_bench_view(doc: SeriesBench | None) -> dict[str, Any] | None:
     }
     return {
         "doc": doc,
+        "format": "rows",
         "args": doc.args,
         "names": names,
         "rows": view_rows,

@@ -21,6 +21,7 @@ from suite.models.docs import (
     E2EPoint,
     Sanitizer,
     SeriesBench,
+    SeriesGeometry,
     SeriesRow,
     StepBreakdown,
     StepPdl,
@@ -33,4 +34,4 @@ MODELS = {"sweep": Ceiling, "gpu": Conformance, "sanitize": Sanitizer, "step_pdl
 
 __all__ = ["MODELS", "AutoStability", "AutoSummary", "BenchRun", "CaseRow", "Ceiling", "CeilingRow", "CeilingSummary",
            "Conformance", "Contention", "Document", "E2E", "E2EPoint", "Model", "Paired", "Sanitizer", "SeriesBench",
-           "SeriesRow", "StepBreakdown", "StepPdl", "StepRow", "paired"]  # fmt: skip
+           "SeriesGeometry", "SeriesRow", "StepBreakdown", "StepPdl", "StepRow", "paired"]  # fmt: skip

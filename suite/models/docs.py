@@ -219,9 +219,18 @@ class SeriesBench(Document):
     geometries: list[SeriesGeometry] | None = None  # schema /2: one per --model geometry, each with its rows
     failures: list[Any] = field([])
     exit_code: int | None = None
+    # schema /2: the default ring, the host, the verified counts ({replays, copies}), the ring sweep's choice
+    # ({default, scores: {ring: {geomean, rows, wins, losses}}, best}) and the rings timed ({ring, load_s, error})
+    tma_ring: str | None = None
+    host: dict[str, Any] | None = None
+    verified: dict[str, int] | None = None
+    ring_choice: dict[str, Any] | None = None
+    rings: list[dict[str, Any]] | None = None
+    errors: list[Any] | None = None
 
     NESTED = {"rows": (list, SeriesRow), "geometries": (list, SeriesGeometry)}
-    OPTIONAL = ("benchmark_schema", "footprint_bytes", "full_footprint", "decides", "exit_code", "geometries")
+    OPTIONAL = ("benchmark_schema", "footprint_bytes", "full_footprint", "decides", "exit_code", "geometries",
+                "tma_ring", "host", "verified", "ring_choice", "rings", "errors")
 
 
 # --------------------------------------------------------------------------- ceiling, contention

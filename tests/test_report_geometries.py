@@ -1,0 +1,185 @@
+"""CPU checks of the report's views of a ``--model`` run of the series' benchmark (report.geometries): the
+one table over every geometry, the lines the pull-request texts compute from it, the ring sweep's
+conclusion, the pasted ``--markdown`` comment and which tree each run is of. Synthetic documents are
+changed so that each line must change with them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from freetoken_overlay.series import series_hash
+from suite.results import REPO_ROOT
+from report.geometries import auto_speeds
+from report.render import render
+
+RESULTS = REPO_ROOT / "results"
+SLUG = "synthetic-gpu"
+AT = "2026-01-02T00:00:00+00:00"
+
+
+def _row(n: int, up: float, ratio: float, spread: float) -> dict:
+    med = {"upstream": up, "upstream_aa": up, "tma": up / ratio, "tma_8x4x8192": up / ratio}
+    return {"n": n, "regime": "decode", "median_us": med, "aa_spread": spread, "verified": 300,
+            "ratio": {"tma": ratio, "tma_8x4x8192": ratio}, "verdict": {"tma": "stale", "tma_8x4x8192": "stale"},
+            "gbps": {"upstream": 40.0 if n else None}}  # fmt: skip
+
+
+def _auto(chose: str = "bpb8", tma: float = 1.011) -> dict:
+    return {"chose": chose, "default": "bpb8", "line": f"decode gather auto: runs {chose}; speed vs bpb8: bpb32 "
+            f"1.003x, tma 16x4x8192 {tma:.3f}x; A/A bar 1.020x; probe 300 ms + 1 ms loading"}  # fmt: skip
+
+
+def geometries_doc(tree: str | None = None) -> dict:
+    """A synthetic ``--model`` run: two geometries, n = 0 and 1, tma a tie at n = 0 and faster at n = 1."""
+    geos = [{"model": "alpha-1B", "quant_format": "nvfp4", "expert_bytes": 2_000_000, "skipped": None, "auto": _auto(),
+             "rows": [_row(0, 2.0, 1.0, 0.02), _row(1, 40.0, 1.01, 0.002)]},
+            {"model": "beta-2B", "quant_format": "bf16", "expert_bytes": 6_000_000, "skipped": None, "auto": _auto(),
+             "rows": [_row(0, 2.2, 0.99, 0.03), _row(1, 120.0, 1.005, 0.001)]},
+            {"model": "gamma-3B", "quant_format": "mxfp4_triton", "expert_bytes": 13_000_000,
+             "skipped": "needs 90 GiB of host memory", "rows": []}]  # fmt: skip
+    choice = {"default": "16x4x8192", "best": None,
+              "scores": {"8x4x8192": {"geomean": 1.001, "rows": 2, "wins": 0, "losses": 0}}}  # fmt: skip
+    return {"schema": "freetoken-decode-gather-series-bench/1", "benchmark_schema": "freetoken-bench-decode-gather/2",
+            "synthetic": True, "generated_at": AT, "provenance": {"series_hash": "000000000000", "tree": tree},
+            "args": {"model": "all", "rounds": 5, "replays": 10, "blocks_per_bank": []}, "decides": "decode",
+            "rows": [], "geometries": geos, "failures": [], "tma_ring": "16x4x8192",
+            "verified": {"replays": 1234, "copies": 29616}, "ring_choice": choice}  # fmt: skip
+
+
+def _write(root: Path, doc: dict, markdown: str | None = None) -> None:
+    (root / SLUG / "series_bench.json").write_text(json.dumps(doc))
+    if markdown is not None:
+        (root / SLUG / "series_bench.md").write_text(markdown)
+
+
+def _pages(root: Path, change=None, markdown: str | None = None) -> dict[str, str]:
+    doc = geometries_doc()
+    if change:
+        change(doc)
+    _write(root, doc, markdown)
+    return render(root)
+
+
+def test_one_table_over_every_geometry(synthetic_results):
+    rep = _pages(synthetic_results)["REPORT.md"]
+    assert "The series' benchmark over 3 model geometries (`benchmarks/bench_decode_gather.py --model all`)" in rep
+    assert "| alpha-1B | nvfp4 | 2.00 | 0 | 2.00 | – | 1.000 | ±0.020 | tie | bpb8 |" in rep
+    assert "| alpha-1B | nvfp4 | 2.00 | 1 | 40.00 | 40.0 | 1.010 | ±0.002 | faster | bpb8 |" in rep
+    assert "| beta-2B | bf16 | 6.00 | 1 | 120.00 | 40.0 | 1.005 | ±0.001 | faster | bpb8 |" in rep
+    assert "stale" not in rep, "verdicts follow the figures, not the stored words"
+    assert "at n = 0 tie in 2 of 2; at n = 1 faster in 2 of 2." in rep
+    assert "Not measured: gamma-3B (needs 90 GiB of host memory)." in rep
+    assert "Verified: 1,234 timed graph replays (29,616 `copy_missing` calls)" in rep and ": 0 wrong." in rep
+    assert "leave `FREETOKEN_DECODE_GATHER_RING` unset." in rep and "8x4x8192 1.001 (faster beyond A/A in 0 of 2" in rep
+
+
+def test_the_pr_lines_follow_the_figures(synthetic_results):
+    pages = _pages(synthetic_results)
+    assert "per layer, decode regime: tma never slower beyond A/A in 4 rows;" in pages["PR-1.md"]
+    assert "kept its default `bpb8` (upstream's kernel) on 2 of 2 geometries;" in pages["PR-2.md"]
+    best = "tma 16x4x8192 on alpha-1B, ran 1.011x as fast as its default, under that probe's A/A bar of 1.020x"
+    assert best in pages["PR-2.md"]
+
+    def slower(doc):
+        doc["geometries"][1]["rows"][1]["ratio"]["tma"] = 0.99  # beta-2B n = 1: beyond its A/A ±0.001
+
+    def chose(doc):
+        doc["geometries"][1]["auto"] = _auto("tma 16x4x8192", 1.05)
+        doc["ring_choice"]["best"] = "8x4x8192"
+
+    pr1 = _pages(synthetic_results, slower)["PR-1.md"]
+    assert "tma slower beyond A/A in 1 of 4 rows, at n = 1;" in pr1 and "never slower" not in pr1
+    assert "at n = 1 faster in 1, slower in 1 of 2 (beta-2B 0.990, A/A ±0.001)" in pr1
+    assert "n = 1 per layer in the series' benchmark, beta-2B (0.990" in pr1  # where it loses
+    pages = _pages(synthetic_results, chose)
+    assert "on 1 of 2 geometries; it chose `tma 16x4x8192` on beta-2B;" in pages["PR-2.md"]
+    assert "tma 16x4x8192 on beta-2B, ran 1.050x as fast as its default, at or over" in pages["PR-2.md"]
+    assert "`export FREETOKEN_DECODE_GATHER_RING=8x4x8192`" in pages["REPORT.md"]
+    assert "Ring sweep: 8x4x8192 beats the default beyond A/A" in pages["PR-1.md"]
+    for page in ("PR-1.md", "PR-2.md"):
+        assert len(pages[page].splitlines()) <= 150
+
+
+def test_the_pasted_markdown_comes_from_the_file(synthetic_results):
+    body = "### a comment\n\n| n | x |\n|---:|---:|\n| 0 | 1.234 |\n\nonly-in-the-file 5150"
+    rep = _pages(synthetic_results, markdown=f"<!-- series_bench.json of {AT}: series abc -->\n{body}\n")["REPORT.md"]
+    section = rep.split("### The `--markdown` output pasted as an example")[1]
+    assert body in section.split("</details>")[0]
+    assert f"gives its provenance: `series_bench.json of {AT}: series abc`" in section
+    assert "wrote in the run above" in section
+    other = _pages(synthetic_results, markdown="<!-- series_bench.json of 1999-01-01: x -->\nother\n")["REPORT.md"]
+    assert "a run other than the one above" in other and "\nother\n" in other
+    (synthetic_results / SLUG / "series_bench.md").unlink()
+    assert "pasted as an example" not in render(synthetic_results)["REPORT.md"]
+
+
+def test_the_rows_format_still_renders(synthetic_results):
+    """A run of before ``--model`` (history, one geometry's rows) keeps its own table."""
+    rep = render(synthetic_results)["REPORT.md"]
+    assert "### The series' benchmark (`benchmarks/bench_decode_gather.py`)" in rep and "model geometries" not in rep
+
+
+def test_each_run_is_named_with_its_tree(synthetic_results):
+    """Runs of the pages' series are current; runs of any other tree are flagged, naming it."""
+    current = series_hash()
+    pr = render(synthetic_results)["PR-1.md"]
+    assert "Measured on this page's series" not in pr and "No run names" not in pr  # no run names a tree
+    step = synthetic_results / SLUG / "step_pdl.json"
+    doc = json.loads(step.read_text())
+    doc["provenance"]["tree"] = "a" * 40
+    step.write_text(json.dumps(doc))
+    pr = render(synthetic_results)["PR-1.md"]
+    assert f"No run names this page's series `{current}`; the runs and their trees: the decode-step breakdown (tree " in pr
+
+    def of_current(doc):
+        doc["provenance"] = {"series_hash": current, "tree": "e" * 40}
+
+    pr = _pages(synthetic_results, of_current)["PR-1.md"]
+    assert f"Measured on this page's series `{current}` (tree `{'e' * 12}`): the series' benchmark." in pr
+    assert "Of earlier trees, not yet re-run on it: the decode-step breakdown (tree `aaaaaaaaaaaa`)" in pr
+    assert "No run names this page's series" not in pr
+    doc["provenance"] = {"series_hash": current, "tree": "e" * 40}  # re-run on the current series: nothing flagged
+    step.write_text(json.dumps(doc))
+    pr = _pages(synthetic_results, of_current)["PR-1.md"]
+    assert "the series' benchmark, the decode-step breakdown." in pr and "earlier trees" not in pr
+
+
+def test_a_model_run_is_compared_only_with_model_runs_of_its_tree(synthetic_results):
+    tree = "t" * 40
+    _write(synthetic_results, geometries_doc(tree))
+    runs = synthetic_results / SLUG / "history" / f"tree-{'t' * 12}"
+    runs.mkdir(parents=True)
+    earlier = geometries_doc(tree)
+    earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
+    earlier["geometries"][0]["rows"][1]["ratio"]["tma"] = 0.99  # alpha-1B n = 1 slower in the earlier run
+    (runs / "series_bench.1.json").write_text(json.dumps(earlier))
+    rows_run = json.loads((RESULTS / "h200" / "history" / "tree-cea31ee84447" / "series_bench.1.json").read_text())
+    rows_run["provenance"]["tree"] = tree  # the same tree, the format of before --model: not compared
+    (runs / "series_bench.2.json").write_text(json.dumps(rows_run))
+    rep = render(synthetic_results)["REPORT.md"]
+    section = rep.split("The same tree measured again")[1].split("\n### ")[0]
+    assert "The series' benchmark (alpha-1B, its first geometry):" in section
+    assert "series_bench.1.json" in section and "series_bench.2.json" not in section
+    assert "| 0.990 (slower) |" in section
+
+
+def test_auto_speeds_read_the_probe_line():
+    got = auto_speeds("decode gather auto: runs bpb8 (kept); speed vs bpb8: bpb32 0.999x, tma 16x4x8192 1.002x; "
+                      "A/A bar 1.025x; probe 228 ms")  # fmt: skip
+    assert got == {"base": "bpb8", "speeds": {"bpb32": 0.999, "tma 16x4x8192": 1.002}, "bar": 1.025}
+    assert auto_speeds("decode gather auto: runs bpb8 (no candidate built)") is None and auto_speeds(None) is None
+
+
+def test_committed_geometry_table_equals_the_json():
+    doc = json.loads((RESULTS / "h200" / "series_bench.json").read_text())
+    rep = (RESULTS / "REPORT.md").read_text()
+    for g in doc["geometries"]:
+        for r in g["rows"]:
+            ratio, spread = r["ratio"]["tma"], r["aa_spread"]
+            word = "tie" if abs(ratio - 1) <= spread else "faster" if ratio > 1 else "slower"
+            assert (f"| {g['model']} | {g['quant_format']} | {g['expert_bytes'] / 1e6:.2f} | {r['n']} | "
+                    f"{r['median_us']['upstream']:,.2f} |") in rep
+            assert f"| {ratio:.3f} | ±{spread:.3f} | {word} | {g['auto']['chose']} |" in rep
+    md = (RESULTS / "h200" / "series_bench.md").read_text()
+    assert md.split("\n", 1)[1].strip() in rep
