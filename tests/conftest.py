@@ -164,6 +164,7 @@ def write_synthetic_results(root: Path) -> None:
     ceiling = sweep.synthetic(args, ring_list, [4, 8], [1 << 20, 64 << 20], 96 * 1024)
     ceiling["summary"] = sweep.summarize(ceiling)
     ceiling["machine"] = machine
+    ceiling["provenance"] = {"series_hash": "000000000000", "tree": None}  # synthetic: of no tree, wherever it runs
     write(d / MEASUREMENTS["sweep"].file, ceiling)
     summary = {
         "synthetic": True,
