@@ -91,3 +91,20 @@ def test_build_names_every_blocker_at_once(throwaway_series: Path, workdir: Path
     assert f"branch {BRANCH} has commits not exported to patches/" in proc.stderr
     assert "has untracked files" in proc.stderr and "python/freetoken/extra.py" in proc.stderr
     assert f"HEAD is detached at {git(repo, 'rev-parse', 'HEAD')}" in proc.stderr
+
+
+def test_every_committed_patch_keeps_the_series_fixed_identity() -> None:
+    """patches/ is a fixed point of export: one author and one date for every patch (a rebase in a contributor's work
+    repository once re-authored a patch with the machine's identity, which went upstream-bound)."""
+    from freetoken_overlay.util import REPO_ROOT
+
+    heads = []
+    for patch in sorted((REPO_ROOT / "patches").glob("*.patch")):
+        head = patch.read_text().split("\nSubject:", 1)[0]
+        author = re.search(r"^From: (.*(?:\n .*)*)$", head, re.M)
+        date = re.search(r"^Date: (.*)$", head, re.M)
+        assert author and date, patch.name
+        heads.append((patch.name, " ".join(author[1].split()), date[1]))
+    assert len(heads) >= 2
+    assert {h[1:] for h in heads} == {("FreeToken decode-gather contributors <decode-gather@users.noreply.github.com>",
+                                      "Mon, 30 Nov 2026 09:00:00 +0000")}, heads  # fmt: skip
