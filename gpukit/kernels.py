@@ -46,12 +46,11 @@ def probe_headers(texts: Mapping[str, str], jit_dir: Path | None = None) -> Iter
 
 
 def runs_ring(cache) -> bool:
-    """Whether ``cache``'s decode misses run the ring (``copy_missing``'s launcher, chosen once in
-    ``_build_copy_plan``): anything but upstream's ``fast_index_copy_multi_jit`` is the ring, since
-    LaunchCounter may wrap ``decode_gather_jit``."""
-    from freetoken.kernel.fast_index_copy import fast_index_copy_multi_jit
+    """Whether ``cache``'s decode misses run the ring: the variant of ``copy_missing``'s launcher (chosen once
+    in ``_build_copy_plan``), read by :func:`suite.kernels.launched`."""
+    from suite.kernels import Kernel, launched
 
-    return getattr(cache._decode_miss_copy, "func", None) is not fast_index_copy_multi_jit
+    return launched(cache._decode_miss_copy, cache._copy_blocks_per_bank).kernel is Kernel.TMA
 
 
 def default_ring(decode_gather) -> Ring:

@@ -7,6 +7,7 @@ import json
 
 from report import compare
 from suite import results
+from suite.commands import MEASUREMENTS
 from freetoken_overlay.util import REPO_ROOT
 
 RESULTS = REPO_ROOT / "results"
@@ -23,10 +24,12 @@ def test_compare_states_its_unit_and_the_readme_pytest_benchmarks(capsys) -> Non
 
 def test_the_stated_units_hold_on_the_saved_runs(capsys) -> None:
     """Per layer = pytest-benchmark's round median / layers, as printed; the decode step's is not divided."""
+    checked = 0
     for slug in results.devices(RESULTS):
-        store = RESULTS / slug / "pytest-benchmark.json"
+        store = RESULTS / slug / MEASUREMENTS["bench"].file
         if not store.is_file():
             continue
+        checked += 1
         assert compare.main(["--results", str(RESULTS), "--device", slug, "--csv"]) == 0
         rows = {(r[1], r[2], r[3]): r for r in (line.split(",") for line in capsys.readouterr().out.splitlines()[1:])}
         for record in json.loads(store.read_text())["benchmarks"]:
@@ -40,3 +43,4 @@ def test_the_stated_units_hold_on_the_saved_runs(capsys) -> None:
             else:
                 row = rows[(info["regime"], str(info["layers"]), str(info["n"]))]
                 assert abs(float(row[4]) * info["layers"] - us) < 1e-6 * us
+    assert checked, "no device's benchmark store was checked"
