@@ -28,7 +28,7 @@ SCRIPT = Path("benchmarks") / "bench_decode_gather.py"
 
 
 def fields_of(raw: dict, **extra) -> dict:
-    """The benchmark's own JSON as the fields of an ``series_bench`` document (kept under their names)."""
+    """The benchmark's own JSON as the fields of a ``series_bench`` document (kept under their names)."""
     return {k: v for k, v in raw.items() if k not in ("schema", "machine")} | {"benchmark_schema": raw.get("schema")} | extra
 
 
