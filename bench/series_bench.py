@@ -12,6 +12,7 @@ its first line an HTML comment with the provenance (invisible once pasted).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
@@ -67,8 +68,21 @@ def save_comment(json_path: Path, comment: str) -> Path:
     head = (f"<!-- {json_path.name} of {doc.get('generated_at')}: series {p.get('series_hash')} "
             f"({p.get('series_from')}), tree {p.get('tree')}, patch-id {p.get('patch_id')} -->")  # fmt: skip
     target = json_path.with_suffix(".md")
+    _keep_replaced(target, head + "\n" + comment)
     target.write_text(head + "\n" + comment)
     return target
+
+
+def _keep_replaced(target: Path, new: str) -> Path | None:
+    """Move the comment ``target`` holds to the history beside its document's, ``history/tree-<id>/`` of the
+    tree its first line names (as :func:`suite.results.supersede` does the JSON); never overwrites."""
+    if not target.is_file() or target.read_text() == new:
+        return None
+    tree = re.search(r", tree ([0-9a-f]{12})", target.read_text().partition("\n")[0])
+    folder = target.parent / results.HISTORY / (f"tree-{tree[1]}" if tree else "tree-unknown")
+    n = max((int(p.suffixes[-2][1:]) for p in folder.glob(f"{target.stem}.*{target.suffix}")
+             if len(p.suffixes) > 1 and p.suffixes[-2][1:].isdigit()), default=0) + 1  # fmt: skip
+    return results.move_new(target, folder / f"{target.stem}.{n}{target.suffix}")
 
 
 if __name__ == "__main__":

@@ -69,3 +69,16 @@ def test_geometries_read_typed_and_round_trip():
     assert m.to_doc() == {**doc, "rows": [], "copy_engine_gbps": [], "expert_bytes": None}
     assert "geometries" not in SeriesBench.from_doc({"rows": []}).to_doc()  # a document of before stays as it was
 
+
+
+def test_a_second_markdown_run_keeps_the_first_comment_in_the_history(tmp_path, monkeypatch, capfd):
+    """The comment goes where its JSON goes: the writer moves the one it replaces to history/tree-<id>/."""
+    out = _workdir(tmp_path, monkeypatch)
+    assert series_bench.main(["--out", str(out), "--markdown"]) == 0
+    first = (out / "series_bench.md").read_text()
+    (out / "series_bench.md").write_text(first.replace(", tree ", ", tree " + "ab" * 6 + "x", 1))  # name a tree
+    kept_text = (out / "series_bench.md").read_text()
+    assert series_bench.main(["--out", str(out), "--markdown"]) == 0
+    kept = list((out / "history").rglob("series_bench.*.md"))
+    assert [p.relative_to(out).as_posix() for p in kept] == [f"history/tree-{'ab' * 6}/series_bench.1.md"]
+    assert kept[0].read_text() == kept_text and (out / "series_bench.md").read_text() != kept_text
