@@ -18,7 +18,7 @@ Three ways to move the bytes, every copy verified word-exact against a device co
 Bytes in flight: ring = ctas x stages x chunk_bytes; LDG = blocks x 1024 threads x 16 B per bank.
 Rings above the module's shared-memory cap (decode_gather.MAX_RING_BYTES) are skipped. All JIT
 modules are built up front in ``--workers`` threads. Writes sweep.json and sweep.png
-(``suite.results``: results/<device>/; the figure is :mod:`bench.ceiling_figure`'s).
+(``suite.results``: results/<device>/; the figure is :mod:`bench.sweep_figure`'s).
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.ceiling_figure import render_png
+from bench.sweep_figure import render_png
 from suite import results
 from suite.commands import MEASUREMENTS
 from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
-from suite.models import Ceiling
+from suite.models import Sweep
 from gpukit.kernels import call_tma, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
@@ -307,13 +307,13 @@ def dry_run(args: argparse.Namespace, rings: list[Ring], ldg: list[int], ce_size
     doc["summary"] = summarize(doc)
     doc["machine"] = {"device_name": "synthetic (dry run)"}
     png_err = _with_png(args, doc, out)
-    results.write_json(out, Ceiling.from_doc(doc).to_doc())  # the document as its model reads it
+    results.write_json(out, Sweep.from_doc(doc).to_doc())  # the document as its model reads it
     say(f"dry run: synthetic {len(doc['ring'])} rings, {len(doc['ldg'])} LDG widths, {len(doc['copy_engine'])} CE sizes")
     say(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if doc["png"] else f" ({png_err or 'no PNG'})"))
     return 0
 
 
-class Sweep:
+class SweepRun:
     """One sweep on this GPU: the document it fills, saved (partially after a lost context) as it goes."""
 
     def __init__(self, args: argparse.Namespace, doc: dict[str, Any], t_start: float):
@@ -334,7 +334,7 @@ class Sweep:
         png_err = _with_png(self.args, doc, self.out)
         if png_err:
             say(png_err)
-        results.write_json(self.out, Ceiling.from_doc(doc).to_doc())  # the document as its model reads it
+        results.write_json(self.out, Sweep.from_doc(doc).to_doc())  # the document as its model reads it
 
     def healthy(self) -> bool:
         try:
@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     doc["errors"] = precompile(decode_gather, fast_index_copy, todo, ldg, workers=args.workers, progress=say)
     doc["jit_seconds"] = round(time.perf_counter() - t0, 1)
-    sweep = Sweep(args, doc, t_start)
+    sweep = SweepRun(args, doc, t_start)
     sweep.copy_engine(ce_sizes)
     if not sweep.ldg(ldg) or not sweep.rings(todo):
         return 3

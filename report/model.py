@@ -19,11 +19,11 @@ from report.repeats import current_ratios, decode_losses, repeats_view
 from report.series import commit_adding, pull_requests, series_commits, series_footprint
 from report.views import (
     auto_view,
-    ceiling_view,
-    conformance_view,
+    sweep_view,
+    gpu_view,
     contention_view,
     e2e_view,
-    sanitizer_view,
+    sanitize_view,
     sass_view,
     step_pdl_view,
     series_bench_view,
@@ -82,7 +82,7 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
     gpus = MEASUREMENTS["contention"].gpus
     gather = gather_view(bench)
     png = (base / slug / MEASUREMENTS["sweep"].file).with_suffix(".png")
-    ceiling = ceiling_view(
+    ceiling = sweep_view(
         docs.get("sweep"), png.relative_to(base).as_posix() if png.is_file() else None, gather["ring"] if gather else None
     )
     bench_prov = bench.provenance if bench else {}
@@ -105,8 +105,8 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
                                            ubench["doc"].generated_at if ubench else None),
         "step_pdl": step_pdl_view(docs.get("step_pdl"), gather),
         "contention": contention_view(docs.get("contention")),
-        "conformance": conformance_view(docs.get("gpu")),
-        "sanitizer": sanitizer_view(docs.get("sanitize")),
+        "conformance": gpu_view(docs.get("gpu")),
+        "sanitizer": sanitize_view(docs.get("sanitize")),
         "targets": targets_view(gather, ceiling),
         "e2e": e2e_view(docs.get("e2e")),
         "auto": auto_view(docs.get("auto_stability")),

@@ -9,7 +9,7 @@ import re
 from typing import Any, Mapping
 
 from suite.geometry import Ring
-from suite.models import AutoStability, Ceiling, CeilingRow, Conformance, Contention, E2E, Sanitizer, SeriesBench, StepPdl
+from suite.models import AutoStability, Sweep, SweepRow, Gpu, Contention, E2E, Sanitize, SeriesBench, StepPdl
 from suite.stats import median, verdict
 from report import words
 from report.geometries import geometries_view
@@ -28,7 +28,7 @@ SWEEP_PATHS = (
 )
 
 
-def ceiling_view(doc: Ceiling | None, png: str | None, default_ring: Ring | None) -> dict[str, Any] | None:
+def sweep_view(doc: Sweep | None, png: str | None, default_ring: Ring | None) -> dict[str, Any] | None:
     if not doc:
         return None
     s = doc.summary
@@ -46,14 +46,14 @@ def ceiling_view(doc: Ceiling | None, png: str | None, default_ring: Ring | None
     }
 
 
-def _ring_in_flight(doc: Ceiling, rows: str, metric: str, best: Doc) -> dict[str, Any]:
+def _ring_in_flight(doc: Sweep, rows: str, metric: str, best: Doc) -> dict[str, Any]:
     """The bytes in flight of a sweep summary's best ring by Ring's rule, from the swept row it names (its
     fields, not its label); an LDG grid's as stored."""
     row = next((r for r in getattr(doc, rows) if getattr(r, metric) == best.get("gbps")), None) if rows == "ring" else None
     return {"bytes_in_flight": _in_flight(row).bytes_in_flight} if row is not None and row.ctas else {}
 
 
-def knee(doc: Ceiling, default_ring: Ring | None) -> dict[str, Any] | None:
+def knee(doc: Sweep, default_ring: Ring | None) -> dict[str, Any] | None:
     """The fewest ring bytes in flight within :data:`KNEE_SHARE` of the best ring (NVFP4 gather), where
     the default ring sits against it, and how far the rings past it fall below the best."""
     rings = [r for r in doc.ring if r.gather_gbps]
@@ -74,7 +74,7 @@ def knee(doc: Ceiling, default_ring: Ring | None) -> dict[str, Any] | None:
     return out
 
 
-def _in_flight(r: CeilingRow) -> CeilingRow:
+def _in_flight(r: SweepRow) -> SweepRow:
     """A swept ring with its bytes in flight by Ring's rule."""
     return dataclasses.replace(r, bytes_in_flight=Ring(r.ctas, r.stages, r.chunk_bytes).bytes_in_flight)
 
@@ -212,7 +212,7 @@ def contention_view(doc: Contention | None) -> dict[str, Any] | None:
     }
 
 
-def conformance_view(doc: Conformance | None) -> dict[str, Any] | None:
+def gpu_view(doc: Gpu | None) -> dict[str, Any] | None:
     if not doc:
         return None
     return {
@@ -224,7 +224,7 @@ def conformance_view(doc: Conformance | None) -> dict[str, Any] | None:
     }
 
 
-def sanitizer_view(doc: Sanitizer | None) -> dict[str, Any] | None:
+def sanitize_view(doc: Sanitize | None) -> dict[str, Any] | None:
     if not doc:
         return None
     return {"doc": doc, "status": words.passed(doc.passed), "tools": list(doc.tools.items())}

@@ -27,7 +27,7 @@ from freetoken_overlay.util import env_flag
 from conformance.prereq import skip_or_fail  # noqa: E402
 from suite import results
 from suite.commands import CONFORMANCE_SUMMARY_ENV as SUMMARY_ENV
-from suite.models import Conformance
+from suite.models import Gpu
 from suite.geometry import CONFORMANCE_EXTRA_RINGS, Ring
 from gpukit.kernels import default_ring, load_kernels, precompile
 from gpukit.machine import machine_info
@@ -219,7 +219,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "upstream_control_calls": sum(v["upstream_calls"] for v in SESSION.counts.values()),
         "tests": dict(sum((collections.Counter(c) for c in SESSION.outcomes.values()), collections.Counter())),
     }
-    summary = Conformance(
+    summary = Gpu(
         exitstatus=int(exitstatus),
         passed=int(exitstatus) == 0 and not SESSION.failures,
         duration_s=round(time.time() - SESSION.started, 1),

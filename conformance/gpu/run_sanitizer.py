@@ -23,7 +23,7 @@ import time
 
 from freetoken_overlay.toolchain import find_tool
 from suite import results
-from suite.models import Sanitizer
+from suite.models import Sanitize
 from gpukit.machine import machine_info
 from suite.log import configure
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     out = target.parent
     out.mkdir(parents=True, exist_ok=True)
 
-    summary = Sanitizer(sanitizer=san, case=" ".join(case_cmd))
+    summary = Sanitize(sanitizer=san, case=" ".join(case_cmd))
     ver = subprocess.run([san, "--version"], capture_output=True, text=True)
     summary.sanitizer_version = (ver.stdout.strip().splitlines() or [""])[-1]
 

@@ -12,26 +12,26 @@ from suite.models.bench import BenchRun, CaseRow, StepRow
 from suite.models.docs import (
     AutoStability,
     AutoSummary,
-    Ceiling,
-    CeilingRow,
-    CeilingSummary,
-    Conformance,
     Contention,
     E2E,
     E2EPoint,
-    Sanitizer,
+    Gpu,
+    Sanitize,
     SeriesBench,
     SeriesGeometry,
     SeriesRow,
     StepBreakdown,
     StepPdl,
+    Sweep,
+    SweepRow,
+    SweepSummary,
 )
 from suite.models.paired import Paired, paired
 
 #: the model of each measurement of :data:`suite.commands.MEASUREMENTS` that has one (the benchmark's: :class:`BenchRun`)
-MODELS = {"sweep": Ceiling, "gpu": Conformance, "sanitize": Sanitizer, "step_pdl": StepPdl,
+MODELS = {"sweep": Sweep, "gpu": Gpu, "sanitize": Sanitize, "step_pdl": StepPdl,
           "contention": Contention, "series_bench": SeriesBench, "e2e": E2E, "auto_stability": AutoStability}  # fmt: skip
 
-__all__ = ["MODELS", "AutoStability", "AutoSummary", "BenchRun", "CaseRow", "Ceiling", "CeilingRow", "CeilingSummary",
-           "Conformance", "Contention", "Document", "E2E", "E2EPoint", "Model", "Paired", "Sanitizer", "SeriesBench",
+__all__ = ["MODELS", "AutoStability", "AutoSummary", "BenchRun", "CaseRow", "Sweep", "SweepRow", "SweepSummary",
+           "Gpu", "Contention", "Document", "E2E", "E2EPoint", "Model", "Paired", "Sanitize", "SeriesBench",
            "SeriesGeometry", "SeriesRow", "StepBreakdown", "StepPdl", "StepRow", "paired"]  # fmt: skip

@@ -56,7 +56,7 @@ class StepPdl(Document):
 
 
 @dataclasses.dataclass
-class Conformance(Document):
+class Gpu(Document):
     """The GPU tier's summary (``conformance/gpu`` with ``CONFORMANCE_SUMMARY=1``)."""
 
     exitstatus: int | None = None
@@ -72,7 +72,7 @@ class Conformance(Document):
 
 
 @dataclasses.dataclass
-class Sanitizer(Document):
+class Sanitize(Document):
     """compute-sanitizer's tools over the sanitizer case (``python -m conformance.gpu.run_sanitizer``)."""
 
     sanitizer: str | None = None
@@ -237,7 +237,7 @@ class SeriesBench(Document):
 
 
 @dataclasses.dataclass
-class CeilingRow(Model):
+class SweepRow(Model):
     """One swept configuration: a TMA ring (ctas, stages, chunk_bytes) or an LDG grid (blocks_per_bank, threads)."""
 
     ctas: int | None = None
@@ -256,7 +256,7 @@ class CeilingRow(Model):
 
 
 @dataclasses.dataclass
-class CeilingSummary(Model):
+class SweepSummary(Model):
     """The copy engine's GB/s and the best of each path (each ``{config, gbps, bytes_in_flight, pct_of_copy_engine}``)."""
 
     copy_engine_gbps: float | None = None
@@ -270,7 +270,7 @@ class CeilingSummary(Model):
 
 
 @dataclasses.dataclass
-class Ceiling(Document):
+class Sweep(Document):
     """The ceiling sweep (``python -m bench.sweep``)."""
 
     dry_run: bool = False
@@ -279,13 +279,13 @@ class Ceiling(Document):
     flat: dict[str, Any] = field({})
     gather: dict[str, Any] = field({})
     copy_engine: list[dict[str, Any]] = field([])
-    ldg: list[CeilingRow] = field([])
-    ring: list[CeilingRow] = field([])
+    ldg: list[SweepRow] = field([])
+    ring: list[SweepRow] = field([])
     skipped: list[dict[str, Any]] = field([])
     errors: dict[str, Any] = field({})
-    summary: CeilingSummary | None = None
+    summary: SweepSummary | None = None
 
-    NESTED = {"ldg": (list, CeilingRow), "ring": (list, CeilingRow), "summary": CeilingSummary}
+    NESTED = {"ldg": (list, SweepRow), "ring": (list, SweepRow), "summary": SweepSummary}
     OPTIONAL = ("summary",)
 
 
