@@ -9,16 +9,12 @@ measured).
 
 from __future__ import annotations
 
-#: upstream's fast_index_copy_multi at its own 8 blocks per bank (FREETOKEN_DECODE_GATHER unset)
-UPSTREAM = "upstream"
-#: the same kernel timed a second time: the A/A control
-UPSTREAM_AA = "upstream_aa"
-#: upstream's kernel at 32 blocks per bank
-UPSTREAM_BPB32 = "upstream_bpb32"
-#: the series' kernel (FREETOKEN_DECODE_GATHER=tma)
-TMA = "tma"
+from suite.kernels import Kernel
+
+#: upstream's kernel at 32 blocks per bank (``upstream``, ``upstream_aa`` and ``tma`` are suite.kernels.Kernel's)
+UPSTREAM_BPB32 = f"{Kernel.UPSTREAM}_bpb32"
 
 
 def upstream_load(name: str) -> str:
     """Upstream's kernel with another row load (an ``experiments.variants.UPSTREAM_LOADS`` name)."""
-    return f"{UPSTREAM}_{name}"
+    return f"{Kernel.UPSTREAM}_{name}"

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from experiments import harness, variants
-from experiments.labels import TMA, UPSTREAM, UPSTREAM_AA, UPSTREAM_BPB32, upstream_load
+from experiments.labels import UPSTREAM_BPB32, upstream_load
+from suite.kernels import Kernel
 from experiments.regimes import BACKINGS, REGIME_ORDER, TOUCH_REGIMES, ProbeGraphs, model_banks
 from gpukit.decode_regime import Footprint, RegimeGraphs, poisoned_slots, replays_per_set
 from gpukit.decode_step import StepVariant
@@ -121,8 +122,8 @@ def probe_kernels(dgm, fic, m: Modules, rings: list[Ring]) -> dict[str, Any]:
     def mod(module):
         return functools.partial(harness.call_module, module)
 
-    kernels = {UPSTREAM: upstream(8), UPSTREAM_AA: upstream(8), UPSTREAM_BPB32: upstream(32),
-               TMA: mod(dgm.decode_gather_module(*m.ring))}  # fmt: skip
+    kernels = {Kernel.UPSTREAM: upstream(8), Kernel.UPSTREAM_AA: upstream(8), UPSTREAM_BPB32: upstream(32),
+               Kernel.TMA: mod(dgm.decode_gather_module(*m.ring))}  # fmt: skip
     kernels.update({f"tma+t{t}": mod(m.mods[t]) for t in m.touches})
     kernels.update({f"tma_{r.tag}": mod(dgm.decode_gather_module(*r)) for r in rings})
     kernels.update({f"tma_{v}": mod(m.var_mods[v]) for v in m.var_files})
@@ -142,12 +143,12 @@ def probe_n(args: argparse.Namespace, n: int, banks, slots, fp, fic, kernels: di
         entry["interleaved"] = interleaved(rg, fic, kernels, regimes, args.rounds)
     for regime, (timed_as, touch) in ({} if args.interleave else how_timed(rg, fic, regimes)).items():
         rounds = rg.rounds(list(kernels), timed_as, args.rounds, replays_per_set(n), prepare=touch).values
-        summ = {k: summarize_rounds(rounds, candidate=k, base=UPSTREAM, aa=UPSTREAM_AA)
-                for k in kernels if k not in (UPSTREAM, UPSTREAM_AA)}  # fmt: skip
+        summ = {k: summarize_rounds(rounds, candidate=k, base=Kernel.UPSTREAM, aa=Kernel.UPSTREAM_AA)
+                for k in kernels if k not in (Kernel.UPSTREAM, Kernel.UPSTREAM_AA)}  # fmt: skip
         entry[regime] = {"rounds_us": rounds, "summary": summ}
         us = {k: harness.median(v) for k, v in rounds.items()}
-        aa = summ[TMA]["aa_spread"]
-        logger.info(f"n={n:3d} {regime:6s} {UPSTREAM} {us[UPSTREAM]:8.2f} us  A/A +-{aa:.4f}  "
+        aa = summ[Kernel.TMA]["aa_spread"]
+        logger.info(f"n={n:3d} {regime:6s} {Kernel.UPSTREAM} {us[Kernel.UPSTREAM]:8.2f} us  A/A +-{aa:.4f}  "
               + "  ".join(f"{k} {s['speedup_paired']:.4f}" for k, s in summ.items()))  # fmt: skip
     entry["verified_replays"] = rg.verified
     return entry
@@ -158,7 +159,8 @@ def step_variants(args: argparse.Namespace, m: Modules) -> list[StepVariant]:
     step_rings = [Ring.parse(r) for r in _list(args.step_rings)]
     if not (args.step or step_rings or (args.step_variants and m.var_mods)):
         return []
-    specs = [StepVariant(UPSTREAM), StepVariant(UPSTREAM_AA), StepVariant(TMA, {"FREETOKEN_DECODE_GATHER": "tma"})]
+    specs = [StepVariant(Kernel.UPSTREAM), StepVariant(Kernel.UPSTREAM_AA),
+             StepVariant(Kernel.TMA, {"FREETOKEN_DECODE_GATHER": "tma"})]
     specs += [StepVariant(f"tma+t{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=m.mods[int(t)])
               for t in _list(args.step)]  # fmt: skip
     specs += [StepVariant(f"tma_{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
@@ -211,7 +213,7 @@ def interleaved(rg: RegimeGraphs, fic, kernels: dict, regimes: list[str], rounds
     reps = replays_per_set(rg.n)
     sets = {f"{k}@{reg}": (lambda _r, k=k, reg=reg: rg.time_set(k, how[reg][0], reps, prepare=how[reg][1]))
             for reg in regimes for k in kernels}  # fmt: skip
-    base, aa = f"{UPSTREAM}@decode", f"{UPSTREAM_AA}@decode"
+    base, aa = f"{Kernel.UPSTREAM}@decode", f"{Kernel.UPSTREAM_AA}@decode"
     times = run_rounds(sets, rounds, base=base, aa=aa).values
     summ = {lab: summarize_rounds(times, candidate=lab, base=base, aa=aa) for lab in sets if lab != aa}
     for reg in regimes:

@@ -21,7 +21,7 @@ import cupy
 import torch
 
 from experiments import harness
-from experiments.labels import UPSTREAM, UPSTREAM_AA
+from suite.kernels import Kernel
 from gpukit.decode_step import StepVariant
 from suite.geometry import Ring
 from gpukit.kernels import load_kernels, precompile
@@ -56,7 +56,7 @@ def main() -> None:
     assert not errors, errors
     log: dict = {"rings": [r.tag for r in RINGS]}
     gather = harness.Gather(dev)
-    kernels = {UPSTREAM: gather.upstream(fic), UPSTREAM_AA: gather.upstream(fic),
+    kernels = {Kernel.UPSTREAM: gather.upstream(fic), Kernel.UPSTREAM_AA: gather.upstream(fic),
                **{r.tag: gather.ring(dgm, r) for r in RINGS}}  # fmt: skip
     neighbours = {"alone": None, "nbdef": neighbour("A", None), "nbshm": neighbour("B", 100)}
     log["A"] = {}
@@ -74,12 +74,12 @@ def main() -> None:
         for nb in ("nbdef", "nbshm"):
             logger.info(f"  neighbour {nb} alone {res[f'none|{nb}']:.2f}")
     logger.info(f"A done {time.time() - t0:.0f}s")
-    specs = [StepVariant(UPSTREAM), StepVariant("ensure", copy=False)]
+    specs = [StepVariant(Kernel.UPSTREAM), StepVariant("ensure", copy=False)]
     specs += [
         StepVariant(f"tma{r.tag}", {"FREETOKEN_DECODE_GATHER": "tma", "FREETOKEN_DECODE_GATHER_RING": r.env})
         for r in RINGS
     ]
-    specs.append(StepVariant(UPSTREAM_AA))
+    specs.append(StepVariant(Kernel.UPSTREAM_AA))
     log["B"] = harness.decode_step(specs)
     harness.print_step(log["B"])
     harness.save(log, "probe_step.json")

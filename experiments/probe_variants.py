@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from experiments import harness, variants
-from experiments.labels import UPSTREAM, UPSTREAM_AA
+from suite.kernels import Kernel
 from gpukit.decode_step import StepVariant
 from suite.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.kernels import load_kernels, probe_headers
@@ -55,7 +55,7 @@ def main() -> None:
     logger.info(f"{len(mods)} modules in {time.time() - t0:.0f}s")
 
     gather = harness.Gather(dev)
-    kernels = {UPSTREAM: gather.upstream(fic), UPSTREAM_AA: gather.upstream(fic)}
+    kernels = {Kernel.UPSTREAM: gather.upstream(fic), Kernel.UPSTREAM_AA: gather.upstream(fic)}
     kernels.update({f"{v}:{r.tag}": gather.module(m) for (v, r), m in mods.items()})
     log: dict = {"rings": [r.tag for r in RINGS], "vars": names, "skipped": skipped, "A": {}}
     for n in NS:
@@ -63,15 +63,15 @@ def main() -> None:
         graphs = {k: gather.graph(fn) for k, fn in kernels.items()}
         times = gather.time_rounds(graphs, copies=lambda key: True)
         res = {k: harness.median(v) for k, v in times.items()}
-        rat = harness.paired(times, UPSTREAM)
+        rat = harness.paired(times, Kernel.UPSTREAM)
         log["A"][n] = {"us": res, "paired_ratio": rat, "rounds": times}
-        logger.info(f"--- n={n} {UPSTREAM}={res[UPSTREAM]:.2f} A/A={rat[UPSTREAM_AA]:.4f}")
+        logger.info(f"--- n={n} {Kernel.UPSTREAM}={res[Kernel.UPSTREAM]:.2f} A/A={rat[Kernel.UPSTREAM_AA]:.4f}")
         for r in RINGS:
             logger.info(
                 f"  {r.tag:9s} "
                 + " ".join(f"{v}={res[f'{v}:{r.tag}']:.2f}({rat[f'{v}:{r.tag}']:.4f})" for v in names))
     if STEP:
-        specs = [StepVariant(UPSTREAM), StepVariant(UPSTREAM_AA)]
+        specs = [StepVariant(Kernel.UPSTREAM), StepVariant(Kernel.UPSTREAM_AA)]
         specs += [
             StepVariant(f"{v}:{t}", {"FREETOKEN_DECODE_GATHER": "tma"}, module=mods[(v, Ring.parse(t))])
             for v, t in STEP

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from experiments.labels import UPSTREAM, UPSTREAM_AA
+from suite.kernels import Kernel
 from experiments.regimes import REGIME_ORDER, TOUCH_REGIMES
 from suite.geometry import fmt_bytes
 from suite import results
@@ -47,7 +47,7 @@ def touch_recovery(n: int, iv: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for k in iv["kernels"]:
         dec, rep = med.get(f"{k}@decode"), med.get(f"{k}@replay")
-        if k == UPSTREAM_AA or dec is None or rep is None or not touches or dec <= rep:
+        if k == Kernel.UPSTREAM_AA or dec is None or rep is None or not touches or dec <= rep:
             continue
         shares = {r: (dec - med[f"{k}@{r}"]) / (dec - rep) for r in touches if f"{k}@{r}" in med}
         out.append({"n": n, "kernel": k, "gap_us": dec - rep, "shares": shares})
@@ -72,8 +72,8 @@ def probe_run(path: Path, name: str) -> dict[str, Any] | None:
             recovered += touch_recovery(int(n), iv)
             for reg in iv["regimes"]:
                 summ = {k: iv["summary"][f"{k}@{reg}"] for k in iv["kernels"]
-                        if k != UPSTREAM_AA and f"{k}@{reg}" in iv["summary"]}  # fmt: skip
-                add_row(n, reg, iv["summary"][f"{UPSTREAM}@decode"]["aa_spread"], summ)
+                        if k != Kernel.UPSTREAM_AA and f"{k}@{reg}" in iv["summary"]}  # fmt: skip
+                add_row(n, reg, iv["summary"][f"{Kernel.UPSTREAM}@decode"]["aa_spread"], summ)
         for reg in sorted((k for k in entry if k in REGIME_ORDER), key=regime_key):
             rounds.update(len(v) for v in (entry[reg].get("rounds_us") or {}).values())
             summ = entry[reg]["summary"]
