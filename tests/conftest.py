@@ -132,6 +132,30 @@ def throwaway_series(tmp_path: Path, workdir: Path, throwaway_template: Path) ->
 
 
 @pytest.fixture
+def fake_kernel_build(tmp_path: Path, monkeypatch) -> list[list[str]]:
+    """freetoken's AOT compile replaced by one that writes a stand-in .so per spec (no nvcc), for arch 9.0 and a
+    stand-in CUDA_HOME: the list it returns gets each build's specs, sorted."""
+    aot = pytest.importorskip("freetoken.kernel.aot", reason="needs the patched freetoken (nox -s test)")
+    from freetoken_overlay import kernels
+
+    compiled: list[list[str]] = []
+
+    def fake_compile(out_dir, build_dir, specs, verbose):
+        compiled.append(sorted(specs))
+        built = [Path(out_dir) / name / f"{name}.so" for name in specs]
+        for so in built:
+            so.parent.mkdir(parents=True, exist_ok=True)
+            so.write_bytes(b"\x7fELF" + so.stem.encode())
+        return built
+
+    monkeypatch.setattr(aot, "compile_and_package_kernels", fake_compile)
+    monkeypatch.setattr(kernels, "ensure_cuda_home", lambda workdir, pip_args: tmp_path / "cuda")
+    monkeypatch.setenv(kernels.CUDA_ARCH_LIST_ENV, "9.0")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))  # the build sets it; restored after the test
+    return compiled
+
+
+@pytest.fixture
 def synthetic_results(tmp_path) -> Path:
     """``tmp/results/synthetic-gpu/`` with every document kind the report reads."""
     root = tmp_path / "results"

@@ -26,29 +26,13 @@ def test_the_full_set_adds_upstreams_copy_widths() -> None:
     assert widths == [f"freetoken__fast_index_copy_multi_1024_{b}" for b in (8, 32, 64)]  # kernel/aot.py's widths
 
 
-def test_a_full_cache_is_built_once_and_kept_by_a_series_build(tmp_path: Path, monkeypatch) -> None:
-    pytest.importorskip("freetoken.kernel.aot")
-    import freetoken.kernel.aot as aot
-
+def test_a_full_cache_is_built_once_and_kept_by_a_series_build(tmp_path: Path, monkeypatch, fake_kernel_build) -> None:
     workdir = Workdir(tmp_path / "work")
-    compiled = []
-
-    def fake_compile(out_dir, build_dir, specs, verbose):
-        compiled.append(sorted(specs))
-        built = []
-        for name in specs:
-            (Path(out_dir) / name).mkdir(parents=True, exist_ok=True)
-            (Path(out_dir) / name / f"{name}.so").write_bytes(b"\x7fELF" + name.encode())
-            built.append(Path(out_dir) / name / f"{name}.so")
-        return built
+    compiled = fake_kernel_build
 
     series = ["freetoken__decode_gather_16_4_8192"]
     widths = [f"freetoken__fast_index_copy_multi_1024_{b}" for b in (8, 32, 64)]
-    monkeypatch.setattr(aot, "compile_and_package_kernels", fake_compile)
     monkeypatch.setattr(kernels, "select_specs", lambda prefix=kernels.SPEC_PREFIX: series if prefix == kernels.SPEC_PREFIX else widths)
-    monkeypatch.setattr(kernels, "ensure_cuda_home", lambda workdir, pip_args: tmp_path / "cuda")
-    monkeypatch.setenv(kernels.CUDA_ARCH_LIST_ENV, "9.0")
-    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))  # the build sets it; restored after the test
     monkeypatch.setenv(kernels.KERNEL_SET_ENV, "full")
     for _ in range(2):
         kernels.build_kernel_cache(workdir, pip_args=[])

@@ -74,29 +74,11 @@ def test_cuda_home_skips_a_toolkit_without_cudart_and_refuses_a_bad_variable(cle
     assert kernels.find_cuda_home(Workdir(tmp_path / "work")) is None
 
 
-def test_kernel_cache_is_rebuilt_only_when_an_input_changed(tmp_path: Path, monkeypatch) -> None:
+def test_kernel_cache_is_rebuilt_only_when_an_input_changed(tmp_path: Path, monkeypatch, fake_kernel_build) -> None:
     """A second build from the same inputs compiles nothing; another arch list or a missing .so rebuilds."""
-    pytest.importorskip("freetoken.kernel.aot")
-    import freetoken.kernel.aot as aot
-
     workdir = Workdir(tmp_path / "work")
-    compiled = []
-
-    def fake_compile(out_dir, build_dir, specs, verbose):
-        compiled.append(list(specs))
-        built = []
-        for name in specs:
-            (Path(out_dir) / name).mkdir(parents=True, exist_ok=True)
-            so = Path(out_dir) / name / f"{name}.so"
-            so.write_bytes(b"\x7fELF" + name.encode())
-            built.append(so)
-        return built
-
-    monkeypatch.setattr(aot, "compile_and_package_kernels", fake_compile)
+    compiled = fake_kernel_build
     monkeypatch.setattr(kernels, "select_specs", lambda: ["freetoken__decode_gather_16x4x8192"])
-    monkeypatch.setattr(kernels, "ensure_cuda_home", lambda workdir, pip_args: tmp_path / "cuda")
-    monkeypatch.setenv(kernels.CUDA_ARCH_LIST_ENV, "9.0")
-    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))  # the build sets it; restored after the test
     for _ in range(2):
         kernels.build_kernel_cache(workdir, pip_args=[])
     assert len(compiled) == 1
