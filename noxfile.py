@@ -220,7 +220,7 @@ def test(session: nox.Session) -> None:
     session.run(python, "-m", "pytest", *(session.posargs or [*spread, *_upstream_tests(session)]), external=True)
 
 
-def _run_patched(session: nox.Session, cmd: commands.Measurement, *, upstream_tests: bool = False) -> None:
+def _run_patched(session: nox.Session, cmd: commands.Measurement) -> None:
     """``cmd`` on a GPU with the patched wheel and the full kernel cache (+ the series' upstream tests, run a
     second time with FREETOKEN_DISABLE_JIT=1: every kernel from the cache; files go where suite.results says)."""
     _install_patched(session, *_group("test", "gpu", "kernel-build", *cmd.groups), kernel_cache=False)
@@ -228,7 +228,7 @@ def _run_patched(session: nox.Session, cmd: commands.Measurement, *, upstream_te
     session.run(_python(session), "-m", "freetoken_overlay", "build-kernels", env={KERNEL_SET_ENV: "full"},
                 external=True)  # fmt: skip
     _use_kernel_cache(session)
-    paths = _upstream_tests(session, all_=True) if upstream_tests else []  # after the install, which may apply
+    paths = _upstream_tests(session, all_=True) if cmd.upstream_tests else []  # after the install, which may apply
     session.run(_python(session), "-m", *cmd.args, *paths, *session.posargs, env=dict(cmd.env), external=True)
     if paths:
         session.log("the series' upstream tests again, with FREETOKEN_DISABLE_JIT=1")
@@ -245,13 +245,13 @@ def _needs_model(session: nox.Session) -> None:
 _BEFORE = {"e2e": _needs_model}
 
 
-def _gpu_session(cmd: commands.Measurement, **kwargs) -> None:
+def _gpu_session(cmd: commands.Measurement) -> None:
     """The session ``nox -s NAME`` of a GPU measurement (suite.commands.MEASUREMENTS), tagged gpu."""
 
     def run(session: nox.Session) -> None:
         _require_gpu(session, cmd.gpus)  # first: without its GPUs every GPU session skips alike (e2e before its usage)
         _BEFORE.get(cmd.name, lambda s: None)(session)
-        _run_patched(session, cmd, **kwargs)
+        _run_patched(session, cmd)
 
     run.__doc__ = cmd.doc
     # no venv where the GPUs are missing: the session only says so and skips
@@ -260,7 +260,7 @@ def _gpu_session(cmd: commands.Measurement, **kwargs) -> None:
 
 for _m in commands.MEASUREMENTS.values():
     if _m.session and _m.gpu:
-        _gpu_session(_m, upstream_tests=_m.name == "gpu")
+        _gpu_session(_m)
 
 
 @nox.session

@@ -51,6 +51,7 @@ class Measurement(NamedTuple):
     note: str = ""
     has_file: bool = True  # False: its writer names each file (experiments' probes)
     gpu: bool = True  # its session needs a CUDA GPU (a ``gpu``-tagged session)
+    upstream_tests: bool = False  # its session also runs the series' upstream tests (again with JIT disabled)
 
     @property
     def schema(self) -> str:
@@ -89,7 +90,7 @@ _TABLE = (
     Measurement("gpu", ("pytest", "-rs", "conformance/gpu"), folder="conformance",
                 doc="GPU tier only: conformance/gpu + the series' upstream tests (again with FREETOKEN_DISABLE_JIT=1), summary into "
                     "results/<device>/conformance/gpu.json.",
-                env=((CONFORMANCE_SUMMARY_ENV, "1"),), note=f"{CONFORMANCE_SUMMARY_ENV}=1"),
+                env=((CONFORMANCE_SUMMARY_ENV, "1"),), note=f"{CONFORMANCE_SUMMARY_ENV}=1", upstream_tests=True),
     Measurement("sanitize", ("conformance.gpu.run_sanitizer",), folder="conformance",
                 doc="GPU: compute-sanitizer memcheck, racecheck and synccheck on a small eager and graph case."),
     #: pytest-benchmark times every kernel with the device clock; --bench-store saves its JSON as the store
