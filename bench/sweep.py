@@ -16,7 +16,8 @@ Three ways to move the bytes, every copy verified word-exact against a device co
                 (STAGESxCHUNK per CTA), flat and gather as above
 
 Bytes in flight: ring = ctas x stages x chunk_bytes; LDG = blocks x 1024 threads x 16 B per bank.
-Rings above the module's shared-memory cap (decode_gather.MAX_RING_BYTES) are skipped. All JIT
+Rings this GPU cannot give their shared memory (decode_gather.smem_skip_reason: its per-block opt-in
+limit; past 48 KiB the kernel opts in) are skipped, with the reason. All JIT
 modules are built up front in ``--workers`` threads. Writes sweep.json and sweep.png
 (``suite.results``: results/<device>/; the figure is :mod:`bench.sweep_figure`'s).
 """
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bench.sweep_figure import render_png
 from suite import results
@@ -409,17 +410,28 @@ class SweepRun:
         return True
 
 
-def _buildable(doc: dict[str, Any], rings: list[Ring], max_ring: int) -> list[Ring]:
-    """The rings that fit in shared memory; the others recorded in ``doc["skipped"]``."""
+def _buildable(doc: dict[str, Any], rings: list[Ring], why_not: Callable[[Ring], str | None]) -> list[Ring]:
+    """The rings ``why_not`` finds no reason against (their shared memory fits); the others recorded in
+    ``doc["skipped"]`` with the reason."""
     todo = []
     for r in rings:
-        if r.ring_bytes > max_ring:
-            doc["skipped"].append(
-                {**r._asdict(), "reason": f"stages*chunk_bytes {r.ring_bytes} > MAX_RING_BYTES {max_ring}"}
-            )
-        else:
+        reason = why_not(r)
+        if reason is None:
             todo.append(r)
+        else:
+            doc["skipped"].append({**r._asdict(), "reason": reason})
     return todo
+
+
+def _smem_reason(decode_gather, device) -> Callable[[Ring], str | None]:
+    """decode_gather's own limits: the most any device allows (MAX_RING_BYTES), then this device's."""
+
+    def why_not(r: Ring) -> str | None:
+        if r.ring_bytes > decode_gather.MAX_RING_BYTES:
+            return f"stages*chunk_bytes {r.ring_bytes} > MAX_RING_BYTES {decode_gather.MAX_RING_BYTES}"
+        return decode_gather.smem_skip_reason(device, *r)
+
+    return why_not
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -435,11 +447,10 @@ def main(argv: list[str] | None = None) -> int:
         say("no CUDA device: nothing to measure (use --dry-run for the CPU path)")
         return 2
     decode_gather, fast_index_copy = load_kernels()
-    max_ring = int(getattr(decode_gather, "MAX_RING_BYTES", 200 * 1024))
     doc = empty_doc(args)
-    todo = _buildable(doc, rings, max_ring)
+    todo = _buildable(doc, rings, _smem_reason(decode_gather, torch.device("cuda")))
     say(
-        f"{len(todo)} rings ({len(doc['skipped'])} skipped over {max_ring} B of shared memory), "
+        f"{len(todo)} rings ({len(doc['skipped'])} skipped: more shared memory than this GPU gives a block), "
         f"{len(ldg)} LDG widths, {len(ce_sizes)} copy-engine sizes; building {len(todo) + len(ldg)} JIT modules "
         f"in {args.workers} threads"
     )

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES
+from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, OPT_IN_RINGS
 from gpukit.kernels import call_tma, call_upstream
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
@@ -45,10 +45,15 @@ def test_nvfp4_geometry_is_the_proposal_shape():
     assert NVFP4_EXPERT_BYTES == 1781760
 
 
-@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-def test_every_miss_count_0_to_600(gpu, nvfp4, tally, index_dtype):
+# the module default with both index widths, and every opt-in ring (past 48 KiB of shared memory)
+EVERY_COUNT = [("default", "int32"), ("default", "int64"), *((r.tag, "int32") for r in OPT_IN_RINGS)]
+
+
+@pytest.mark.parametrize("ring_tag, index_dtype", EVERY_COUNT)
+def test_every_miss_count_0_to_600(gpu, nvfp4, tally, ring_tag, index_dtype):
     banks, cache = nvfp4
-    rng = random.Random(f"every-count-{index_dtype}")
+    ring = None if ring_tag == "default" else gpu.rings[ring_tag]
+    rng = random.Random(f"every-count-{index_dtype}" + ("" if ring is None else f"-{ring_tag}"))
     misses = MissList(CAPACITY, index_dtype, gpu.device)
     tally.note("pinned", banks.buf.describe())
     for n in range(CAPACITY + 1):
@@ -65,7 +70,8 @@ def test_every_miss_count_0_to_600(gpu, nvfp4, tally, index_dtype):
             misses.num,
             poison_value(n, rng),
             [(dst[:n], src[:n], banks.dev[0])],
-            f"n={n} {index_dtype}",
+            f"ring {ring_tag} n={n} {index_dtype}",
+            ring,
         )
         tally(1, n * banks.bytes_per_expert)
 

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from suite.geometry import MODEL, NVFP4_ROW_BYTES
+from suite.geometry import MODEL, NVFP4_ROW_BYTES, OPT_IN_RINGS
 from gpukit.kernels import call_tma
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
@@ -31,19 +31,25 @@ def nvfp4(real_gpu):
     banks.close()
 
 
-@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-def test_one_capture_many_replays(real_gpu, nvfp4, tally, index_dtype):
+# the module default with both index widths, and every opt-in ring (past 48 KiB of shared memory)
+REPLAYED = [("default", "int32"), ("default", "int64"), *((r.tag, "int32") for r in OPT_IN_RINGS)]
+
+
+@pytest.mark.parametrize("ring_tag, index_dtype", REPLAYED)
+def test_one_capture_many_replays(real_gpu, nvfp4, tally, ring_tag, index_dtype):
     gpu, torch = real_gpu, real_gpu.torch
     banks, cache = nvfp4
-    rng = random.Random(f"graph-replay-{index_dtype}")
+    ring = None if ring_tag == "default" else gpu.rings[ring_tag]
+    rng = random.Random(f"graph-replay-{index_dtype}" + ("" if ring is None else f"-{ring_tag}"))
     misses = MissList(CAPACITY, index_dtype, gpu.device)
     dst, src = random_misses(rng, CAPACITY, 1, SLOTS, EXPERTS)
     misses.set(dst, src, 1)
-    call_tma(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)  # eager: checks the layout
+    # eager first: checks the layout (and opts an opt-in ring in to its shared memory) outside capture
+    call_tma(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num, ring)
     gpu.sync()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        call_tma(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num)
+        call_tma(gpu.decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num, ring)
     for i, n in enumerate(REPLAY_COUNTS):
         if i % 8 == 0:
             banks.fill(seed=rng.randrange(1 << 31))  # the graph reads the sources at replay time
@@ -53,7 +59,7 @@ def test_one_capture_many_replays(real_gpu, nvfp4, tally, index_dtype):
         cache.poison(poison)
         graph.replay()
         err = check_slot_cache(cache, poison, [(dst[:n], src[:n], banks.dev[0])])
-        assert err is None, f"replay {i} n={n} {index_dtype}: {err}"
+        assert err is None, f"ring {ring_tag} replay {i} n={n} {index_dtype}: {err}"
         tally(1, n * banks.bytes_per_expert)
     del graph
 

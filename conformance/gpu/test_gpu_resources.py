@@ -6,7 +6,8 @@ into a driver routine whose first launch raises the per-thread stack limit to ~1
 this test pins that down on the machine it runs on: in a FRESH process, after every buffer is
 allocated and the JIT module is loaded, the CUDA stack-size limit (cudaDeviceGetLimit) must be
 unchanged and the free device memory (cudaMemGetInfo) within a small tolerance across the first
-launch of each ring (the default ring, and 32x2x23K, 46 KiB, next to the module's 47 KiB ring cap).
+launch of each ring (the default ring, 32x2x23K, the largest without a shared-memory opt-in, and the
+opt-in rings, which the first launch opts in to their shared memory).
 Upstream's kernel is measured the same way, in the same process, as a control.
 """
 
@@ -28,7 +29,7 @@ CHILD = r"""
 import json
 import torch
 from gpukit.runtime import CUDA_LIMIT_MALLOC_HEAP_SIZE, CUDA_LIMIT_STACK_SIZE, device_limit
-from suite.geometry import Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
+from suite.geometry import OPT_IN_RINGS, Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
 from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
 
@@ -40,7 +41,7 @@ banks = HostBanks(1, 4, rows, dev, seed=3)
 cache = SlotCache(4, rows, dev)
 misses = MissList(4, "int32", dev)
 misses.set([3, 0, 1, 2], [3, 0, 2, 1], 4)
-rings = [default_ring(decode_gather), Ring(32, 2, 23 * 1024)]  # 46 KiB, next to the ring cap (JIT-built by the session)
+rings = [default_ring(decode_gather), Ring(32, 2, 23 * 1024), *OPT_IN_RINGS]  # built by the session's precompile
 out = {{"launches": []}}
 
 def measure(name, launch):

@@ -1,0 +1,33 @@
+"""CPU test of the ceiling sweep's ring filter (bench/sweep.py) against the installed series: it keeps every
+ring a GPU's per-block shared memory holds (the kernel opts in past 48 KiB) and skips the others, naming why."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.geometry import OPT_IN_RINGS, Ring
+
+
+def _device(monkeypatch, torch, name: str, optin: int):
+    props = type("Props", (), {"name": name, "shared_memory_per_block_optin": optin})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: props)
+    return torch.device("cuda", 0)
+
+
+def test_the_sweep_keeps_what_the_gpu_holds_and_names_why_it_skips_the_rest(monkeypatch):
+    torch = pytest.importorskip("torch")
+    decode_gather = pytest.importorskip("freetoken.kernel.decode_gather", reason="needs the patched freetoken")
+    from bench import sweep
+
+    too_big = Ring(8, 4, 32768)  # 128 KiB of ring: more than an sm_120 card gives a block
+    rings = [Ring(16, 4, 8192), *OPT_IN_RINGS, too_big]
+    doc = {"skipped": []}
+    h200 = _device(monkeypatch, torch, "NVIDIA H200", 227 * 1024)
+    assert sweep._buildable(doc, rings, sweep._smem_reason(decode_gather, h200)) == rings and doc["skipped"] == []
+    card = _device(monkeypatch, torch, "RTX 5070 Ti", 101376)
+    assert sweep._buildable(doc, rings, sweep._smem_reason(decode_gather, card)) == rings[:-1]
+    (skipped,) = doc["skipped"]
+    assert (skipped["ctas"], skipped["stages"], skipped["chunk_bytes"]) == tuple(too_big)
+    assert "RTX 5070 Ti" in skipped["reason"] and "101376" in skipped["reason"]
+    huge = Ring(1, 16, 16384)  # 256 KiB: past what any device allows, refused before asking the device
+    assert sweep._smem_reason(decode_gather, card)(huge).startswith("stages*chunk_bytes 262144 > MAX_RING_BYTES")
