@@ -45,10 +45,10 @@ def decode_gather_include_dirs(freetoken_dir: pathlib.Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def decode_gather_ring(decode_gather_header: pathlib.Path) -> tuple[int, int, int]:
-    """``freetoken.kernel.decode_gather.default_ring()``: the ring the AOT cache builds."""
+def decode_gather_rings(decode_gather_header: pathlib.Path) -> tuple[tuple[int, int, int], ...]:
+    """The rings the AOT cache builds into one module (``PREBUILT_RINGS``, the default among them)."""
     try:
-        return sass.decode_gather_default_ring()
+        return sass.decode_gather_prebuilt_rings()
     except LookupError as exc:
         skip_or_fail(str(exc))
 

@@ -1,7 +1,7 @@
 """The decode_gather kernel's machine code, per target arch (no GPU needed).
 
 For sm_80, sm_90, sm_100 and sm_120, the kernel as upstream's JIT builds it (the installed
-freetoken's decode_gather.cuh, the default ring, DEFAULT_CUDA_CFLAGS) must:
+freetoken's decode_gather.cuh, every ring the kernel cache prebuilds, DEFAULT_CUDA_CFLAGS) must:
 
 * use the bulk-copy engine natively on sm_90+ (UBLKCP.S.G host->smem and UBLKCP.G.S
   smem->slot) and are a trap stub on sm_80 (no bulk-copy engine; the host refuses such devices);
@@ -9,7 +9,7 @@ freetoken's decode_gather.cuh, the default ring, DEFAULT_CUDA_CFLAGS) must:
   per-thread stack limit for good) and no other CALL, no __cuda_syscall extern;
 * have a 0-byte stack frame, no LDL/STL and no spills.
 
-Both index instantiations (int32 and int64) are in the same cubin; every function is checked.
+Both index instantiations (int32 and int64) of every ring are in the same cubin; every function is checked.
 The negative controls in controls/ show that each check can fail: the `.shared::cluster`
 bulk-copy form on sm_120 (CALL.ABS.NOINC), a runtime-indexed local array (LDL/STL, stack
 frame), and a register-starved kernel (spills), all through the same scanner.
@@ -55,13 +55,13 @@ def _get(results: dict, key):
 
 @pytest.fixture(scope="session")
 def decode_gather_reports(
-    tmp_path_factory, nvcc, disassembler, decode_gather_header, decode_gather_include_dirs, decode_gather_ring,
+    tmp_path_factory, nvcc, disassembler, decode_gather_header, decode_gather_include_dirs, decode_gather_rings,
     cuda_cflags,
 ) -> dict:
-    """arch -> SassReport of the default-ring decode_gather module, compiled once per session."""
+    """arch -> SassReport of the decode_gather module of the prebuilt rings, compiled once per session."""
     build = tmp_path_factory.mktemp("decode_gather_sass")
-    source = build / "decode_gather_{}x{}x{}.cu".format(*decode_gather_ring)
-    source.write_text(sass.decode_gather_source(decode_gather_ring, decode_gather_header))
+    source = build / "decode_gather_prebuilt.cu"
+    source.write_text(sass.decode_gather_source(decode_gather_rings, decode_gather_header))
     common = dict(include_dirs=decode_gather_include_dirs, flags=cuda_cflags, nvcc=nvcc, disassembler=disassembler)
     return _scan_all([(a, source, a, build / f"sm_{a}", {}) for a in ARCHS], common)
 
@@ -98,10 +98,11 @@ def _kernel_functions(report: sass.SassReport) -> list[sass.FunctionReport]:
 
 
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"sm_{a}")
-def test_both_index_instantiations_scanned(decode_gather_reports, arch):
+def test_both_index_instantiations_scanned(decode_gather_reports, decode_gather_rings, arch):
     report = _get(decode_gather_reports, arch)
     functions = _kernel_functions(report)
-    assert len(functions) == len(sass.DECODE_GATHER_INSTANTIATIONS), [f.name for f in functions]
+    # both index widths of every prebuilt ring
+    assert len(functions) == len(sass.DECODE_GATHER_INSTANTIATIONS) * len(decode_gather_rings), [f.name for f in functions]
     for f in functions:
         assert f.instructions > 0, f"{f.name}: no instructions parsed from the disassembly"
         assert f.entry, f"{f.name}: ptxas -v reported no entry function of that name"

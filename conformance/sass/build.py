@@ -25,7 +25,7 @@ DEFAULT_ARCHS = (80, 90, 100, 120)
 # freetoken.kernel.utils.DEFAULT_CUDA_CFLAGS of 0.2.1; the installed package's own value wins
 # (read from its source by upstream_cuda_cflags(), without importing torch and triton).
 FALLBACK_CUDA_CFLAGS = ("-std=c++20", "-O3", "--expt-relaxed-constexpr")
-# The kernel's JIT wrapper, as freetoken.kernel.utils._make_wrapper writes it.
+# The kernel's JIT wrapper, as freetoken.kernel.utils._make_wrapper writes it (one per ring: launch_<c>_<s>_<k>).
 DECODE_GATHER_EXPORT = "launch"
 
 
@@ -155,14 +155,28 @@ def decode_gather_default_ring() -> tuple[int, int, int]:
     return ring  # type: ignore[return-value]
 
 
-def decode_gather_source(ring: Sequence[int], header: pathlib.Path | None = None) -> str:
-    """The translation unit upstream's JIT builds for one ring (load_jit's cuda_sources)."""
+def decode_gather_prebuilt_rings() -> tuple[tuple[int, int, int], ...]:
+    """The rings freetoken's kernel cache builds into one module (``PREBUILT_RINGS``; a series without
+    that set prebuilds only ``default_ring()``)."""
+    try:
+        from freetoken.kernel import decode_gather
+    except ImportError as exc:
+        raise LookupError(f"freetoken.kernel.decode_gather is not importable ({exc})") from exc
+    rings = getattr(decode_gather, "PREBUILT_RINGS", None) or (decode_gather_default_ring(),)
+    return tuple(tuple(int(v) for v in ring) for ring in rings)  # type: ignore[misc]
+
+
+def decode_gather_source(rings: Sequence[int] | Sequence[Sequence[int]], header: pathlib.Path | None = None) -> str:
+    """The translation unit upstream's JIT builds for one ring, or for several in one module
+    (load_jit's cuda_sources: one exported launcher per ring)."""
     header = header or decode_gather_header()
-    args = ", ".join(str(int(v)) for v in ring)
-    return (
-        f'#include "{header.resolve()}"\n'
-        f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({DECODE_GATHER_EXPORT}, (&DecodeGatherKernel<{args}>::run));\n"
-    )
+    many = [tuple(rings)] if isinstance(rings[0], int) else [tuple(r) for r in rings]
+    lines = [f'#include "{header.resolve()}"']
+    for ring in many:
+        args = ", ".join(str(int(v)) for v in ring)
+        name = DECODE_GATHER_EXPORT if len(many) == 1 else f"{DECODE_GATHER_EXPORT}_{'_'.join(map(str, ring))}"
+        lines.append(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({name}, (&DecodeGatherKernel<{args}>::run));")
+    return "\n".join(lines) + "\n"
 
 
 def upstream_cuda_cflags() -> tuple[tuple[str, ...], str]:
