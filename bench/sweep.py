@@ -12,7 +12,7 @@ Three ways to move the bytes, every copy verified word-exact against a device co
 * LDG grid      upstream's fast_index_copy_multi (1024 threads x ``--ldg-blocks`` blocks per bank, one
                 16-byte load in flight per thread): "flat" = one bank of 1 MiB rows copied in order
                 (``src_indices=None``), "gather" = the NVFP4 six banks, ``--gather-n`` random experts
-* TMA ring      decode_gather_jit(ctas=, stages=, chunk_bytes=) over ``--ctas`` x ``--rings``
+* TMA ring      decode_gather's _decode_gather_jit(ctas=, stages=, chunk_bytes=) over ``--ctas`` x ``--rings``
                 (STAGESxCHUNK per CTA), flat and gather as above
 
 Bytes in flight: ring = ctas x stages x chunk_bytes; LDG = blocks x 1024 threads x 16 B per bank.

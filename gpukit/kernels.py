@@ -113,7 +113,7 @@ class _CountingModule:
 
 class LaunchCounter:
     """Counts launches of both JIT modules by wrapping their ``_jit_*_module`` factories (whatever
-    Python path reaches them) and, for good measure, calls of the public ``decode_gather_jit``."""
+    Python path reaches them) and, for good measure, calls of the ring's entry point ``_decode_gather_jit``."""
 
     def __init__(self, decode_gather, fast_index_copy):
         self.ring_module, self.upstream_module = decode_gather, fast_index_copy  # the counts have the short names
@@ -154,7 +154,7 @@ class LaunchCounter:
         for attr in ("decode_gather_module", "load_decode_gather_module"):
             self._wrap_factory(self.ring_module, attr, "decode_gather")
         self._wrap_factory(self.upstream_module, "_jit_fast_index_copy_multi_module", "upstream")
-        orig = self.ring_module.decode_gather_jit
+        orig = self.ring_module._decode_gather_jit
         owner = self
 
         @functools.wraps(orig)
@@ -162,8 +162,8 @@ class LaunchCounter:
             owner.decode_gather_jit_calls += 1
             return orig(*a, **k)
 
-        self._saved.append((self.ring_module, "decode_gather_jit", orig))
-        self.ring_module.decode_gather_jit = spy
+        self._saved.append((self.ring_module, "_decode_gather_jit", orig))
+        self.ring_module._decode_gather_jit = spy
         return self
 
     def __exit__(self, *exc) -> None:
@@ -176,9 +176,10 @@ class LaunchCounter:
 
 
 def call_tma(decode_gather, cache: SlotCache, src_ptrs, dst, src, num, ring: Ring | None = None) -> None:
-    """decode_gather_jit on ``cache``'s descriptor; ``ring`` None takes the module defaults."""
+    """The ring's entry point (``_decode_gather_jit``, private to the series: the switch is its API) on
+    ``cache``'s descriptor; ``ring`` None takes the module defaults."""
     kw = ring.kwargs() if ring is not None else {}
-    decode_gather.decode_gather_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)
+    decode_gather._decode_gather_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)
 
 
 def call_upstream(

@@ -327,7 +327,7 @@ def test_runtime_without_cupy_says_what_to_install(monkeypatch):
 
 def _fake_kernel_modules():
     """Stand-ins for freetoken.kernel.decode_gather and fast_index_copy: factories of modules whose
-    ``launch`` records its calls, and the public ``decode_gather_jit`` that launches the ring."""
+    ``launch`` records its calls, and the ring's entry point ``_decode_gather_jit`` that launches it."""
     import types
 
     launched = []
@@ -336,7 +336,7 @@ def _fake_kernel_modules():
         return types.SimpleNamespace(launch=lambda *a: launched.append(name))
 
     ring = types.SimpleNamespace(decode_gather_module=lambda *a: module("ring"))
-    ring.decode_gather_jit = lambda *a: ring.decode_gather_module().launch(*a)
+    ring._decode_gather_jit = lambda *a: ring.decode_gather_module().launch(*a)
     upstream = types.SimpleNamespace(_jit_fast_index_copy_multi_module=lambda **k: module("upstream"))
     return ring, upstream, launched
 
@@ -345,14 +345,14 @@ def test_launch_counter_counts_each_kernel_and_puts_the_modules_back():
     from gpukit.kernels import LaunchCounter
 
     ring, upstream, launched = _fake_kernel_modules()
-    before = (ring.decode_gather_module, ring.decode_gather_jit, upstream._jit_fast_index_copy_multi_module)
+    before = (ring.decode_gather_module, ring._decode_gather_jit, upstream._jit_fast_index_copy_multi_module)
     with LaunchCounter(ring, upstream) as counter:
-        ring.decode_gather_jit(1)
-        ring.decode_gather_jit(2)
+        ring._decode_gather_jit(1)
+        ring._decode_gather_jit(2)
         upstream._jit_fast_index_copy_multi_module(num_threads=1024).launch(3)
         assert (counter.decode_gather, counter.upstream, counter.decode_gather_jit_calls) == (2, 1, 2)
     assert launched == ["ring", "ring", "upstream"]
-    assert (ring.decode_gather_module, ring.decode_gather_jit, upstream._jit_fast_index_copy_multi_module) == before
+    assert (ring.decode_gather_module, ring._decode_gather_jit, upstream._jit_fast_index_copy_multi_module) == before
 
 
 def test_a_launch_counter_that_fails_to_enter_leaves_the_modules_as_they_were():
@@ -362,7 +362,7 @@ def test_a_launch_counter_that_fails_to_enter_leaves_the_modules_as_they_were():
 
     _, upstream, _ = _fake_kernel_modules()
     factory = upstream._jit_fast_index_copy_multi_module
-    broken = types.SimpleNamespace()  # no decode_gather_jit: entering fails after upstream's factory is wrapped
+    broken = types.SimpleNamespace()  # no _decode_gather_jit: entering fails after upstream's factory is wrapped
     with pytest.raises(AttributeError):
         with LaunchCounter(broken, upstream):
             pass

@@ -4,7 +4,8 @@ Every per-call argument (dtypes, shapes, devices, bank count) is checked by the 
 before the launch: nothing is launched (a counter wraps the JIT module's ``launch``), no
 asynchronous CUDA error is left behind and the slot cache, canaries included, stays
 byte-identical. A valid call afterwards still works. (Row sizes and bases that are multiples of
-16 are trusted, not checked: the offload cache's fused copy plan guarantees them.)
+16 are trusted, not checked: the entry point is private, and the offload cache's fused copy plan,
+its one caller, checks them when it is built.)
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def test_bad_call_is_refused_before_launch(real_gpu, setup, tally, case):
     snap = cache.snapshot()
     with LaunchCounter(gpu.decode_gather, gpu.fast_index_copy) as counter:
         with pytest.raises(RuntimeError) as info:
-            gpu.decode_gather.decode_gather_jit(**args)
+            gpu.decode_gather._decode_gather_jit(**args)
     gpu.sync()  # an asynchronous device error would surface here
     assert str(info.value).strip(), f"{case}: an empty error message"
     assert counter.decode_gather == 0, f"{case}: the kernel was launched"
