@@ -403,7 +403,8 @@ class SweepRun:
             if not self.measure("ring", rec, lambda: self.runner.ring_calls(r)):
                 return False
             say(
-                f"[{i + 1}/{len(todo)}] ring {r.tag:>12} ({fmt_bytes(r.bytes_in_flight):>9} in flight): flat "
+                f"[{i + 1}/{len(todo)}] ring {r.tag:>12} ({fmt_bytes(r.whole_ring_bytes)} whole ring, "
+                f"{fmt_bytes(r.bytes_in_flight)} steady): flat "
                 f"{_g(rec['flat_gbps'])} gather {_g(rec['gather_gbps'])} GB/s"
                 + (f"  ERROR {rec['error']}" if rec["error"] else "")
             )

@@ -103,6 +103,12 @@ class Ring(NamedTuple):
         return self.stages * self.chunk_bytes
 
     @property
+    def whole_ring_bytes(self) -> int:
+        """Bytes in flight counted as the whole ring, ctas x stages x chunk_bytes (FreeToken #751's count; the
+        series' ``decode_gather.whole_ring_bytes``)."""
+        return self.ctas * self.stages * self.chunk_bytes
+
+    @property
     def bytes_in_flight(self) -> int:
         """Host reads in flight in steady state: each CTA refills one stage while the others are in
         flight, so (stages - 1) chunks per CTA (384 KiB for 16x4x8K; its shared ring holds 512 KiB)."""
