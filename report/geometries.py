@@ -5,7 +5,9 @@ texts carry for it (verdict counts, auto's choices), the ring sweep's conclusion
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,8 @@ def geometry_view(g: SeriesGeometry) -> dict[str, Any]:
     return {"model": g.model, "quant_format": g.quant_format, "expert_bytes": g.expert_bytes, "skipped": g.skipped,
             "rows": [geometry_row(g, r) for r in sorted(g.rows, key=lambda r: (r.regime, r.n))],
             "chose": auto.get("chose"), "default": auto.get("default"), "auto_line": auto.get("line"),
-            "speeds": auto_speeds(auto.get("line"))}  # fmt: skip
+            "speeds": ({"base": auto["default"], "speeds": auto["speed"], "bar": auto["bar"]} if auto.get("speed")
+                       else None) if "speed" in auto else auto_speeds(auto.get("line"))}  # fmt: skip
 
 
 def verdict_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -83,6 +86,23 @@ def auto_summary(geos: list[dict[str, Any]]) -> dict[str, Any] | None:
             "best": _best_speed(probed), "best_tma": _best_speed(probed, Kernel.TMA)}  # fmt: skip
 
 
+def ring_choice(geometries: list[SeriesGeometry], default: str | None) -> dict[str, Any]:
+    """The ring sweep's choice from the rows, where the benchmark's schema ``/3`` records none (``/2`` did the same):
+    per ``tma_<ring>``, the geometric mean of tma's time / the ring's over the rows with misses, the rows where it is
+    faster and slower beyond their A/A spread; ``best``: the fastest faster in most of them and slower in none."""
+    rows = [r for g in geometries for r in g.rows if r.n > 0]
+    scores = {}
+    for k in [k for k in (rows[0].median_us if rows else {}) if k.startswith(f"{Kernel.TMA}_")]:
+        gains = [r.median_us[Kernel.TMA] / r.median_us[k] for r in rows]
+        scores[k[len(Kernel.TMA) + 1 :]] = {
+            "geomean": math.exp(statistics.fmean(math.log(x) for x in gains)), "rows": len(rows),
+            "wins": sum(x - 1 > r.aa_spread for x, r in zip(gains, rows)),
+            "losses": sum(1 - x > r.aa_spread for x, r in zip(gains, rows)),
+        }  # fmt: skip
+    good = {k: s for k, s in scores.items() if s["losses"] == 0 and 2 * s["wins"] > s["rows"]}
+    return {"default": default, "scores": scores, "best": max(good, key=lambda k: good[k]["geomean"]) if good else None}
+
+
 def ring_view(choice: dict[str, Any] | None) -> dict[str, Any] | None:
     """The ring sweep's scores and its choice (``best``: the ring to export; None: leave the ring unset)."""
     if not choice or not choice.get("scores"):
@@ -110,7 +130,7 @@ def geometries_view(doc: SeriesBench) -> dict[str, Any]:
         "slower_ns": sorted({r["n"] for r in rows if r["verdict"] == "slower"}),
         "rows_total": len(rows),
         "auto": auto_summary(geos),
-        "rings": ring_view(doc.ring_choice),
+        "rings": ring_view(doc.ring_choice or ring_choice(doc.geometries or [], doc.tma_ring)),
         "replays": verified.get("replays"),
         "copies": verified.get("copies"),
         "wrong": len(doc.failures),

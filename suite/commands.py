@@ -138,7 +138,7 @@ COMPARE = Command("compare", ("report.compare",), note="upstream, A/A and tma pe
 PYTEST_BENCHMARK_COMPARE = Command(None, ("pytest-benchmark", "compare", f"results/DEVICE/{MEASUREMENTS['bench'].file}",
                                           "--group-by=param:regime,param:layers,param:n"), module=False)  # fmt: skip
 #: The benchmark the series adds to upstream's tree: one command to measure another host.
-SERIES_BENCH = Command(None, ("benchmarks/bench_decode_gather.py", "--model", "all", "--rings", "--markdown"), module=False)
+SERIES_BENCH = Command(None, ("benchmarks/bench_decode_gather.py", "--model", "all", "--markdown"), module=False)
 #: The offline checkpoint the end-to-end A/B runs on (``DIR`` from the caller; weights drawn on the GPU).
 E2E_CHECKPOINT = Command(None, _bench("e2e", "make-checkpoint"), note="DIR [--layers N]")
 

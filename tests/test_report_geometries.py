@@ -101,6 +101,26 @@ def test_the_pr_lines_follow_the_figures(synthetic_results):
         assert len(pages[page].splitlines()) <= 150
 
 
+def test_a_run_of_schema_3_gives_its_rings_and_auto_by_figures(synthetic_results):
+    """Benchmark schema /3 records no ring choice (the page computes it from the rows) and auto's figures as numbers
+    (the page reads them, not the INFO line)."""
+
+    def v3(doc):
+        doc["benchmark_schema"] = "freetoken-bench-decode-gather/3"
+        del doc["ring_choice"]
+        for g in doc["geometries"][:2]:
+            g["auto"] = {"chose": "bpb8", "default": "bpb8", "speed": {"bpb32": 1.003, "tma 16x4x8192": 1.04},
+                         "bar": 1.05, "line": "decode gather auto: a line without figures"}  # fmt: skip
+            for r in g["rows"]:
+                r["median_us"]["tma_8x4x8192"] = r["median_us"]["tma"] / 1.05
+
+    pages = _pages(synthetic_results, v3)
+    assert "8x4x8192 1.050 (faster beyond A/A in 2 of 2 rows, slower in 0)" in pages["REPORT.md"]
+    assert "`export FREETOKEN_DECODE_GATHER_RING=8x4x8192`" in pages["REPORT.md"]
+    best = "tma 16x4x8192 on alpha-1B, ran 1.040x as fast as its default, under that probe's A/A bar of 1.050x"
+    assert best in pages["PR-2.md"]
+
+
 def test_the_pasted_markdown_comes_from_the_file(synthetic_results):
     body = "### a comment\n\n| n | x |\n|---:|---:|\n| 0 | 1.234 |\n\nonly-in-the-file 5150"
     rep = _pages(synthetic_results, markdown=f"<!-- series_bench.json of {AT}: series abc -->\n{body}\n")["REPORT.md"]
