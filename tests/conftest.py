@@ -20,7 +20,8 @@ from suite.stats import summarize_rounds, verdict
 from freetoken_overlay import util as overlay_util
 from freetoken_overlay.pin import Pin, get_pin
 from freetoken_overlay.upstream import fetch_wheel
-from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, REPO_ROOT, VERBOSE_ENV, Workdir, python_tag, wheelhouse_dir
+from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, NOX_RUN_ENV, REPO_ROOT, VERBOSE_ENV, Workdir
+from freetoken_overlay.util import python_tag, wheelhouse_dir
 from freetoken_overlay.workrepo import check_out_new_branch, init_repo, make_base_commit, series_branch
 
 PIN = get_pin()
@@ -31,7 +32,7 @@ AUTHOR = {"GIT_AUTHOR_NAME": "Series Author", "GIT_AUTHOR_EMAIL": "author@exampl
 
 def overlay(*args: str, workdir: Path, check: bool = True, env: dict[str, str] | None = None):
     """Run ``python -m freetoken_overlay args...`` (as outside nox, unless ``env`` says); the completed process."""
-    outer = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, VERBOSE_ENV)}
+    outer = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, NOX_RUN_ENV, VERBOSE_ENV)}
     full_env = {**outer, "FT_OVERLAY_WORKDIR": str(workdir), **(env or {})}
     proc = subprocess.run(
         [sys.executable, "-m", "freetoken_overlay", *args],

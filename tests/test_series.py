@@ -1,16 +1,23 @@
 """CPU tests of freetoken_overlay/series.py's apply and ensure_applied on a real work repository (issue 34):
-the advice after a pull, empty patch files, kept refs only where commits would be lost, every build blocker at once."""
+the advice after a pull, empty patch files, kept refs only where commits would be lost, every build blocker at once;
+and what must hold for any series a contributor builds, checked on patches/ and on patches/ with a new commit of
+the contributor's own (issue 38): export is a fixed point, the commits are the stacked pull requests."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
-from freetoken_overlay.series import BRANCH
+import pytest
 
-from conftest import AUTHOR, commit_project, git, overlay, read_dir  # noqa: E402
+from freetoken_overlay.series import BRANCH, PATCHES_DIR, patch_files, series_hash
+from report.render import render
+from report.series import SECOND_PR_STARTS, pull_requests, series_commits, series_footprint
+
+from conftest import AUTHOR, PIN, commit_project, git, overlay, read_dir  # noqa: E402
 
 USER_GIT = {**os.environ, **AUTHOR, "GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@example.com"}
 
@@ -93,18 +100,70 @@ def test_build_names_every_blocker_at_once(throwaway_series: Path, workdir: Path
     assert f"HEAD is detached at {git(repo, 'rev-parse', 'HEAD')}" in proc.stderr
 
 
-def test_every_committed_patch_keeps_the_series_fixed_identity() -> None:
-    """patches/ is a fixed point of export: one author and one date for every patch (a rebase in a contributor's work
-    repository once re-authored a patch with the machine's identity, which went upstream-bound)."""
-    from freetoken_overlay.util import REPO_ROOT
+def check_stacked_pull_requests(patches: Path | None = None) -> list[dict]:
+    """What holds for any series (``patches``, default patches/) as the stacked pull requests it is offered in; each
+    PR's footprint.  The commits, in order, are the PRs' (none empty; a later one starts at the commit of
+    ``SECOND_PR_STARTS``); each PR's footprint counts only its own patches and together they are the series' net lines;
+    a file a PR changes that the series added is one an earlier PR added; the upstream files changed are the same."""
+    commits = series_commits(patches)
+    prs = pull_requests(commits)
+    assert [c["number"] for p in prs for c in p] == [c["number"] for c in commits] and all(prs)
+    assert pull_requests(prs[0]) == [prs[0]] and all(SECOND_PR_STARTS in p[0]["subject"] for p in prs[1:])
+    whole = series_footprint(patches)
+    parts = [series_footprint(patches, numbers={c["number"] for c in p}) for p in prs]
+    assert sum(p["added"] - p["removed"] for p in parts) == whole["added"] - whole["removed"]
+    for k, part in enumerate(parts):
+        assert {f["path"] for f in part["series"]} <= {f["path"] for p in parts[:k] for f in p["new"]}
+    assert {f["path"] for f in whole["existing"]} == {f["path"] for p in parts for f in p["existing"]}
+    return parts
 
-    heads = []
-    for patch in sorted((REPO_ROOT / "patches").glob("*.patch")):
-        head = patch.read_text().split("\nSubject:", 1)[0]
-        author = re.search(r"^From: (.*(?:\n .*)*)$", head, re.M)
-        date = re.search(r"^Date: (.*)$", head, re.M)
-        assert author and date, patch.name
-        heads.append((patch.name, " ".join(author[1].split()), date[1]))
-    assert len(heads) >= 2
-    assert {h[1:] for h in heads} == {("FreeToken decode-gather contributors <decode-gather@users.noreply.github.com>",
-                                      "Mon, 30 Nov 2026 09:00:00 +0000")}, heads  # fmt: skip
+
+def check_fixed_point(patches: Path, wheels: Path, tmp_path: Path) -> None:
+    """Applied to a new work directory and exported, ``patches`` comes back byte for byte."""
+    before = read_dir(patches)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "wheels").symlink_to(wheels, target_is_directory=True)
+    overlay("apply", "--patches", str(patches), workdir=fresh)
+    overlay("export", "--patches", str(patches), workdir=fresh)
+    assert read_dir(patches) == before
+
+
+def test_the_series_is_stacked_pull_requests_each_with_its_own_footprint() -> None:
+    """PR 1: the commits before the one adding FREETOKEN_DECODE_GATHER=auto; PR 2: that one on; each PR's page says
+    its own lines."""
+    parts = check_stacked_pull_requests()
+    pages = render(PATCHES_DIR.parent / "results")
+    for page, p in zip(("PR-1.md", "PR-2.md"), parts):
+        assert f"In all +{p['added']} / -{p['removed']} lines." in pages[page]
+
+
+@pytest.mark.parametrize("where", ["after the last", "after the first"])
+def test_a_contributors_new_commit_keeps_every_series_check(where: str, tmp_path: Path, workdir: Path) -> None:
+    """A new commit (a fix, a reviewer's request) in .work/upstream, with the contributor's own name and date and
+    no variable set by hand, then export: its patch carries that identity, the series hash changes, and the checks
+    of every series hold.  The overlay's tests pinned five patches and one author: any such commit failed them."""
+    patches = tmp_path / "project" / "patches"
+    shutil.copytree(PATCHES_DIR, patches)
+    git(patches.parent, "init", "-q")
+    commit_project(patches)
+    overlay("apply", "--patches", str(patches), workdir=workdir)
+    repo, before = workdir / "upstream", series_hash(patches)
+    first = git(repo, "rev-list", "--reverse", f"{PIN.tag}..{BRANCH}").split()[0]
+    if where == "after the first":
+        git(repo, "switch", "-q", "--detach", first)
+    (repo / "NOTES-decode-gather.md").write_text("A contributor's follow-up.\n")
+    for step in (["add", "NOTES-decode-gather.md"], ["commit", "-q", "-m", "docs: a contributor's follow-up"]):
+        subprocess.run(["git", "-C", str(repo), *step], env=USER_GIT, check=True)  # dated now, by the user
+    if where == "after the first":  # the later commits onto it (their notes carried along)
+        subprocess.run(["git", "-C", str(repo), "rebase", "-q", "--onto", "HEAD", first, BRANCH], env=USER_GIT,
+                       check=True, capture_output=True)  # fmt: skip
+    proc = overlay("export", "--patches", str(patches), workdir=workdir)
+    assert "warning" not in proc.stdout + proc.stderr and series_hash(patches) != before
+    [new] = [p for p in patch_files(patches) if "a contributor's follow-up" in p.read_text()]
+    assert f"From: {AUTHOR['GIT_AUTHOR_NAME']} <{AUTHOR['GIT_AUTHOR_EMAIL']}>" in new.read_text()
+    assert len(patch_files(patches)) == len(patch_files(PATCHES_DIR)) + 1
+    commit_project(patches, "series: a contributor's follow-up")
+    check_fixed_point(patches, workdir / "wheels", tmp_path)
+    parts = check_stacked_pull_requests(patches)
+    assert "NOTES-decode-gather.md" in {f["path"] for f in parts[0 if where == "after the first" else -1]["new"]}
