@@ -216,3 +216,21 @@ def test_build_test_and_sass_share_one_venv() -> None:
                               text=True, check=True)  # fmt: skip
         selected = {s["session"]: s["python"] for s in json.loads(proc.stdout)}
         assert selected == {"patched": None, name: False}, selected  # None: nox's own venv; False: none
+
+
+def test_skips_are_summed_up_by_reason_above_the_counts(tmp_path: Path) -> None:
+    """-rs printed a line per test location (37 on this CPU machine) before the counts; the checkout's conftest.py
+    sums them up, one line per reason with its files (-rs, given, still prints pytest's own lines instead)."""
+    (tmp_path / "conftest.py").write_bytes((REPO_ROOT / "conftest.py").read_bytes())  # the hook under test
+    for name in ("test_a.py", "test_b.py", "test_c.py"):
+        (tmp_path / name).write_text("import pytest\n\ndef test_1():\n    pytest.skip('no GPU')\n\n"
+                                     "def test_2():\n    pytest.skip('no GPU')\n")  # fmt: skip
+    (tmp_path / "test_d.py").write_text("import pytest\n\n@pytest.mark.skip(reason='later')\ndef test_1():\n    pass\n")
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert [line for line in lines if line.startswith("SKIPPED")] == [
+        "SKIPPED [6] no GPU (test_a.py, test_b.py and 1 more files)", "SKIPPED [1] later (test_d.py)"]  # fmt: skip
+    assert lines[-1].startswith("=") and "7 skipped" in lines[-1]
