@@ -237,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--rev", metavar="REV", help="with --upstream: the commit to branch off")
     apply.add_argument(
         "--author", metavar="'NAME <EMAIL>'",
-        help="with --upstream: author and commit the branch as this person, dated now (patches/ keeps its fixed author)",
+        help="with --upstream: author and commit the branch as this person, dated now (patches/ keeps each patch's own)",
     )  # fmt: skip
     apply.add_argument(
         "--branch", default=series.BRANCH, help=f"with --upstream: branch name (default {series.BRANCH})"

@@ -124,7 +124,7 @@ def am_series(
 
     One ``git am`` per patch, so a failure names the patch file directly. With ``identity``
     (``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` variables) each commit is re-authored to it, dated now:
-    a submission branch carries a real, accountable author, while ``patches/`` keeps its fixed one.
+    a submission branch carries a real, accountable author, while ``patches/`` keeps each patch's own.
     With ``notes``, a patch's note below ``---`` becomes its commit's git note (:mod:`.notes`).
     """
     for index, patch in enumerate(patches, 1):
@@ -357,7 +357,7 @@ def apply_to_clone(
     The patches are applied in a temporary detached worktree, so the clone's
     own checkout is never touched, and the branch only moves once every patch
     applied.  The user's git configuration applies here (it is their clone).
-    Without ``author`` the commits keep the patches' fixed author and dates
+    Without ``author`` the commits keep each patch's author and date
     (the overlay's identity commits them); with ``author`` ("Name <email>")
     they are authored and committed by that person, dated now: the branch to
     submit.
