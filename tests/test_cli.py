@@ -85,7 +85,7 @@ def test_two_applies_at_once_take_turns(throwaway_series: Path, tmp_path: Path) 
     """Two applies on one (fresh) work directory: one died in git (`tag 'upstream-0.2.1' already exists`, `cannot
     lock ref`, or `index.lock': File exists ... remove the file manually`).  Now the second waits, saying for whom."""
     marker = tmp_path / "in-am"
-    _shim(tmp_path / "bin", f'for a in "$@"; do [ "$a" = am ] && [ ! -e {marker} ] && {{ touch {marker}; sleep 3; }}; done')
+    _shim(tmp_path / "bin", f'for a in "$@"; do [ "$a" = am ] && [ ! -e {marker} ] && {{ touch {marker}; sleep 2; }}; done')
     env = _fresh_env(tmp_path, tmp_path / "bin")
     cmd = [sys.executable, "-m", "freetoken_overlay", "apply", "--patches", str(throwaway_series)]
     first = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

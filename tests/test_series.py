@@ -11,8 +11,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from freetoken_overlay.series import BRANCH, PATCHES_DIR, patch_files, series_hash
 from report.render import render
 from report.series import SECOND_PR_STARTS, pull_requests, series_commits, series_footprint
@@ -138,32 +136,36 @@ def test_the_series_is_stacked_pull_requests_each_with_its_own_footprint() -> No
         assert f"In all +{p['added']} / -{p['removed']} lines." in pages[page]
 
 
-@pytest.mark.parametrize("where", ["after the last", "after the first"])
-def test_a_contributors_new_commit_keeps_every_series_check(where: str, tmp_path: Path, workdir: Path) -> None:
-    """A new commit (a fix, a reviewer's request) in .work/upstream, with the contributor's own name and date and
-    no variable set by hand, then export: its patch carries that identity, the series hash changes, and the checks
-    of every series hold.  The overlay's tests pinned five patches and one author: any such commit failed them."""
+def _commit_as_the_user(repo: Path, name: str, onto: str | None = None) -> None:
+    """A new file ``name`` committed in ``repo`` as its user would (their identity, dated now); with ``onto`` (a commit
+    of the series branch), inserted after it, the later commits rebased onto it (their notes carried along)."""
+    if onto:
+        git(repo, "switch", "-q", "--detach", onto)
+    (repo / name).write_text("A contributor's follow-up.\n")
+    for step in (["add", name], ["commit", "-q", "-m", f"docs: {name}, a contributor's follow-up"],
+                 *([["rebase", "-q", "--onto", "HEAD", onto, BRANCH]] if onto else [])):  # fmt: skip
+        subprocess.run(["git", "-C", str(repo), *step], env=USER_GIT, check=True, capture_output=True)
+
+
+def test_a_contributors_new_commits_keep_every_series_check(tmp_path: Path, workdir: Path) -> None:
+    """New commits (a fix, a reviewer's request) in .work/upstream, after the first patch and after the last, with
+    the contributor's own name and date and no variable set by hand, then export: their patches carry that identity,
+    the series hash changes, and the checks of every series hold.  The overlay's tests pinned five patches and one
+    author: any such commit failed them."""
     patches = tmp_path / "project" / "patches"
     shutil.copytree(PATCHES_DIR, patches)
     git(patches.parent, "init", "-q")
     commit_project(patches)
     overlay("apply", "--patches", str(patches), workdir=workdir)
     repo, before = workdir / "upstream", series_hash(patches)
-    first = git(repo, "rev-list", "--reverse", f"{PIN.tag}..{BRANCH}").split()[0]
-    if where == "after the first":
-        git(repo, "switch", "-q", "--detach", first)
-    (repo / "NOTES-decode-gather.md").write_text("A contributor's follow-up.\n")
-    for step in (["add", "NOTES-decode-gather.md"], ["commit", "-q", "-m", "docs: a contributor's follow-up"]):
-        subprocess.run(["git", "-C", str(repo), *step], env=USER_GIT, check=True)  # dated now, by the user
-    if where == "after the first":  # the later commits onto it (their notes carried along)
-        subprocess.run(["git", "-C", str(repo), "rebase", "-q", "--onto", "HEAD", first, BRANCH], env=USER_GIT,
-                       check=True, capture_output=True)  # fmt: skip
+    _commit_as_the_user(repo, "LAST.md")
+    _commit_as_the_user(repo, "FIRST.md", onto=git(repo, "rev-list", "--reverse", f"{PIN.tag}..{BRANCH}").split()[0])
     proc = overlay("export", "--patches", str(patches), workdir=workdir)
     assert "warning" not in proc.stdout + proc.stderr and series_hash(patches) != before
-    [new] = [p for p in patch_files(patches) if "a contributor's follow-up" in p.read_text()]
-    assert f"From: {AUTHOR['GIT_AUTHOR_NAME']} <{AUTHOR['GIT_AUTHOR_EMAIL']}>" in new.read_text()
-    assert len(patch_files(patches)) == len(patch_files(PATCHES_DIR)) + 1
-    commit_project(patches, "series: a contributor's follow-up")
+    new = [p for p in patch_files(patches) if "a contributor's follow-up" in p.read_text()]
+    assert [p.name[:4] for p in new] == ["0002", f"{len(patch_files(PATCHES_DIR)) + 2:04d}"]
+    assert all(f"From: {AUTHOR['GIT_AUTHOR_NAME']} <{AUTHOR['GIT_AUTHOR_EMAIL']}>" in p.read_text() for p in new)
+    commit_project(patches, "series: a contributor's follow-ups")
     check_fixed_point(patches, workdir / "wheels", tmp_path)
     parts = check_stacked_pull_requests(patches)
-    assert "NOTES-decode-gather.md" in {f["path"] for f in parts[0 if where == "after the first" else -1]["new"]}
+    assert "FIRST.md" in {f["path"] for f in parts[0]["new"]} and "LAST.md" in {f["path"] for f in parts[-1]["new"]}
