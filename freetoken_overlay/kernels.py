@@ -200,7 +200,8 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     """Build the series' kernel-cache entries; the cache directory (None: nothing to build).
 
     A cache already built from the same freetoken, kernel sources, architectures, toolkit (its path and
-    nvcc's release) and specs is kept as it is (a second ``nox -s build`` compiles nothing)."""
+    nvcc's release) and specs is kept as it is (a second ``nox -s build`` compiles nothing); one built from all of
+    these but for another freetoken version (a series change outside the kernel package) is kept, relabelled."""
     import freetoken
 
     archs = cuda_arch_list()
@@ -221,6 +222,13 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
               "nvcc": toolchain.tool_version(str(cuda_home / "bin" / "nvcc"))}  # fmt: skip
     if _up_to_date(out, inputs):
         logger.info(f"kernel cache is up to date: {out} (freetoken {freetoken.__version__}, archs {archs})")
+        return out
+    before = (read_manifest(out) or {}).get("freetoken")
+    if _up_to_date(out, {**inputs, "freetoken": before}):  # another series, the same kernel sources: the same build
+        (out / "MANIFEST.json").write_text(json.dumps({**read_manifest(out), "freetoken": freetoken.__version__},
+                                                      indent=2, sort_keys=True) + "\n")  # fmt: skip
+        logger.info(f"kernel cache kept: {out} was built from the same kernel sources, archs and toolkit for "
+                    f"freetoken {before}; recorded for {freetoken.__version__}")  # fmt: skip
         return out
     os.environ["CUDA_HOME"] = str(cuda_home)
     os.environ[CUDA_ARCH_LIST_ENV] = archs
