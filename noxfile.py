@@ -1,7 +1,7 @@
 """nox sessions for the decode-gather patch series against FreeToken (README.md says how to use them)."""
 
 # Developer notes (not in the docstring, which ``nox -l`` prints).  ``nox -s apply build`` is the
-# main job, ``nox -s test`` the default.  build, test and sass share one venv on purpose, .nox/patched/
+# main job, ``nox -s test`` the default.  build, test, quick and sass share one venv on purpose, .nox/patched/
 # (CPU torch is installed once): nox makes it for the ``patched`` session they require, which installs
 # into it; they run in it (``reuse_venv = "yes"``; ``nox -R`` also skips the pip runs).  The GPU sessions
 # keep their own venvs, made only where nvidia-smi finds a GPU.  Settings:
@@ -115,7 +115,7 @@ def _python(session: nox.Session) -> str:
 #: The shared venv's interpreter and bin directory, recorded by the ``patched`` session for the sessions that
 #: require it (nox runs a session's requirements first, in the same process).
 _PATCHED: dict[str, str] = {}
-#: What build, test and sass require.  ``nox -l`` marks a requirement of a selected session as selected itself, so
+#: What build, test, quick and sass require.  ``nox -l`` marks a requirement of a selected session as selected itself, so
 #: the listing a user reads (not ``--json``, for tools) leaves it out: ``patched`` is only ever run that way.
 _LISTING = bool({"-l", "--list", "--list-sessions"} & set(sys.argv[1:])) and "--json" not in sys.argv[1:]
 _PATCHED_VENV = [] if _LISTING else ["patched"]
@@ -199,7 +199,7 @@ def export(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def patched(session: nox.Session) -> None:
-    """The venv build, test and sass share (.nox/patched/): CPU torch, the import closure, the patched wheel."""
+    """The venv build, test, quick and sass share (.nox/patched/): CPU torch, the import closure, the patched wheel."""
     _install_patched(session, *_group("test", "kernel-build", *(() if GPUS else ("parallel",))))
     if session.venv_backend == "none":  # --no-venv: the Python running nox
         _PATCHED.update(python=sys.executable)
@@ -228,12 +228,30 @@ def build(session: nox.Session) -> None:
     _step(session, python, "build-kernels", *session.posargs)
 
 
+#: pytest options that choose how many processes run the tests, or need one (and ``-p no:xdist``): no ``-n auto`` then.
+_ONE_PROCESS = ("-n", "--numprocesses", "--dist", "--pdb", "--trace")
+
+
+def _pytest(session: nox.Session, *args: str) -> None:
+    """pytest in the shared venv: ``args``, then ``-- ARGS`` (paths among them replace the default ones), spread over
+    the CPU cores (pytest-xdist, ``-n auto``) on a machine without a GPU unless ARGS choose otherwise."""
+    python = _in_patched(session)
+    spread = not GPUS and not any(a.startswith(_ONE_PROCESS) or a.endswith("no:xdist") for a in session.posargs)
+    paths = [] if session.posargs else _upstream_tests(session)
+    session.run(python, "-m", "pytest", *(["-n", "auto"] if spread else []), *args, *session.posargs, *paths,
+                external=True)  # fmt: skip
+
+
 @nox.session(python=False, requires=_PATCHED_VENV)
 def test(session: nox.Session) -> None:
     """Run tests/, conformance/ and the series' upstream tests against the patched wheel (-- PATH... narrows it)."""
-    python = _in_patched(session)
-    spread = [] if GPUS else ["-n", "auto"]  # pytest-xdist over the CPU cores; -- ARGS: one process, as given
-    session.run(python, "-m", "pytest", *(session.posargs or [*spread, *_upstream_tests(session)]), external=True)
+    _pytest(session)
+
+
+@nox.session(python=False, requires=_PATCHED_VENV, default=False)
+def quick(session: nox.Session) -> None:
+    """The tests that run in-process only: -m 'not integration and not slow' (no git, nox, nvcc or pytest runs)."""
+    _pytest(session, "-m", "not integration and not slow")
 
 
 def _run_patched(session: nox.Session, cmd: commands.Measurement) -> None:

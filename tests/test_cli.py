@@ -16,6 +16,8 @@ import pytest
 
 from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, NOX_RUN_ENV, REPO_ROOT
 
+pytestmark = pytest.mark.integration  # real git, nox or the CLI in a subprocess: nox -s quick leaves it out
+
 
 def _git_that_waits_in_am(bin_dir: Path, marker: Path) -> None:
     """A ``git`` first on PATH that, for ``git am``, marks that it started and waits (then never runs it)."""

@@ -6,7 +6,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from conftest import git, overlay, read_dir  # noqa: E402
+import pytest
+
+from helpers import git, overlay, read_dir  # noqa: E402
+
+pytestmark = pytest.mark.integration  # real git, nox or the CLI in a subprocess: nox -s quick leaves it out
 
 
 def test_a_note_typed_below_the_fold_is_named_as_a_hand_edit_first(throwaway_series: Path, workdir: Path) -> None:

@@ -7,9 +7,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from freetoken_overlay.series import BRANCH
 
-from conftest import AUTHOR, commit_project, git, overlay, read_dir  # noqa: E402
+from helpers import AUTHOR, commit_project, git, overlay, read_dir  # noqa: E402
 
 NOTE = "Reviewer: why not a bigger grid?\n\nA second paragraph."
 
@@ -24,6 +26,7 @@ def test_patch_note_reads_a_typed_note_and_exports_own_block() -> None:
     assert patch_note(b"Subject: [PATCH] x\n\nbody\n---\n a.py | 1 +\n") == ""
 
 
+@pytest.mark.integration
 def test_a_committed_note_stays_in_the_patch_file(throwaway_series: Path, workdir: Path, tmp_path: Path) -> None:
     """It left the file on the next export (kept only in git history): now apply makes it the commit's git note,
     a reword keeps it, and export writes it back; from then on apply + export is a fixed point."""
@@ -48,6 +51,7 @@ def test_a_committed_note_stays_in_the_patch_file(throwaway_series: Path, workdi
     assert read_dir(throwaway_series) == exported
 
 
+@pytest.mark.integration
 def test_an_autosquash_before_any_note_does_not_warn(throwaway_series: Path, workdir: Path) -> None:
     """notes.rewriteRef named a notes ref that did not exist yet: every rebase warned, twice, that it is invalid."""
     repo = workdir / "upstream"

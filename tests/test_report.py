@@ -13,7 +13,7 @@ import pytest
 
 from suite import commands
 from suite.models import BenchRun
-from tests.conftest import bench_store
+from helpers import bench_store
 from suite.results import REPO_ROOT
 from report import compare
 from report.__main__ import main as report_main
@@ -325,6 +325,7 @@ def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthet
     assert decode_losses({}, repeats_view(synthetic_results, slug, docs, now)) == []
 
 
+@pytest.mark.integration
 def test_series_footprint_is_the_net_diff_git_reports(tmp_path: Path) -> None:
     """A later patch editing a file an earlier one added: the footprint is the series' net diff
     (``git diff --numstat base..tip``), not the sum of the patches' lines; signatures are no lines."""

@@ -11,11 +11,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from freetoken_overlay.series import BRANCH, PATCHES_DIR, patch_files, series_hash
 from report.render import render
 from report.series import SECOND_PR_STARTS, pull_requests, series_commits, series_footprint
 
-from conftest import AUTHOR, PIN, commit_project, git, overlay, read_dir  # noqa: E402
+from helpers import AUTHOR, PIN, commit_project, git, overlay, read_dir  # noqa: E402
 
 USER_GIT = {**os.environ, **AUTHOR, "GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@example.com"}
 
@@ -37,6 +39,7 @@ def _run_printed(command: str) -> None:
     subprocess.run(command, shell=True, check=True, capture_output=True, env=USER_GIT)
 
 
+@pytest.mark.integration
 def test_after_a_pull_with_an_unexported_commit_both_steps_name_force(throwaway_series: Path, workdir: Path) -> None:
     """apply said "run export", export said "run apply first": a loop.  Both now name the way on, and it works."""
     repo = workdir / "upstream"
@@ -55,6 +58,7 @@ def test_after_a_pull_with_an_unexported_commit_both_steps_name_force(throwaway_
                                                                         "feat-mine-not-exported.patch"]  # fmt: skip
 
 
+@pytest.mark.integration
 def test_an_empty_patch_file_is_refused_by_name(throwaway_series: Path, workdir: Path) -> None:
     """A 0-byte patch file changes neither the series hash nor what git am makes: it was "up to date"."""
     empty = throwaway_series / "0009-empty.patch"
@@ -65,6 +69,7 @@ def test_an_empty_patch_file_is_refused_by_name(throwaway_series: Path, workdir:
         assert "up to date" not in proc.stdout
 
 
+@pytest.mark.integration
 def test_a_ref_is_kept_only_where_commits_would_be_lost(throwaway_series: Path, workdir: Path) -> None:
     """An exported tip moves without a kept/ branch; a forced one keeps one, which `kept` calls safe to drop
     only once its commits are carried over."""
@@ -85,6 +90,7 @@ def test_a_ref_is_kept_only_where_commits_would_be_lost(throwaway_series: Path, 
     assert git(repo, "branch", "--list", "kept/*") == "" and (repo / "python/freetoken/mine.py").is_file()
 
 
+@pytest.mark.integration
 def test_build_names_every_blocker_at_once(throwaway_series: Path, workdir: Path) -> None:
     """An unexported commit and an untracked file: one run names both (it named one per run)."""
     repo = workdir / "upstream"
@@ -147,6 +153,7 @@ def _commit_as_the_user(repo: Path, name: str, onto: str | None = None) -> None:
         subprocess.run(["git", "-C", str(repo), *step], env=USER_GIT, check=True, capture_output=True)
 
 
+@pytest.mark.integration
 def test_a_contributors_new_commits_keep_every_series_check(tmp_path: Path, workdir: Path) -> None:
     """New commits (a fix, a reviewer's request) in .work/upstream, after the first patch and after the last, with
     the contributor's own name and date and no variable set by hand, then export: their patches carry that identity,

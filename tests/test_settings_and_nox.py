@@ -31,7 +31,7 @@ from freetoken_overlay.util import (
     env_flag,
 )
 
-from conftest import overlay  # noqa: E402  (tests/conftest.py: the overlay's helpers)
+from helpers import overlay  # noqa: E402
 
 
 # --------------------------------------------------------------------------- settings
@@ -47,6 +47,7 @@ def test_bad_settings_are_named(monkeypatch) -> None:
         kernels.cuda_arch_list()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", [VERBOSE_ENV, "FT_OVERLAY_SYSTEM_SITE", REQUIRE_GPU_ENV])
 def test_boolean_settings_share_one_parser(name: str, tmp_path: Path) -> None:
     """Both are refused when misspelt, by every command (series-hash reads neither)."""
@@ -56,6 +57,7 @@ def test_boolean_settings_share_one_parser(name: str, tmp_path: Path) -> None:
     assert overlay("series-hash", workdir=tmp_path, env={name: "Yes"}).stdout.strip() == series_hash()
 
 
+@pytest.mark.integration
 def test_relative_workdir_is_refused(tmp_path: Path) -> None:
     with pytest.raises(OverlayError, match=r"FT_OVERLAY_WORKDIR='work' is a relative path; allowed: an absolute"):
         Workdir.from_env({"FT_OVERLAY_WORKDIR": "work"})
@@ -66,6 +68,7 @@ def test_relative_workdir_is_refused(tmp_path: Path) -> None:
     assert not (REPO_ROOT / "work").exists()
 
 
+@pytest.mark.integration
 def test_verbose_only_where_pip_runs(tmp_path: Path) -> None:
     for command in ("export", "series-hash"):
         proc = overlay(command, "-v", workdir=tmp_path, check=False)
@@ -74,6 +77,7 @@ def test_verbose_only_where_pip_runs(tmp_path: Path) -> None:
         assert "--verbose" in overlay(command, "--help", workdir=tmp_path).stdout
 
 
+@pytest.mark.integration
 def test_build_without_torch_says_what_to_install(tmp_path: Path, workdir: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -88,6 +92,7 @@ def test_build_without_torch_says_what_to_install(tmp_path: Path, workdir: Path)
     assert not (workdir / "upstream").exists()  # it stopped before doing anything
 
 
+@pytest.mark.integration
 def test_bare_nox_imports_the_noxfile(tmp_path: Path) -> None:
     """`nox` (its own script, not `python3 -m nox`) does not put the checkout on sys.path."""
     nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
@@ -145,6 +150,7 @@ def test_a_kernel_cache_for_another_series_is_rebuilt_first(tmp_path: Path, monk
         use()
 
 
+@pytest.mark.integration
 def test_cli_version_release_and_help(tmp_path: Path) -> None:
     proc = overlay("--version", workdir=tmp_path)
     assert proc.stdout.startswith("freetoken_overlay 0.1.0 ")
@@ -161,11 +167,13 @@ def test_nox_list_prints_no_developer_notes() -> None:
     assert doc is not None and len(doc.splitlines()) <= 3 and "FT_OVERLAY_" not in doc
 
 
+@pytest.mark.integration
 def test_missing_wheelhouse_is_named(tmp_path: Path) -> None:
     proc = overlay("apply", workdir=tmp_path, check=False, env={"FT_OVERLAY_WHEELHOUSE": str(tmp_path / "nope")})
     assert proc.returncode == 1 and "FT_OVERLAY_WHEELHOUSE=" in proc.stderr and "no such directory" in proc.stderr
 
 
+@pytest.mark.integration
 def test_wheelhouse_onto_a_file_and_an_empty_series_are_named(tmp_path: Path) -> None:
     file = tmp_path / "file"
     file.write_text("not a directory\n")
@@ -175,6 +183,7 @@ def test_wheelhouse_onto_a_file_and_an_empty_series_are_named(tmp_path: Path) ->
     assert proc.returncode == 1 and "holds no *.patch files" in proc.stderr and proc.stdout == ""
 
 
+@pytest.mark.integration
 def test_gpu_sessions_without_a_gpu_all_say_so_alike(tmp_path: Path) -> None:
     """Every GPU session on a machine without one, `nox -t gpu` as a new user runs it: the same message, skipped (e2e
     too, before its usage; contention counts the two GPUs it needs), exit 0, and no venv made (each made 12 MB)."""
@@ -204,20 +213,22 @@ def test_gpu_sessions_without_a_gpu_all_say_so_alike(tmp_path: Path) -> None:
     assert out.count(f"; {REQUIRE_GPU_ENV}=1 makes that a failure") == len(sessions)
 
 
+@pytest.mark.integration
 def test_build_test_and_sass_share_one_venv() -> None:
-    """One CPU torch install: build, test and sass make no venv; each brings in (nox's ``requires``) the session
+    """One CPU torch install: build, test, quick and sass make no venv; each brings in (nox's ``requires``) the session
     ``patched``, whose venv (.nox/patched/) they run in."""
     nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
     if nox is None:
         pytest.skip("no nox on PATH")
     env = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, "VIRTUAL_ENV")}
-    for name in ("build", "test", "sass"):
+    for name in ("build", "test", "quick", "sass"):
         proc = subprocess.run([nox, "-l", "--json", "-s", name], cwd=REPO_ROOT, env=env, capture_output=True,
                               text=True, check=True)  # fmt: skip
         selected = {s["session"]: s["python"] for s in json.loads(proc.stdout)}
         assert selected == {"patched": None, name: False}, selected  # None: nox's own venv; False: none
 
 
+@pytest.mark.integration
 def test_skips_are_summed_up_by_reason_above_the_counts(tmp_path: Path) -> None:
     """-rs printed a line per test location (37 on this CPU machine) before the counts; the checkout's conftest.py
     sums them up, one line per reason with its files (-rs, given, still prints pytest's own lines instead)."""

@@ -20,7 +20,9 @@ from freetoken_overlay.pin import get_pin
 from freetoken_overlay.series import BRANCH, series_hash
 from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, NOX_RUN_ENV, REPO_ROOT
 
-from conftest import AUTHOR, PIN, commit_project, git, overlay, read_dir  # noqa: E402
+from helpers import AUTHOR, PIN, commit_project, git, overlay, read_dir  # noqa: E402
+
+pytestmark = pytest.mark.integration  # real git, nox or the CLI in a subprocess: nox -s quick leaves it out
 
 
 def _commit(repo: Path, path: str, text: str, message: str, date: str = "1700000200 +0000") -> str:
