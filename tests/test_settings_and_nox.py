@@ -23,6 +23,7 @@ from freetoken_overlay.series import series_hash
 from freetoken_overlay.util import (
     NOX_COMMAND_ENV,
     NOX_ENV,
+    NOX_RUN_ENV,
     REPO_ROOT,
     REQUIRE_GPU_ENV,
     VERBOSE_ENV,
@@ -245,3 +246,26 @@ def test_skips_are_summed_up_by_reason_above_the_counts(tmp_path: Path) -> None:
     assert [line for line in lines if line.startswith("SKIPPED")] == [
         "SKIPPED [6] no GPU (test_a.py, test_b.py and 1 more files)", "SKIPPED [1] later (test_d.py)"]  # fmt: skip
     assert lines[-1].startswith("=") and "7 skipped" in lines[-1]
+
+
+@pytest.mark.integration
+def test_args_after_dashes_keep_the_spread_unless_they_choose() -> None:
+    """Any `--` argument dropped `-n auto`: `nox -s test -- tests/x.py` ran in one process.  Now it is kept unless the
+    arguments choose the processes; `nox -s quick` leaves the integration and slow tests out."""
+    if not os.environ.get(NOX_ENV):
+        pytest.skip("runs nox -R in the shared venv nox -s test made")
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi: no -n auto")
+    nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
+    if nox is None:
+        pytest.skip("no nox on PATH")
+    env = {k: v for k, v in os.environ.items()
+           if k not in (NOX_ENV, NOX_COMMAND_ENV, NOX_RUN_ENV, "NOX_CURRENT_SESSION", "VIRTUAL_ENV")}  # fmt: skip
+
+    def pytest_line(*args: str) -> str:
+        proc = subprocess.run([nox, "-R", *args, "--collect-only", "-q", "tests/test_rounds.py"], cwd=REPO_ROOT,
+                              env=env, capture_output=True, text=True, check=True)  # fmt: skip
+        return next(line for line in (proc.stdout + proc.stderr).splitlines() if " -m pytest " in line)
+
+    assert " -m pytest -n auto -m 'not integration and not slow' --collect-only " in pytest_line("-s", "quick", "--")
+    assert " -m pytest -n 0 --collect-only " in pytest_line("-s", "test", "--", "-n", "0")
