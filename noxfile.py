@@ -1,7 +1,7 @@
 """nox sessions for the decode-gather patch series against FreeToken (README.md says how to use them)."""
 
 # Developer notes (not in the docstring, which ``nox -l`` prints).  ``nox -s apply build`` is the
-# main job, ``nox -s test`` the default.  build, test and sass share one venv on purpose, .nox/patched/
+# main job, ``nox -s test`` the default.  build, test, quick and sass share one venv on purpose, .nox/patched/
 # (CPU torch is installed once): nox makes it for the ``patched`` session they require, which installs
 # into it; they run in it (``reuse_venv = "yes"``; ``nox -R`` also skips the pip runs).  The GPU sessions
 # keep their own venvs, made only where nvidia-smi finds a GPU.  Settings:
@@ -9,16 +9,18 @@
 # PIP_NO_INDEX/PIP_FIND_LINKS are set from it), FT_OVERLAY_SYSTEM_SITE=1 (reuse the torch, triton,
 # ... of the Python running nox; ``nox --no-venv`` runs in it), FT_OVERLAY_VERBOSE=1 (pip's output),
 # TVM_FFI_CUDA_ARCH_LIST (kernel architectures for ``build``), FT_OVERLAY_KERNEL_SET=full (``build`` also compiles
-# upstream's fast_index_copy_multi widths: the cache the GPU sessions build for themselves).  pytest's testpaths and
-# addopts are in pyproject.toml.  A new CPU session: ``@nox.session(python=False, requires=["patched"])``, then
+# upstream's fast_index_copy_multi widths: the cache the GPU sessions build for themselves), FT_OVERLAY_REQUIRE_GPU=1
+# (a GPU session without its GPUs fails instead of skipping).  pytest's testpaths and
+# addopts are in pyproject.toml.  A new CPU session: ``@nox.session(python=False, requires=_PATCHED_VENV)``, then
 # ``session.run(_in_patched(session), "-m", ...)`` (the shared venv's Python).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import shlex
 import shutil
+import signal
 import site
 import subprocess
 import sys
@@ -33,10 +35,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from freetoken_overlay import requirements as req  # noqa: E402
-from freetoken_overlay.kernels import KERNEL_SET_ENV  # noqa: E402
+from freetoken_overlay.kernels import KERNEL_SET_ENV, kernel_cache_for  # noqa: E402
 from freetoken_overlay.pin import get_pin  # noqa: E402
 from freetoken_overlay.series import series_hash, work_repo  # noqa: E402
-from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, SYSTEM_SITE_ENV, WHEELHOUSE_ENV, OverlayError, Workdir  # noqa: E402
+from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, NOX_RUN_ENV, REQUIRE_GPU_ENV, SYSTEM_SITE_ENV  # noqa: E402
+from freetoken_overlay.util import WHEELHOUSE_ENV, OverlayError, Workdir  # noqa: E402
 from freetoken_overlay.util import env_flag, wheelhouse_dir  # noqa: E402
 from freetoken_overlay.wheel import local_version  # noqa: E402
 from suite import commands  # noqa: E402
@@ -45,6 +48,10 @@ nox.options.sessions = ["test"]  # GPU sessions are tagged: nox -t gpu
 nox.options.reuse_venv = "yes"
 os.environ[NOX_ENV] = "1"  # the steps' advice names nox sessions, as nox was started:
 os.environ[NOX_COMMAND_ENV] = "python3 -m nox" if Path(sys.argv[0]).name == "__main__.py" else "nox"
+os.environ[NOX_RUN_ENV] = shlex.join([os.environ[NOX_COMMAND_ENV], *sys.argv[1:]])  # what a refusal names
+# SIGTERM (timeout, a CI runner) ends nox as Ctrl-C does, through its KeyboardInterrupt: the step it runs gets the time
+# to clean up (_step), rather than nox exiting at once while the step is still removing what it made.
+signal.signal(signal.SIGTERM, signal.default_int_handler)
 # nox looks for uv on every run and says so at info level; this project installs with pip.
 logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv binary not found.")
 
@@ -108,36 +115,41 @@ def _python(session: nox.Session) -> str:
 #: The shared venv's interpreter and bin directory, recorded by the ``patched`` session for the sessions that
 #: require it (nox runs a session's requirements first, in the same process).
 _PATCHED: dict[str, str] = {}
+#: What build, test, quick and sass require.  ``nox -l`` marks a requirement of a selected session as selected itself, so
+#: the listing a user reads (not ``--json``, for tools) leaves it out: ``patched`` is only ever run that way.
+_LISTING = bool({"-l", "--list", "--list-sessions"} & set(sys.argv[1:])) and "--json" not in sys.argv[1:]
+_PATCHED_VENV = [] if _LISTING else ["patched"]
 
 
-def _use_kernel_cache(session: nox.Session) -> None:
-    """Point $FREETOKEN_KERNEL_CACHE_DIR at the kernel cache ``nox -s build`` made for the
-    installed series (a value already set is kept; a cache built for another series is not used)."""
+def _use_kernel_cache(session: nox.Session, python: str) -> None:
+    """Point $FREETOKEN_KERNEL_CACHE_DIR at the kernel cache ``nox -s build`` made, once it is built for the installed
+    series: one built for another series is rebuilt first, with ``python`` (freetoken_overlay.kernels.kernel_cache_for;
+    a value already set is kept)."""
     if os.environ.get(KERNEL_CACHE_ENV):
         session.log(f"{KERNEL_CACHE_ENV}={os.environ[KERNEL_CACHE_ENV]} (as set)")
         return
-    cache = _setting(session, Workdir.from_env).kernel_cache
-    try:
-        built_for = json.loads((cache / "MANIFEST.json").read_text()).get("freetoken")
-    except (OSError, ValueError):
-        session.log(f"no kernel cache at {cache} (nox -s build makes it); tests that need one skip")
-        return
+
+    def rebuild(settings: dict[str, str]) -> None:
+        _step(session, python, "build-kernels", env=settings)
+
     installed = local_version(get_pin(), series_hash())
-    if built_for != installed:
-        session.log(f"the kernel cache at {cache} is for freetoken {built_for}, not {installed}: not using it "
-                    "(nox -s build rebuilds it)")  # fmt: skip
-        return
-    session.env[KERNEL_CACHE_ENV] = str(cache)
-    session.log(f"{KERNEL_CACHE_ENV}={cache} (built for {installed})")
+    cache = _setting(session, lambda: kernel_cache_for(_setting(session, Workdir.from_env).kernel_cache, installed,
+                                                       rebuild=rebuild, log=session.log))  # fmt: skip
+    if cache is not None:
+        session.env[KERNEL_CACHE_ENV] = str(cache)
 
 
-def _install_patched(session: nox.Session, *extra: str, kernel_cache: bool = True) -> None:
-    """Dependencies + the patched wheel (applied and built first if missing or stale); with
-    ``kernel_cache``, the kernel cache built for it, where there is one."""
+def _step(session: nox.Session, python: str, command: str, *args: str, env: dict[str, str] | None = None) -> None:
+    """``python -m freetoken_overlay COMMAND ARGS``.  Interrupted (Ctrl-C, or SIGTERM to nox), nox gives the step up to
+    a minute to remove what it made aside before nox itself exits (nox's own default: 0.5 s, then SIGKILL)."""
+    session.run(python, "-m", "freetoken_overlay", command, *args, env=env, external=True,
+                interrupt_timeout=0.3, terminate_timeout=60)  # fmt: skip
+
+
+def _install_patched(session: nox.Session, *extra: str) -> None:
+    """Dependencies + the patched wheel (applied and built first if missing or stale)."""
     _install_deps(session, *extra)
-    session.run(_python(session), "-m", "freetoken_overlay", "build-wheel", "--install", external=True)
-    if kernel_cache:
-        _use_kernel_cache(session)
+    _step(session, _python(session), "build-wheel", "--install")
 
 
 def _upstream_tests(session: nox.Session, *, all_: bool = False) -> list[str]:
@@ -158,15 +170,19 @@ GPUS = _count_gpus()
 
 
 def _require_gpu(session: nox.Session, gpus: int = 1) -> None:
-    """The one behaviour of every GPU session on a machine without its GPUs: say so and skip."""
+    """The one behaviour of every GPU session on a machine without its GPUs: say so and skip (fail, with
+    FT_OVERLAY_REQUIRE_GPU=1: a script then tells a skipped session from a passed one by the exit status)."""
     if GPUS < gpus:
         needs = "a CUDA GPU" if gpus == 1 else f"{gpus} CUDA GPUs"
-        session.skip(f"nox -s {session.name} needs {needs} (nvidia-smi finds {GPUS or 'none'} here)")
+        why = f"nox -s {session.name} needs {needs} (nvidia-smi finds {GPUS or 'none'} here)"
+        if _setting(session, lambda: env_flag(REQUIRE_GPU_ENV)):
+            session.error(f"{why}; {REQUIRE_GPU_ENV}=1 makes that a failure")
+        session.skip(why)
 
 
 def _overlay(session: nox.Session, command: str) -> None:
     """``python -m freetoken_overlay COMMAND posargs...`` in nox's own Python (stdlib only)."""
-    session.run(sys.executable, "-m", "freetoken_overlay", command, *session.posargs, external=True)
+    _step(session, sys.executable, command, *session.posargs)
 
 
 @nox.session(python=False)
@@ -183,8 +199,8 @@ def export(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def patched(session: nox.Session) -> None:
-    """The venv build, test and sass share (.nox/patched/): CPU torch, the import closure, the patched wheel."""
-    _install_patched(session, *_group("test", "kernel-build", *(() if GPUS else ("parallel",))), kernel_cache=False)
+    """The venv build, test, quick and sass share (.nox/patched/): CPU torch, the import closure, the patched wheel."""
+    _install_patched(session, *_group("test", "kernel-build", *(() if GPUS else ("parallel",))))
     if session.venv_backend == "none":  # --no-venv: the Python running nox
         _PATCHED.update(python=sys.executable)
     else:
@@ -201,33 +217,50 @@ def _in_patched(session: nox.Session, *, kernel_cache: bool = True) -> str:
         session.env.update(PATH=os.pathsep.join([_PATCHED["bin"], os.environ.get("PATH", "")]),
                            VIRTUAL_ENV=str(Path(_PATCHED["bin"]).parent))  # fmt: skip
     if kernel_cache:
-        _use_kernel_cache(session)
+        _use_kernel_cache(session, _PATCHED["python"])
     return _PATCHED["python"]
 
 
-@nox.session(python=False, requires=["patched"])
+@nox.session(python=False, requires=_PATCHED_VENV)
 def build(session: nox.Session) -> None:
     """Build and install the patched wheel (.work/dist/) and the series' AOT kernel cache."""
     python = _in_patched(session, kernel_cache=False)  # it is building that cache
-    session.run(python, "-m", "freetoken_overlay", "build-kernels", *session.posargs, external=True)
+    _step(session, python, "build-kernels", *session.posargs)
 
 
-@nox.session(python=False, requires=["patched"])
+#: pytest options that choose how many processes run the tests, or need one (and ``-p no:xdist``): no ``-n auto`` then.
+_ONE_PROCESS = ("-n", "--numprocesses", "--dist", "--pdb", "--trace")
+
+
+def _pytest(session: nox.Session, *args: str) -> None:
+    """pytest in the shared venv: ``args``, then ``-- ARGS`` (paths among them replace the default ones), spread over
+    the CPU cores (pytest-xdist, ``-n auto``) on a machine without a GPU unless ARGS choose otherwise."""
+    python = _in_patched(session)
+    spread = not GPUS and not any(a.startswith(_ONE_PROCESS) or a.endswith("no:xdist") for a in session.posargs)
+    paths = [] if session.posargs else _upstream_tests(session)
+    session.run(python, "-m", "pytest", *(["-n", "auto"] if spread else []), *args, *session.posargs, *paths,
+                external=True)  # fmt: skip
+
+
+@nox.session(python=False, requires=_PATCHED_VENV)
 def test(session: nox.Session) -> None:
     """Run tests/, conformance/ and the series' upstream tests against the patched wheel (-- PATH... narrows it)."""
-    python = _in_patched(session)
-    spread = [] if GPUS else ["-n", "auto"]  # pytest-xdist over the CPU cores; -- ARGS: one process, as given
-    session.run(python, "-m", "pytest", *(session.posargs or [*spread, *_upstream_tests(session)]), external=True)
+    _pytest(session)
+
+
+@nox.session(python=False, requires=_PATCHED_VENV, default=False)
+def quick(session: nox.Session) -> None:
+    """The tests that run in-process only: -m 'not integration and not slow' (no git, nox, nvcc or pytest runs)."""
+    _pytest(session, "-m", "not integration and not slow")
 
 
 def _run_patched(session: nox.Session, cmd: commands.Measurement) -> None:
     """``cmd`` on a GPU with the patched wheel and the full kernel cache (+ the series' upstream tests, run a
     second time with FREETOKEN_DISABLE_JIT=1: every kernel from the cache; files go where suite.results says)."""
-    _install_patched(session, *_group("test", "gpu", "kernel-build", *cmd.groups), kernel_cache=False)
+    _install_patched(session, *_group("test", "gpu", "kernel-build", *cmd.groups))
     # the series' kernels + upstream's fast_index_copy_multi widths, built once and kept (kernels.kernel_set)
-    session.run(_python(session), "-m", "freetoken_overlay", "build-kernels", env={KERNEL_SET_ENV: "full"},
-                external=True)  # fmt: skip
-    _use_kernel_cache(session)
+    _step(session, _python(session), "build-kernels", env={KERNEL_SET_ENV: "full"})
+    _use_kernel_cache(session, _python(session))
     paths = _upstream_tests(session, all_=True) if cmd.upstream_tests else []  # after the install, which may apply
     session.run(_python(session), "-m", *cmd.args, *paths, *session.posargs, env=dict(cmd.env), external=True)
     if paths:
@@ -270,10 +303,11 @@ def report(session: nox.Session) -> None:
     session.run("python", "-m", *commands.REPORT.args, *session.posargs)
 
 
-@nox.session(python=False, requires=["patched"])
+@nox.session(python=False, requires=_PATCHED_VENV)
 def sass(session: nox.Session) -> None:
     """Compile-only SASS gate of the patched kernel for sm_80..sm_120 -> results/sass.json (nvcc, no GPU)."""
-    session.run(_in_patched(session), "-m", *commands.MEASUREMENTS["sass"].args, *session.posargs, external=True)
+    python = _in_patched(session, kernel_cache=False)  # nvcc only: no kernel cache read
+    session.run(python, "-m", *commands.MEASUREMENTS["sass"].args, *session.posargs, external=True)
 
 
 @nox.session(python=False)  # stdlib only

@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -159,7 +160,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--slots", type=int, default=DEFAULT_SLOTS, help=f"slot-cache size (default {DEFAULT_SLOTS})")
     ap.add_argument("--gib", type=float, default=None, help="cap the host banks at this many GiB (fewer layers)")
     ap.add_argument("--seed", type=int, default=1, help="bank bytes of run i are drawn with seed + i")
-    ap.add_argument("--log-dir", default=None, help="worker logs and raw results (default: a new temp dir)")
+    ap.add_argument("--log-dir", default=None, help="worker logs and raw results (default: a temp dir, kept only after a failed run)")
     ap.add_argument("--timeout-s", type=int, default=300, help="kill a worker after this long (default 300)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['choice']['probe_s'] * 1e3:.0f} ms + {r['choice']['load_s'] * 1e3:.0f} ms loading, "
             f"again {r['again_wall_s'] * 1e3:.0f} ms wall; left as found: "
             f"{not r['again_changed'] and r['again_allocated_bytes'] == 0}")  # fmt: skip
+    if not args.log_dir and (not errors or not any(log_dir.iterdir())):  # our temp dir: kept for a failed run's logs
+        shutil.rmtree(log_dir, ignore_errors=True)
     machine = next((r.pop("machine") for r in runs if r.get("machine")), {})
     settings = {"runs": args.runs, "slots": args.slots, "gib": args.gib, "seed": args.seed}
     doc = AutoStability(settings=settings, summary=AutoSummary.from_doc(summarize(runs)), runs=runs, errors=errors)

@@ -97,6 +97,7 @@ def _kernel_functions(report: sass.SassReport) -> list[sass.FunctionReport]:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"sm_{a}")
 def test_both_index_instantiations_scanned(decode_gather_reports, decode_gather_rings, arch):
     report = _get(decode_gather_reports, arch)
@@ -114,6 +115,7 @@ def test_both_index_instantiations_scanned(decode_gather_reports, decode_gather_
             assert f.res_usage.get("STACK") == f.stack_frame_bytes, (f.res_usage, f.stack_frame_bytes)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"sm_{a}")
 def test_bulk_copy_engine_exactly_on_sm90_and_newer(decode_gather_reports, arch):
     report = _get(decode_gather_reports, arch)
@@ -128,6 +130,7 @@ def test_bulk_copy_engine_exactly_on_sm90_and_newer(decode_gather_reports, arch)
             )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"sm_{a}")
 def test_no_call_abs_noinc_nor_any_call(decode_gather_reports, arch):
     report = _get(decode_gather_reports, arch)
@@ -137,6 +140,7 @@ def test_no_call_abs_noinc_nor_any_call(decode_gather_reports, arch):
     assert not report.syscalls, f"sm_{arch}: the cubin references driver routines {report.syscalls}"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"sm_{a}")
 def test_zero_byte_stack_frame(decode_gather_reports, arch):
     report = _get(decode_gather_reports, arch)
@@ -144,6 +148,7 @@ def test_zero_byte_stack_frame(decode_gather_reports, arch):
         assert f.stack_frame_bytes == 0, f"sm_{arch} {f.short_name}: {f.stack_frame_bytes}-byte stack frame"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"sm_{a}")
 def test_no_local_memory(decode_gather_reports, arch):
     report = _get(decode_gather_reports, arch)
@@ -151,6 +156,7 @@ def test_no_local_memory(decode_gather_reports, arch):
         assert f.local_accesses == 0, f"sm_{arch} {f.short_name}: {f.local_loads} LDL, {f.local_stores} STL"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"sm_{a}")
 def test_no_spills(decode_gather_reports, arch):
     report = _get(decode_gather_reports, arch)
@@ -160,12 +166,14 @@ def test_no_spills(decode_gather_reports, arch):
         )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"sm_{a}")
 def test_script_check_agrees(decode_gather_reports, arch):
     """`python -m conformance.sass --check` applies decode_gather_violations(): it must agree."""
     assert sass.decode_gather_violations(_get(decode_gather_reports, arch)) == []
 
 
+@pytest.mark.integration
 def test_record_register_counts(decode_gather_reports):
     """Registers parsed for every kernel (the table is printed; ``nox -s sass`` records it in results/sass.json)."""
     reports = [_get(decode_gather_reports, a) for a in ARCHS]
@@ -176,6 +184,7 @@ def test_record_register_counts(decode_gather_reports):
     print("\n" + sass.format_table(reports))
 
 
+@pytest.mark.integration
 def test_nvdisasm_reads_the_same_sass(decode_gather_reports):
     """The nvdisasm fallback parser sees the same instructions as cuobjdump (sm_120 cubin)."""
     report = _get(decode_gather_reports, 120)
@@ -194,6 +203,7 @@ def test_nvdisasm_reads_the_same_sass(decode_gather_reports):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_control_cluster_form_calls_a_driver_routine_on_sm120(control_reports):
     report = _get(control_reports, ("bulk_copy_cluster", 120))
     assert report.functions and report.functions[0].instructions > 0
@@ -206,6 +216,7 @@ def test_control_cluster_form_calls_a_driver_routine_on_sm120(control_reports):
     assert any("CALL.ABS.NOINC" in p for p in problems), problems
 
 
+@pytest.mark.integration
 def test_control_cluster_form_is_native_on_sm90(control_reports):
     """The scanner discriminates: the same PTX on sm_90 is a native UBLKCP and no call."""
     report = _get(control_reports, ("bulk_copy_cluster", 90))
@@ -213,6 +224,7 @@ def test_control_cluster_form_is_native_on_sm90(control_reports):
     assert not report.call_sites, [str(s) for s in report.call_sites]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arch", (80, 120), ids=lambda a: f"sm_{a}")
 def test_control_local_array_is_flagged(control_reports, arch):
     report = _get(control_reports, ("local_array", arch))
@@ -223,6 +235,7 @@ def test_control_local_array_is_flagged(control_reports, arch):
     assert any("stack frame" in p for p in problems), problems
 
 
+@pytest.mark.integration
 def test_control_register_spill_is_flagged(control_reports):
     report = _get(control_reports, ("register_spill", 120))
     assert report.spill_bytes and report.spill_bytes > 0, report.ptxas_log

@@ -35,6 +35,7 @@ from .util import (
     Workdir,
     check_flags,
     pip_source_args,
+    nox_run,
     verbose,
     wheelhouse_dir,
 )
@@ -211,9 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, func, help: str, *, patches: bool = True, wheelhouse: bool = True, pip: bool = True):
+    def command(name: str, func, help: str, *, patches: bool = True, wheelhouse: bool = True, pip: bool = True,
+                locks: bool = True):
         sub = commands.add_parser(name, help=help, description=help)
-        sub.set_defaults(func=func, verbose=False)
+        sub.set_defaults(func=func, verbose=False, locks=locks)
         sub.add_argument(
             "--release", default=pins.DEFAULT_VERSION, choices=sorted(pins.PINS),
             help=f"pinned upstream FreeToken release (default {pins.DEFAULT_VERSION})",
@@ -235,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--rev", metavar="REV", help="with --upstream: the commit to branch off")
     apply.add_argument(
         "--author", metavar="'NAME <EMAIL>'",
-        help="with --upstream: author and commit the branch as this person, dated now (patches/ keeps its fixed author)",
+        help="with --upstream: author and commit the branch as this person, dated now (patches/ keeps each patch's own)",
     )  # fmt: skip
     apply.add_argument(
         "--branch", default=series.BRANCH, help=f"with --upstream: branch name (default {series.BRANCH})"
@@ -256,8 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify = command("verify", cmd_verify, "check the pinned wheels' sha256 and source tree id", patches=False)
     verify.add_argument("--all-wheels", action="store_true", help="every accepted wheel, not just one")
     command("kept", cmd_kept, "list the kept/decode-gather-* branches apply made, and which are safe to drop",
-            wheelhouse=False, pip=False)  # fmt: skip
-    command("series-hash", cmd_series_hash, "print the series hash of patches/", wheelhouse=False, pip=False)
+            wheelhouse=False, pip=False, locks=False)  # fmt: skip
+    command("series-hash", cmd_series_hash, "print the series hash of patches/", wheelhouse=False, pip=False,
+            locks=False)  # fmt: skip
     house = command("wheelhouse", cmd_wheelhouse, "download the wheels the offline GPU machine lacks into DIR",
                     patches=False, wheelhouse=False)  # fmt: skip
     house.add_argument("dir", metavar="DIR")
@@ -266,11 +269,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised where the step is, so its ``finally`` and ``with`` blocks remove what it made aside."""
+    """SIGINT, SIGTERM or SIGHUP, raised where the step is, so its ``finally`` and ``with`` blocks remove what it
+    made aside before the process exits."""
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _on_signal(signum: int, _frame) -> None:
+    """The first signal interrupts the step; later ones (nox's SIGTERM a moment after a Ctrl-C, a second Ctrl-C)
+    are ignored, here and in the git commands the clean-up runs, so nothing cuts the clean-up short."""
+    for other in _SIGNALS:
+        signal.signal(other, signal.SIG_IGN)
     raise Interrupted(signum)
+
+
+def _step(args: argparse.Namespace) -> None:
+    """Run the command, holding the work directory's lock where it changes the work directory."""
+    if not args.locks:
+        args.func(args)
+        return
+    from .lock import work_lock
+
+    nox = nox_run()
+    with work_lock(Workdir.from_env(), f"freetoken_overlay {args.command}" + (f", for {nox}" if nox else "")):
+        args.func(args)
+
+
+def _who(command: str) -> str:
+    """What a refusal or an interruption names: the command the user ran (under nox, its command line)."""
+    try:
+        return nox_run() or f"freetoken_overlay {command}"
+    except OverlayError:  # $FT_OVERLAY_NOX misspelt: refused, by this name
+        return f"freetoken_overlay {command}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,18 +309,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
     setup_logging()
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    for signum in _SIGNALS:
         signal.signal(signum, _on_signal)
     try:
         check_flags()
         setup_logging(debug=verbose())
-        args.func(args)
+        _step(args)
     except OverlayError as exc:
-        print(f"freetoken_overlay {args.command}: error: {exc}", file=sys.stderr, flush=True)
+        print(f"{_who(args.command)}: error: {exc}", file=sys.stderr, flush=True)
         return 1
-    except KeyboardInterrupt as exc:  # Ctrl-C (SIGINT), or the signals above
+    except KeyboardInterrupt as exc:  # the signals above
         signum = exc.args[0] if isinstance(exc, Interrupted) else signal.SIGINT
-        print(f"freetoken_overlay {args.command}: interrupted ({signal.Signals(signum).name}); "
+        print(f"{_who(args.command)}: interrupted ({signal.Signals(signum).name}); "
               "what it had made aside is removed", file=sys.stderr, flush=True)  # fmt: skip
         return 128 + signum
     return 0

@@ -200,4 +200,8 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
     write_state(repo, branch, series, head)
     write_manifest(repo, branch, new)
     logger.info(f"exported {len(new)} patch(es) from {pin.tag}..{branch} ({head}); series {series}")
+    if writes or removes:
+        where = "patches/" if patches_dir.resolve() == PATCHES_DIR.resolve() else q(patches_dir)  # nox runs at the root
+        logger.info(f"next: review git status {where} (a new patch file is untracked) and git diff {where}, "
+                    f"then git add {where} && git commit")  # fmt: skip
     return patch_files(patches_dir)

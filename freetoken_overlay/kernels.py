@@ -23,6 +23,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from . import toolchain
@@ -183,9 +184,8 @@ def _kernel_sources_sha256() -> str:
 def _up_to_date(out: Path, inputs: dict) -> bool:
     """Whether ``out`` holds a cache built from ``inputs`` (its specs or more: a full cache serves the
     series' set), every kernel file still as built."""
-    try:
-        manifest = json.loads((out / "MANIFEST.json").read_text())
-    except (OSError, ValueError):
+    manifest = read_manifest(out)
+    if manifest is None:
         return False
     kernels = manifest.get("kernels", {})
     if {k: manifest.get(k) for k in inputs if k != "specs"} != {k: v for k, v in inputs.items() if k != "specs"}:
@@ -200,7 +200,8 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     """Build the series' kernel-cache entries; the cache directory (None: nothing to build).
 
     A cache already built from the same freetoken, kernel sources, architectures, toolkit (its path and
-    nvcc's release) and specs is kept as it is (a second ``nox -s build`` compiles nothing)."""
+    nvcc's release) and specs is kept as it is (a second ``nox -s build`` compiles nothing); one built from all of
+    these but for another freetoken version (a series change outside the kernel package) is kept, relabelled."""
     import freetoken
 
     archs = cuda_arch_list()
@@ -222,6 +223,13 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     if _up_to_date(out, inputs):
         logger.info(f"kernel cache is up to date: {out} (freetoken {freetoken.__version__}, archs {archs})")
         return out
+    before = (read_manifest(out) or {}).get("freetoken")
+    if _up_to_date(out, {**inputs, "freetoken": before}):  # another series, the same kernel sources: the same build
+        (out / "MANIFEST.json").write_text(json.dumps({**read_manifest(out), "freetoken": freetoken.__version__},
+                                                      indent=2, sort_keys=True) + "\n")  # fmt: skip
+        logger.info(f"kernel cache kept: {out} was built from the same kernel sources, archs and toolkit for "
+                    f"freetoken {before}; recorded for {freetoken.__version__}")  # fmt: skip
+        return out
     os.environ["CUDA_HOME"] = str(cuda_home)
     os.environ[CUDA_ARCH_LIST_ENV] = archs
     logger.info(f"building {len(names)} kernel(s) for archs {archs} with {cuda_home}/bin/nvcc: {', '.join(names)}")
@@ -242,3 +250,45 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
         logger.info(f"built {path} ({path.stat().st_size} bytes)")
     logger.info(f"kernel cache: {out}  (use it with FREETOKEN_KERNEL_CACHE_DIR={out})")
     return out
+
+
+def read_manifest(cache: Path) -> dict | None:
+    """The ``MANIFEST.json`` of the kernel cache at ``cache``; None where there is none (or it is unreadable)."""
+    try:
+        manifest = json.loads((cache / "MANIFEST.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def rebuild_settings(manifest: dict) -> dict[str, str]:
+    """The settings that build ``manifest``'s cache again for another freetoken: its kernel set, and its
+    architectures unless $TVM_FFI_CUDA_ARCH_LIST says otherwise."""
+    full = any(name.startswith(FULL_SET_PREFIX) for name in manifest.get("specs", []))
+    env = {KERNEL_SET_ENV: "full" if full else "series"}
+    if not os.environ.get(CUDA_ARCH_LIST_ENV, "").strip() and manifest.get("cuda_arch_list"):
+        env[CUDA_ARCH_LIST_ENV] = str(manifest["cuda_arch_list"])
+    return env
+
+
+def kernel_cache_for(cache: Path, installed: str, *, rebuild: Callable[[dict[str, str]], object],
+                     log: Callable[[str], object]) -> Path | None:  # fmt: skip
+    """The kernel cache at ``cache`` once it is built for freetoken ``installed``; None where there is none (a fresh
+    clone: the tests that need one skip, saying so).  One built for another series (any change to patches/) is
+    rebuilt first, ``rebuild(settings)`` (``build-kernels`` with :func:`rebuild_settings`): never used stale, never
+    dropped quietly; still stale after that, it is an OverlayError naming the command that rebuilds it."""
+    manifest = read_manifest(cache)
+    if manifest is None:
+        log(f"no kernel cache at {cache} (nox -s build makes it); tests that need one skip")
+        return None
+    if manifest.get("freetoken") != installed:
+        settings = rebuild_settings(manifest)
+        log(f"the kernel cache at {cache} is for freetoken {manifest.get('freetoken')}, not {installed}: "
+            f"rebuilding it ({', '.join(f'{k}={v}' for k, v in settings.items())})")  # fmt: skip
+        rebuild(settings)
+        built_for = (read_manifest(cache) or {}).get("freetoken")
+        if built_for != installed:
+            raise OverlayError(f"the kernel cache at {cache} is for freetoken {built_for}, not {installed}, after "
+                               "rebuilding it; run nox -s build (it says what it built)")  # fmt: skip
+    log(f"FREETOKEN_KERNEL_CACHE_DIR={cache} (built for {installed})")
+    return cache

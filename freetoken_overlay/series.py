@@ -27,7 +27,7 @@ from pathlib import Path
 from .notes import attach_note
 from .pin import DEFAULT_VERSION, Pin
 from .upstream import load_source_tree
-from .util import REPO_ROOT, OverlayError, Workdir, git, git_out, hint
+from .util import REPO_ROOT, OverlayError, Workdir, git, git_out, hint, running
 from .workrepo import (
     BRANCH,
     branch_tip,
@@ -124,7 +124,7 @@ def am_series(
 
     One ``git am`` per patch, so a failure names the patch file directly. With ``identity``
     (``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` variables) each commit is re-authored to it, dated now:
-    a submission branch carries a real, accountable author, while ``patches/`` keeps its fixed one.
+    a submission branch carries a real, accountable author, while ``patches/`` keeps each patch's own.
     With ``notes``, a patch's note below ``---`` becomes its commit's git note (:mod:`.notes`).
     """
     for index, patch in enumerate(patches, 1):
@@ -357,7 +357,7 @@ def apply_to_clone(
     The patches are applied in a temporary detached worktree, so the clone's
     own checkout is never touched, and the branch only moves once every patch
     applied.  The user's git configuration applies here (it is their clone).
-    Without ``author`` the commits keep the patches' fixed author and dates
+    Without ``author`` the commits keep each patch's author and date
     (the overlay's identity commits them); with ``author`` ("Name <email>")
     they are authored and committed by that person, dated now: the branch to
     submit.
@@ -424,23 +424,23 @@ def ensure_applied(
 def _refuse_a_mix(repo: Path, branch: str, applied: str | None, args: list[str]) -> None:
     """Refuse, listing every cause at once, where the work tree is not just ``branch``'s commits as applied or
     exported: commits not exported, uncommitted or untracked files, HEAD elsewhere."""
-    problems = []
+    problems, again = [], f"then run {running()} again"
     if branch_tip(repo, branch) != applied:
         problems.append(f"{repo}: branch {branch} has commits not exported to patches/; "
-                        f"run {hint('export', *args)}, then build again, so the wheel matches the series")  # fmt: skip
+                        f"run {hint('export', *args)}, {again}, so the wheel matches the series")  # fmt: skip
     status = git_out(repo, "status", "--porcelain")
     if status:
         problems.append(
             f"{repo} has {dirt(status)}, which the patched wheel (built from commits) would not "
             f"hold while the tests ran from that work tree:\n{status}\n"
             f"to keep them in the series, commit them there (git -C {repo} add -A && git -C {repo} commit), "
-            f"run {hint('export', *args)}, then build again\n"
-            f"to set them aside, git -C {repo} stash push --include-untracked, then build again "
+            f"run {hint('export', *args)}, {again}\n"
+            f"to set them aside, git -C {repo} stash push --include-untracked, {again} "
             f"(git -C {repo} stash pop brings them back)"
         )
     if not on_branch(repo, branch):
         problems.append(f"{repo}: HEAD is {head_place(repo)}, but the patched wheel is built from branch {branch}; "
-                        f"git -C {repo} switch {branch}, then build again")  # fmt: skip
+                        f"git -C {repo} switch {branch}, {again}")  # fmt: skip
     if len(problems) > 1:
         problems.insert(0, f"{len(problems)} things stop the build, each with what goes on:")
     if problems:

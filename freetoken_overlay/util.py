@@ -27,10 +27,14 @@ WORKDIR_ENV = "FT_OVERLAY_WORKDIR"
 WHEELHOUSE_ENV = "FT_OVERLAY_WHEELHOUSE"
 SYSTEM_SITE_ENV = "FT_OVERLAY_SYSTEM_SITE"
 VERBOSE_ENV = "FT_OVERLAY_VERBOSE"
+#: Read by the noxfile: a GPU session on a machine without its GPUs fails instead of skipping (for scripts).
+REQUIRE_GPU_ENV = "FT_OVERLAY_REQUIRE_GPU"
 #: Set by the nox sessions: advice names ``nox -s ...`` rather than this CLI.
 NOX_ENV = "FT_OVERLAY_NOX"
 #: Set by the noxfile: how nox was started (``nox`` or ``python3 -m nox``), for that advice.
 NOX_COMMAND_ENV = "FT_OVERLAY_NOX_COMMAND"
+#: Set by the noxfile: the nox command line as typed (``nox -s test``): what a refusal names, to run again.
+NOX_RUN_ENV = "FT_OVERLAY_NOX_RUN"
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -60,7 +64,7 @@ def verbose() -> bool:
 
 def check_flags() -> None:
     """Refuse a boolean setting spelled other than :func:`env_flag` allows, whether or not this run reads it."""
-    for name in (VERBOSE_ENV, SYSTEM_SITE_ENV, NOX_ENV):
+    for name in (VERBOSE_ENV, SYSTEM_SITE_ENV, NOX_ENV, REQUIRE_GPU_ENV):
         env_flag(name)
 
 
@@ -73,6 +77,19 @@ def hint(command: str, *args: str) -> str:
         nox = os.environ.get(NOX_COMMAND_ENV, "").strip() or "nox"
         return " ".join([nox, "-s", command, *(["--", *quoted] if quoted else [])])
     return " ".join(["python3 -m freetoken_overlay", command, *quoted])
+
+
+def nox_run() -> str | None:
+    """Under nox, the nox command line as the user typed it ($FT_OVERLAY_NOX_RUN, e.g. ``nox -s test``): what a
+    refusal names, whichever session's step refused (``test`` requires ``patched``, whose step builds the wheel)."""
+    return (os.environ.get(NOX_RUN_ENV, "").strip() or None) if env_flag(NOX_ENV) else None
+
+
+def running(command: str = "build") -> str:
+    """The command to run again after a refusal: :func:`nox_run` under nox, else this CLI's command line
+    (``command`` where this process is not the CLI)."""
+    cli = bool(sys.argv) and Path(sys.argv[0]).parent.name == __package__
+    return nox_run() or " ".join(["python3 -m freetoken_overlay", *map(shlex.quote, sys.argv[1:] if cli else [command])])
 
 
 def env_dir(name: str, *, must_exist: bool, environ: Mapping[str, str] | None = None) -> Path | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .pin import BASE_AUTHOR_EMAIL, BASE_AUTHOR_NAME, BASE_DATE, DEFAULT_VERSION, Pin
 from .upstream import write_tree
-from .util import OverlayError, git, git_out
+from .util import OVERLAY_EMAIL, OVERLAY_NAME, OverlayError, git, git_out
 
 BRANCH = "decode-gather"
 #: git's empty tree (the "before" of a branch that does not exist yet).
@@ -219,10 +219,20 @@ def init_repo(repo: Path, branch: str) -> None:
     exclude.write_text("\n".join(WORK_EXCLUDES) + "\n")
 
 
+#: Where the series' commits keep their notes (a reviewer's note of a patch: :mod:`freetoken_overlay.notes`).
+NOTES_REF = "refs/notes/commits"
+
+
 def carry_notes(repo: Path) -> None:
     """Let git carry a commit's note (refs/notes/commits: a reviewer's note of its patch) to the commit that
-    ``git commit --amend`` or ``git rebase`` makes of it."""
-    git(repo, "config", "--local", "notes.rewriteRef", "refs/notes/commits")
+    ``git commit --amend`` or ``git rebase`` makes of it.  Where no note exists yet the ref is made, with no notes:
+    ``notes.rewriteRef`` naming a missing ref made every rebase warn twice that it is invalid."""
+    git(repo, "config", "--local", "notes.rewriteRef", NOTES_REF)
+    if git(repo, "rev-parse", "-q", "--verify", NOTES_REF, check=False).returncode:
+        dated = {"GIT_AUTHOR_NAME": OVERLAY_NAME, "GIT_AUTHOR_EMAIL": OVERLAY_EMAIL, "GIT_AUTHOR_DATE": BASE_DATE,
+                 "GIT_COMMITTER_DATE": BASE_DATE}  # fmt: skip
+        empty = git(repo, "commit-tree", EMPTY_TREE, "-m", "Notes of the series' commits", env=dated).stdout.strip()
+        git(repo, "update-ref", NOTES_REF, empty, "")  # made only where it is missing
 
 
 def kept_refs(repo: Path, base: str, branch: str, known: set[str]) -> dict[str, list[str]]:

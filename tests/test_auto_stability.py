@@ -59,11 +59,14 @@ def test_choice_fields_leave_the_launcher_out():
 def fake_workers(monkeypatch, tmp_path):
     monkeypatch.setenv("FT_RESULTS_DIR", str(tmp_path / "res"))
     monkeypatch.setattr("gpukit.skips.cuda_skip_reason", lambda: None)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(stab.tempfile, "tempdir", str(tmp_path / "tmp"))  # the default --log-dir goes there
     calls = []
 
     def install(make):
         def run_one(index, args, log_dir):
             calls.append(index)
+            (log_dir / f"run{index}.log").write_text("worker log\n")  # as run_worker writes it
             out = make(index)
             if index == 0:
                 out["machine"] = {"device_slug": "fake-gpu", "device_name": "Fake GPU"}
@@ -115,3 +118,22 @@ def test_run_worker_reads_the_result_or_says_why_not(tmp_path):
     result.unlink()
     with pytest.raises(RunFailed, match=r"t: worker exit 3; log .*last lines:\nboom"):
         run_worker("t", [sys.executable, "-c", "print('boom'); raise SystemExit(3)"], dict(os.environ), result, log, 60)
+
+
+def test_the_default_log_dir_is_removed_unless_a_run_failed(fake_workers, tmp_path):
+    """Without --log-dir every run (nox -s test's too) left a /tmp/ft-auto-* directory; now only a failed run's
+    logs stay, to read."""
+    tmp = tmp_path / "tmp"
+    fake_workers(lambda i: run())
+    assert stab.main(["--runs", "2", "--out", str(tmp_path / "o1")]) == stab.EXIT_OK
+    assert list(tmp.iterdir()) == []
+
+    def failing(i):
+        if i == 1:
+            raise RuntimeError("run 1: worker exit 3")
+        return run()
+
+    fake_workers(failing)
+    assert stab.main(["--runs", "2", "--out", str(tmp_path / "o2")]) == stab.EXIT_FAILED
+    [kept] = tmp.iterdir()
+    assert kept.name.startswith("ft-auto-") and sorted(p.name for p in kept.iterdir()) == ["run0.log", "run1.log"]

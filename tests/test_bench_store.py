@@ -154,6 +154,7 @@ def synthetic_run(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.integration
 def test_the_synthetic_run_is_pytest_benchmarks_own_with_the_paired_result(synthetic_run):
     pb = json.loads(synthetic_run.read_text())
     assert pb["decode_gather"]["synthetic"] is True and pb["machine_info"]["gpu"]["device_name"].startswith("Synthetic")
@@ -183,6 +184,7 @@ def _committed_and_synthetic():
     return sorted(RESULTS.glob("*/bench.json")) + ["synthetic"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("source", _committed_and_synthetic(), ids=str)
 def test_compare_fail_flags_one_kernel_slowed_by_10_percent(source, synthetic_run):
     """pytest-benchmark's own regression check (``--benchmark-compare-fail=median:5%``) over a run in the
@@ -198,6 +200,7 @@ def test_compare_fail_flags_one_kernel_slowed_by_10_percent(source, synthetic_ru
     assert not [b for b in pb["benchmarks"] if check.fails(b["stats"], b["stats"])]
 
 
+@pytest.mark.integration
 def test_the_gate_fails_a_slower_run_and_passes_an_unchanged_one(synthetic_run, tmp_path):
     """``--benchmark-compare=<saved> --benchmark-compare-fail=median:5%`` (CONTRIBUTING's gate) end to end."""
     gate = [f"--benchmark-compare={synthetic_run}", "--benchmark-compare-fail=median:5%"]
@@ -208,6 +211,7 @@ def test_the_gate_fails_a_slower_run_and_passes_an_unchanged_one(synthetic_run, 
     assert "decode-L40-n1-tma" in slow.stdout + slow.stderr
 
 
+@pytest.mark.integration
 def test_bench_store_replaces_the_store_only_after_a_run_without_failures(tmp_path):
     """``--bench-store`` writes results/<device>/bench.json (suite.results) when every test
     passed, the run it replaces moved to the history; a run with a failed test leaves the store as it was."""
@@ -228,6 +232,7 @@ def test_bench_store_replaces_the_store_only_after_a_run_without_failures(tmp_pa
     assert both.returncode != 0 and "give one" in both.stdout + both.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("source", _committed_and_synthetic(), ids=str)
 def test_pytest_benchmark_compare_prints_upstream_aa_and_tma_per_case(source, synthetic_run):
     path = synthetic_run if source == "synthetic" else Path(source)
@@ -245,6 +250,7 @@ def test_pytest_benchmark_compare_prints_upstream_aa_and_tma_per_case(source, sy
         assert out.count(f"-{kernel}]") == len({(b["params"]["regime"], b["params"]["n"]) for b in pb["benchmarks"]})
 
 
+@pytest.mark.integration
 def test_the_report_and_compare_read_the_pytest_benchmark_store(synthetic_run, tmp_path, capsys):
     from report import compare
     from report.render import render

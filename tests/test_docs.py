@@ -1,17 +1,15 @@
-"""CPU checks that what README.md, CONTRIBUTING.md and .ci/run say is what happens (issue 34)."""
+"""CPU checks of what the docs rely on, run as a user would (no test reads the docs' prose): git clean keeps the
+work repository, and ``python -m report --check`` says one line when the pages are up to date."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from freetoken_overlay.util import REPO_ROOT
-
-
-def _text(name: str) -> str:
-    return " ".join((REPO_ROOT / name).read_text().split())
 
 
 def _git(cwd: Path, *args: str) -> None:
@@ -19,11 +17,10 @@ def _git(cwd: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, env={"PATH": "/usr/bin:/bin", **env})
 
 
+@pytest.mark.integration
 def test_git_clean_keeps_the_work_repository_as_the_docs_say(tmp_path: Path) -> None:
-    """README and CONTRIBUTING said `git clean -xfd` deletes .work/; git skips the nested repository .work/upstream."""
-    for name in ("README.md", "CONTRIBUTING.md"):
-        assert ("`git clean -xfd` deletes all of it but the work repository `.work/upstream/`, which git clean skips "
-                "as a repository of its own unless `-f` is given twice (`git clean -xffd` deletes it too)") in _text(name)
+    """What Workdir's docstring (and README, CONTRIBUTING) say of `git clean`: `-xfd` deletes .work/ but the work
+    repository .work/upstream, a repository of its own, which only `-xffd` deletes too."""
     checkout = tmp_path / "checkout"
     (checkout / ".work/wheels").mkdir(parents=True)
     (checkout / ".work/wheels/official.whl").write_text("cached\n")
@@ -42,24 +39,7 @@ def test_git_clean_keeps_the_work_repository_as_the_docs_say(tmp_path: Path) -> 
     assert not (checkout / ".work").exists()
 
 
-def test_readme_names_the_first_run_time_and_disk() -> None:
-    """README named no first-run time or disk use: now it does, with the load it was measured under."""
-    readme = _text("README.md")
-    line = re.search(r"On a fresh clone of the 2-core CPU workplace \(load average [\d.]+ to [\d.]+[^)]*\), `nox -s "
-                     r"apply build` took (\d+) s and `nox -s test` (\d+) s \(a re-run (\d+) s\); `.nox/` and `.work/` "
-                     r"then held ([\d.]+) GB", readme)  # fmt: skip
-    assert line, "README: the first-run line"
-    assert float(line.group(4)) <= 2.5  # disk does not depend on the load: issue 34's target
-
-
-def test_ci_says_which_tests_skip_without_a_kernel_cache() -> None:
-    """`.ci/run` runs `nox -s test` on a fresh clone, which has no kernel cache: the tests that need one skip; say which."""
-    ci = (REPO_ROOT / ".ci/run").read_text()
-    for reason in ("no kernel cache at", "needs a built kernel cache (FREETOKEN_KERNEL_CACHE_DIR)"):
-        assert reason in ci
-    assert (REPO_ROOT / "tests/test_settings_and_nox.py").read_text().count("no kernel cache at") == 1
-
-
+@pytest.mark.integration
 def test_report_check_says_one_line_when_up_to_date(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "report", "--check"], cwd=REPO_ROOT, capture_output=True, text=True,
                           check=False)  # fmt: skip

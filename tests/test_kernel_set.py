@@ -42,3 +42,21 @@ def test_a_full_cache_is_built_once_and_kept_by_a_series_build(tmp_path: Path, m
     (workdir.kernel_cache / widths[1] / f"{widths[1]}.so").unlink()  # a kernel of the cache gone: rebuilt
     kernels.build_kernel_cache(workdir, pip_args=[])
     assert compiled[1:] == [series]
+
+
+def test_a_series_change_outside_the_kernels_keeps_the_cache(tmp_path: Path, monkeypatch, fake_kernel_build) -> None:
+    """Any change to the series is a new freetoken version, so the cache was compiled again (16 s) even where the
+    kernel sources were byte for byte the same; now it is kept and recorded for the new version.  A change to the
+    kernel sources still compiles it."""
+    import freetoken
+
+    workdir, compiled = Workdir(tmp_path / "work"), fake_kernel_build
+    monkeypatch.setattr(kernels, "select_specs", lambda prefix=kernels.SPEC_PREFIX: ["freetoken__decode_gather_16_4_8192"]
+                        if prefix == kernels.SPEC_PREFIX else [])  # fmt: skip
+    kernels.build_kernel_cache(workdir, pip_args=[])
+    monkeypatch.setattr(freetoken, "__version__", "0.2.1+dg.another")
+    kernels.build_kernel_cache(workdir, pip_args=[])
+    assert len(compiled) == 1 and kernels.read_manifest(workdir.kernel_cache)["freetoken"] == "0.2.1+dg.another"
+    monkeypatch.setattr(kernels, "_kernel_sources_sha256", lambda: "0" * 64)
+    kernels.build_kernel_cache(workdir, pip_args=[])
+    assert len(compiled) == 2

@@ -20,6 +20,7 @@ def test_kernel_specs_are_selected_by_prefix() -> None:
     assert kernels.select_specs("freetoken__fast_index_copy_update_flag") == ["freetoken__fast_index_copy_update_flag"]
 
 
+@pytest.mark.integration
 def test_aot_kernel_builds_without_gpu(tmp_path: Path) -> None:
     pytest.importorskip("freetoken.kernel.aot", reason="needs the patched freetoken (nox -s test)")
     if shutil.which("ninja") is None:

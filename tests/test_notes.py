@@ -1,12 +1,17 @@
-"""CPU tests of freetoken_overlay/notes.py (issue 34): a reviewer's note below ``---`` goes round trip."""
+"""CPU tests of freetoken_overlay/notes.py (issue 34): a reviewer's note below ``---`` goes round trip; a rebase before
+any note says nothing of notes (issue 38)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from freetoken_overlay.series import BRANCH
 
-from conftest import commit_project, git, overlay, read_dir  # noqa: E402
+from helpers import AUTHOR, commit_project, git, overlay, read_dir  # noqa: E402
 
 NOTE = "Reviewer: why not a bigger grid?\n\nA second paragraph."
 
@@ -21,6 +26,7 @@ def test_patch_note_reads_a_typed_note_and_exports_own_block() -> None:
     assert patch_note(b"Subject: [PATCH] x\n\nbody\n---\n a.py | 1 +\n") == ""
 
 
+@pytest.mark.integration
 def test_a_committed_note_stays_in_the_patch_file(throwaway_series: Path, workdir: Path, tmp_path: Path) -> None:
     """It left the file on the next export (kept only in git history): now apply makes it the commit's git note,
     a reword keeps it, and export writes it back; from then on apply + export is a fixed point."""
@@ -43,3 +49,18 @@ def test_a_committed_note_stays_in_the_patch_file(throwaway_series: Path, workdi
     overlay("apply", "--patches", str(throwaway_series), workdir=fresh)
     overlay("export", "--patches", str(throwaway_series), workdir=fresh)
     assert read_dir(throwaway_series) == exported
+
+
+@pytest.mark.integration
+def test_an_autosquash_before_any_note_does_not_warn(throwaway_series: Path, workdir: Path) -> None:
+    """notes.rewriteRef named a notes ref that did not exist yet: every rebase warned, twice, that it is invalid."""
+    repo = workdir / "upstream"
+    target = repo / "python/freetoken/kernel/decode_gather.py"
+    target.write_text(target.read_text() + "MORE = 2\n")
+    git(repo, "commit", "-q", "-a", "--fixup", f"{BRANCH}~1")
+    env = {**os.environ, **AUTHOR, "GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@example.com",
+           "GIT_SEQUENCE_EDITOR": ":"}  # fmt: skip
+    proc = subprocess.run(["git", "-C", str(repo), "rebase", "-q", "-i", "--autosquash", "upstream-0.2.1"], env=env,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert "warning" not in proc.stdout + proc.stderr and git(repo, "notes", "list") == ""
+    assert git(repo, "rev-list", "--count", f"upstream-0.2.1..{BRANCH}") == "2"

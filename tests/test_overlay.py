@@ -15,17 +15,20 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from freetoken_overlay import series, upstream
 from freetoken_overlay.export import FORMAT_PATCH_FLAGS, clean_in_git
 from freetoken_overlay.series import BRANCH, series_hash
 from freetoken_overlay.util import Workdir
 
-from conftest import PIN, commit_project, git, overlay, read_dir  # noqa: E402  (tests/conftest.py: the overlay's helpers)
+from helpers import PIN, commit_project, git, overlay, read_dir  # noqa: E402
 
 
 # --------------------------------------------------------------------------- apply / export
 
 
+@pytest.mark.integration
 def test_empty_series_applies_base_only(tmp_path: Path, workdir: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -36,6 +39,7 @@ def test_empty_series_applies_base_only(tmp_path: Path, workdir: Path) -> None:
     assert read_dir(empty) == {}
 
 
+@pytest.mark.integration
 def test_throwaway_series_apply_export_fixed_point(throwaway_series: Path, tmp_path: Path, wheel_cache: Path) -> None:
     before = read_dir(throwaway_series)
     assert all(b"From 0000000000000000000000000000000000000000 " in p for p in before.values())
@@ -61,6 +65,7 @@ def _unnumbered(patch: bytes) -> bytes:
     return re.sub(rb"^Subject: \[PATCH \d+/\d+\]", b"Subject: [PATCH]", head.replace(b"\n ", b" "), flags=re.M) + sep + rest
 
 
+@pytest.mark.integration
 def test_real_series_apply_export_fixed_point(tmp_path: Path, workdir: Path) -> None:
     patches = tmp_path / "project" / "patches"
     shutil.copytree(series.PATCHES_DIR, patches)
@@ -80,6 +85,7 @@ def test_real_series_apply_export_fixed_point(tmp_path: Path, workdir: Path) -> 
     assert read_dir(patches) == exported  # a byte-for-byte fixed point from then on
 
 
+@pytest.mark.integration
 def test_apply_onto_an_upstream_clone(throwaway_series: Path, tmp_path: Path, workdir: Path) -> None:
     clone = tmp_path / "clone"
     shutil.copytree(workdir / "upstream", clone)
@@ -92,6 +98,7 @@ def test_apply_onto_an_upstream_clone(throwaway_series: Path, tmp_path: Path, wo
     assert "up to date" in overlay(*args, workdir=workdir).stdout
 
 
+@pytest.mark.integration
 def test_forcing_a_clone_branch_keeps_its_old_tip(throwaway_series: Path, tmp_path: Path, workdir: Path) -> None:
     """--upstream --force moves an existing branch of the user's clone; its old tip stays named."""
     clone = tmp_path / "clone"
@@ -113,6 +120,7 @@ def test_forcing_a_clone_branch_keeps_its_old_tip(throwaway_series: Path, tmp_pa
     assert git(clone, "rev-parse", kept) == mine and git(clone, "show", f"{kept}:mine.txt") == "my work"
 
 
+@pytest.mark.integration
 def test_submission_branch_has_a_real_author(throwaway_series: Path, tmp_path: Path, workdir: Path) -> None:
     clone = tmp_path / "clone"
     shutil.copytree(workdir / "upstream", clone)
@@ -131,6 +139,7 @@ def test_submission_branch_has_a_real_author(throwaway_series: Path, tmp_path: P
     assert bad.returncode != 0 and "--author 'nobody': expected 'Name <email>'" in bad.stderr
 
 
+@pytest.mark.integration
 def test_first_apply_reads_the_source_tree_once(tmp_path: Path, workdir: Path, monkeypatch) -> None:
     calls = []
 
@@ -146,6 +155,7 @@ def test_first_apply_reads_the_source_tree_once(tmp_path: Path, workdir: Path, m
     assert git(repo, "rev-parse", PIN.tag) == PIN.base_commit
 
 
+@pytest.mark.integration
 def test_clean_in_git_reads_odd_file_names(tmp_path: Path) -> None:
     project = tmp_path / "project"
     patches = project / "patches"

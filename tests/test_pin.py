@@ -17,7 +17,9 @@ from freetoken_overlay.upstream import fetch_wheel, git_tree_id, source_files, v
 from freetoken_overlay.util import OverlayError, python_tag, wheelhouse_dir
 from freetoken_overlay.workrepo import series_branch
 
-from conftest import PIN, git, make_base_repo, overlay  # noqa: E402  (tests/conftest.py: the overlay's helpers)
+from helpers import PIN, git, make_base_repo, overlay  # noqa: E402
+
+pytestmark = pytest.mark.integration  # real git, nox or the CLI in a subprocess: nox -s quick leaves it out
 
 
 @pytest.mark.parametrize("version", sorted(PINS))

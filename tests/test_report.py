@@ -13,7 +13,7 @@ import pytest
 
 from suite import commands
 from suite.models import BenchRun
-from tests.conftest import bench_store
+from helpers import bench_store
 from suite.results import REPO_ROOT
 from report import compare
 from report.__main__ import main as report_main
@@ -325,6 +325,7 @@ def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthet
     assert decode_losses({}, repeats_view(synthetic_results, slug, docs, now)) == []
 
 
+@pytest.mark.integration
 def test_series_footprint_is_the_net_diff_git_reports(tmp_path: Path) -> None:
     """A later patch editing a file an earlier one added: the footprint is the series' net diff
     (``git diff --numstat base..tip``), not the sum of the patches' lines; signatures are no lines."""
@@ -355,24 +356,3 @@ def test_series_footprint_is_the_net_diff_git_reports(tmp_path: Path) -> None:
     fp = series_footprint(out)
     assert {f["path"]: (f["added"], f["removed"]) for f in fp["existing"] + fp["new"]} == numstat
     assert (fp["added"], fp["removed"]) == tuple(map(sum, zip(*numstat.values())))
-
-
-def test_the_series_is_two_stacked_pull_requests_each_with_its_own_footprint():
-    """PR 1: the commits before the one adding FREETOKEN_DECODE_GATHER=auto; PR 2: that one on. Each PR's
-    footprint counts only its own patches; together they are the series' (a file PR 1 adds and PR 2 changes
-    is one of PR 1's files in PR 2's line)."""
-    from report.series import pull_requests, series_commits, series_footprint
-
-    commits = series_commits()
-    prs = pull_requests(commits)
-    assert [c["number"] for p in prs for c in p] == [c["number"] for c in commits]
-    assert len(prs) == 2 and all("=auto" not in c["subject"] for c in prs[0]) and "=auto" in prs[1][0]["subject"]
-    assert pull_requests([c for c in commits if "=auto" not in c["subject"]]) == [prs[0]]  # no auto: one PR
-    whole = series_footprint()
-    parts = [series_footprint(numbers={c["number"] for c in p}) for p in prs]
-    assert sum(p["added"] - p["removed"] for p in parts) == whole["added"] - whole["removed"]
-    assert {f["path"] for f in parts[1]["series"]} <= {f["path"] for f in parts[0]["new"]}
-    assert not parts[0]["series"] and {f["path"] for f in whole["existing"]} == {f["path"] for p in parts for f in p["existing"]}
-    pages = render(RESULTS)
-    for page, p in zip(("PR-1.md", "PR-2.md"), parts):
-        assert f"In all +{p['added']} / -{p['removed']} lines." in pages[page]

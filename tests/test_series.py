@@ -1,16 +1,23 @@
 """CPU tests of freetoken_overlay/series.py's apply and ensure_applied on a real work repository (issue 34):
-the advice after a pull, empty patch files, kept refs only where commits would be lost, every build blocker at once."""
+the advice after a pull, empty patch files, kept refs only where commits would be lost, every build blocker at once;
+and what must hold for any series a contributor builds, checked on patches/ and on patches/ with a new commit of
+the contributor's own (issue 38): export is a fixed point, the commits are the stacked pull requests."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
-from freetoken_overlay.series import BRANCH
+import pytest
 
-from conftest import AUTHOR, commit_project, git, overlay, read_dir  # noqa: E402
+from freetoken_overlay.series import BRANCH, PATCHES_DIR, patch_files, series_hash
+from report.render import render
+from report.series import SECOND_PR_STARTS, pull_requests, series_commits, series_footprint
+
+from helpers import AUTHOR, PIN, commit_project, git, overlay, read_dir  # noqa: E402
 
 USER_GIT = {**os.environ, **AUTHOR, "GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@example.com"}
 
@@ -32,6 +39,7 @@ def _run_printed(command: str) -> None:
     subprocess.run(command, shell=True, check=True, capture_output=True, env=USER_GIT)
 
 
+@pytest.mark.integration
 def test_after_a_pull_with_an_unexported_commit_both_steps_name_force(throwaway_series: Path, workdir: Path) -> None:
     """apply said "run export", export said "run apply first": a loop.  Both now name the way on, and it works."""
     repo = workdir / "upstream"
@@ -50,6 +58,7 @@ def test_after_a_pull_with_an_unexported_commit_both_steps_name_force(throwaway_
                                                                         "feat-mine-not-exported.patch"]  # fmt: skip
 
 
+@pytest.mark.integration
 def test_an_empty_patch_file_is_refused_by_name(throwaway_series: Path, workdir: Path) -> None:
     """A 0-byte patch file changes neither the series hash nor what git am makes: it was "up to date"."""
     empty = throwaway_series / "0009-empty.patch"
@@ -60,6 +69,7 @@ def test_an_empty_patch_file_is_refused_by_name(throwaway_series: Path, workdir:
         assert "up to date" not in proc.stdout
 
 
+@pytest.mark.integration
 def test_a_ref_is_kept_only_where_commits_would_be_lost(throwaway_series: Path, workdir: Path) -> None:
     """An exported tip moves without a kept/ branch; a forced one keeps one, which `kept` calls safe to drop
     only once its commits are carried over."""
@@ -80,6 +90,7 @@ def test_a_ref_is_kept_only_where_commits_would_be_lost(throwaway_series: Path, 
     assert git(repo, "branch", "--list", "kept/*") == "" and (repo / "python/freetoken/mine.py").is_file()
 
 
+@pytest.mark.integration
 def test_build_names_every_blocker_at_once(throwaway_series: Path, workdir: Path) -> None:
     """An unexported commit and an untracked file: one run names both (it named one per run)."""
     repo = workdir / "upstream"
@@ -93,18 +104,75 @@ def test_build_names_every_blocker_at_once(throwaway_series: Path, workdir: Path
     assert f"HEAD is detached at {git(repo, 'rev-parse', 'HEAD')}" in proc.stderr
 
 
-def test_every_committed_patch_keeps_the_series_fixed_identity() -> None:
-    """patches/ is a fixed point of export: one author and one date for every patch (a rebase in a contributor's work
-    repository once re-authored a patch with the machine's identity, which went upstream-bound)."""
-    from freetoken_overlay.util import REPO_ROOT
+def check_stacked_pull_requests(patches: Path | None = None) -> list[dict]:
+    """What holds for any series (``patches``, default patches/) as the stacked pull requests it is offered in; each
+    PR's footprint.  The commits, in order, are the PRs' (none empty; a later one starts at the commit of
+    ``SECOND_PR_STARTS``); each PR's footprint counts only its own patches and together they are the series' net lines;
+    a file a PR changes that the series added is one an earlier PR added; the upstream files changed are the same."""
+    commits = series_commits(patches)
+    prs = pull_requests(commits)
+    assert [c["number"] for p in prs for c in p] == [c["number"] for c in commits] and all(prs)
+    assert pull_requests(prs[0]) == [prs[0]] and all(SECOND_PR_STARTS in p[0]["subject"] for p in prs[1:])
+    whole = series_footprint(patches)
+    parts = [series_footprint(patches, numbers={c["number"] for c in p}) for p in prs]
+    assert sum(p["added"] - p["removed"] for p in parts) == whole["added"] - whole["removed"]
+    for k, part in enumerate(parts):
+        assert {f["path"] for f in part["series"]} <= {f["path"] for p in parts[:k] for f in p["new"]}
+    assert {f["path"] for f in whole["existing"]} == {f["path"] for p in parts for f in p["existing"]}
+    return parts
 
-    heads = []
-    for patch in sorted((REPO_ROOT / "patches").glob("*.patch")):
-        head = patch.read_text().split("\nSubject:", 1)[0]
-        author = re.search(r"^From: (.*(?:\n .*)*)$", head, re.M)
-        date = re.search(r"^Date: (.*)$", head, re.M)
-        assert author and date, patch.name
-        heads.append((patch.name, " ".join(author[1].split()), date[1]))
-    assert len(heads) >= 2
-    assert {h[1:] for h in heads} == {("FreeToken decode-gather contributors <decode-gather@users.noreply.github.com>",
-                                      "Mon, 30 Nov 2026 09:00:00 +0000")}, heads  # fmt: skip
+
+def check_fixed_point(patches: Path, wheels: Path, tmp_path: Path) -> None:
+    """Applied to a new work directory and exported, ``patches`` comes back byte for byte."""
+    before = read_dir(patches)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "wheels").symlink_to(wheels, target_is_directory=True)
+    overlay("apply", "--patches", str(patches), workdir=fresh)
+    overlay("export", "--patches", str(patches), workdir=fresh)
+    assert read_dir(patches) == before
+
+
+def test_the_series_is_stacked_pull_requests_each_with_its_own_footprint() -> None:
+    """PR 1: the commits before the one adding FREETOKEN_DECODE_GATHER=auto; PR 2: that one on; each PR's page says
+    its own lines."""
+    parts = check_stacked_pull_requests()
+    pages = render(PATCHES_DIR.parent / "results")
+    for page, p in zip(("PR-1.md", "PR-2.md"), parts):
+        assert f"In all +{p['added']} / -{p['removed']} lines." in pages[page]
+
+
+def _commit_as_the_user(repo: Path, name: str, onto: str | None = None) -> None:
+    """A new file ``name`` committed in ``repo`` as its user would (their identity, dated now); with ``onto`` (a commit
+    of the series branch), inserted after it, the later commits rebased onto it (their notes carried along)."""
+    if onto:
+        git(repo, "switch", "-q", "--detach", onto)
+    (repo / name).write_text("A contributor's follow-up.\n")
+    for step in (["add", name], ["commit", "-q", "-m", f"docs: {name}, a contributor's follow-up"],
+                 *([["rebase", "-q", "--onto", "HEAD", onto, BRANCH]] if onto else [])):  # fmt: skip
+        subprocess.run(["git", "-C", str(repo), *step], env=USER_GIT, check=True, capture_output=True)
+
+
+@pytest.mark.integration
+def test_a_contributors_new_commits_keep_every_series_check(tmp_path: Path, workdir: Path) -> None:
+    """New commits (a fix, a reviewer's request) in .work/upstream, after the first patch and after the last, with
+    the contributor's own name and date and no variable set by hand, then export: their patches carry that identity,
+    the series hash changes, and the checks of every series hold.  The overlay's tests pinned five patches and one
+    author: any such commit failed them."""
+    patches = tmp_path / "project" / "patches"
+    shutil.copytree(PATCHES_DIR, patches)
+    git(patches.parent, "init", "-q")
+    commit_project(patches)
+    overlay("apply", "--patches", str(patches), workdir=workdir)
+    repo, before = workdir / "upstream", series_hash(patches)
+    _commit_as_the_user(repo, "LAST.md")
+    _commit_as_the_user(repo, "FIRST.md", onto=git(repo, "rev-list", "--reverse", f"{PIN.tag}..{BRANCH}").split()[0])
+    proc = overlay("export", "--patches", str(patches), workdir=workdir)
+    assert "warning" not in proc.stdout + proc.stderr and series_hash(patches) != before
+    new = [p for p in patch_files(patches) if "a contributor's follow-up" in p.read_text()]
+    assert [p.name[:4] for p in new] == ["0002", f"{len(patch_files(PATCHES_DIR)) + 2:04d}"]
+    assert all(f"From: {AUTHOR['GIT_AUTHOR_NAME']} <{AUTHOR['GIT_AUTHOR_EMAIL']}>" in p.read_text() for p in new)
+    commit_project(patches, "series: a contributor's follow-ups")
+    check_fixed_point(patches, workdir / "wheels", tmp_path)
+    parts = check_stacked_pull_requests(patches)
+    assert "FIRST.md" in {f["path"] for f in parts[0]["new"]} and "LAST.md" in {f["path"] for f in parts[-1]["new"]}

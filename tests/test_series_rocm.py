@@ -39,6 +39,7 @@ def test_the_series_adds_test_files() -> None:
     assert "tests/moe/test_decode_gather_auto.py" in files and "tests/kernels/test_decode_gather.py" in files, files
 
 
+@pytest.mark.integration
 def test_series_tests_pass_under_a_rocm_torch(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     repo = work_repo(Workdir.from_env())

@@ -23,14 +23,16 @@ from freetoken_overlay.series import series_hash
 from freetoken_overlay.util import (
     NOX_COMMAND_ENV,
     NOX_ENV,
+    NOX_RUN_ENV,
     REPO_ROOT,
+    REQUIRE_GPU_ENV,
     VERBOSE_ENV,
     OverlayError,
     Workdir,
     env_flag,
 )
 
-from conftest import overlay  # noqa: E402  (tests/conftest.py: the overlay's helpers)
+from helpers import overlay  # noqa: E402
 
 
 # --------------------------------------------------------------------------- settings
@@ -46,7 +48,8 @@ def test_bad_settings_are_named(monkeypatch) -> None:
         kernels.cuda_arch_list()
 
 
-@pytest.mark.parametrize("name", [VERBOSE_ENV, "FT_OVERLAY_SYSTEM_SITE"])
+@pytest.mark.integration
+@pytest.mark.parametrize("name", [VERBOSE_ENV, "FT_OVERLAY_SYSTEM_SITE", REQUIRE_GPU_ENV])
 def test_boolean_settings_share_one_parser(name: str, tmp_path: Path) -> None:
     """Both are refused when misspelt, by every command (series-hash reads neither)."""
     proc = overlay("series-hash", workdir=tmp_path, check=False, env={name: "maybe"})
@@ -55,6 +58,7 @@ def test_boolean_settings_share_one_parser(name: str, tmp_path: Path) -> None:
     assert overlay("series-hash", workdir=tmp_path, env={name: "Yes"}).stdout.strip() == series_hash()
 
 
+@pytest.mark.integration
 def test_relative_workdir_is_refused(tmp_path: Path) -> None:
     with pytest.raises(OverlayError, match=r"FT_OVERLAY_WORKDIR='work' is a relative path; allowed: an absolute"):
         Workdir.from_env({"FT_OVERLAY_WORKDIR": "work"})
@@ -65,6 +69,7 @@ def test_relative_workdir_is_refused(tmp_path: Path) -> None:
     assert not (REPO_ROOT / "work").exists()
 
 
+@pytest.mark.integration
 def test_verbose_only_where_pip_runs(tmp_path: Path) -> None:
     for command in ("export", "series-hash"):
         proc = overlay(command, "-v", workdir=tmp_path, check=False)
@@ -73,6 +78,7 @@ def test_verbose_only_where_pip_runs(tmp_path: Path) -> None:
         assert "--verbose" in overlay(command, "--help", workdir=tmp_path).stdout
 
 
+@pytest.mark.integration
 def test_build_without_torch_says_what_to_install(tmp_path: Path, workdir: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -87,6 +93,7 @@ def test_build_without_torch_says_what_to_install(tmp_path: Path, workdir: Path)
     assert not (workdir / "upstream").exists()  # it stopped before doing anything
 
 
+@pytest.mark.integration
 def test_bare_nox_imports_the_noxfile(tmp_path: Path) -> None:
     """`nox` (its own script, not `python3 -m nox`) does not put the checkout on sys.path."""
     nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
@@ -96,20 +103,55 @@ def test_bare_nox_imports_the_noxfile(tmp_path: Path) -> None:
     proc = subprocess.run([nox, "-l"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "* test" in proc.stdout
+    assert "\n- patched" in proc.stdout  # what build, test and sass require, never chosen: not marked selected
 
 
 def test_kernel_cache_built_for_this_series_is_used() -> None:
-    """Under `nox -s test`, a kernel cache `nox -s build` made for the installed freetoken is the one used."""
+    """Under `nox -s test`, a kernel cache `nox -s build` made is the one used, built for the installed freetoken: one
+    built for another series (any change to patches/) was dropped quietly, and 2 tests fewer ran, exit 0."""
     if not os.environ.get(NOX_ENV):
         pytest.skip("checks the environment nox -s test sets up")
     manifest = Workdir.from_env().kernel_cache / "MANIFEST.json"
     if not manifest.is_file():
         pytest.skip(f"no kernel cache at {manifest.parent} (nox -s build makes it)")
-    if json.loads(manifest.read_text()).get("freetoken") != importlib.metadata.version("freetoken"):
-        pytest.skip("the kernel cache is for another series (nox -s build rebuilds it)")
+    assert json.loads(manifest.read_text()).get("freetoken") == importlib.metadata.version("freetoken")
     assert os.environ.get("FREETOKEN_KERNEL_CACHE_DIR") == str(manifest.parent)
 
 
+def _manifest(cache: Path, freetoken: str, specs: list[str], archs: str = "9.0") -> None:
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "MANIFEST.json").write_text(json.dumps({"freetoken": freetoken, "specs": specs, "cuda_arch_list": archs}))
+
+
+def test_a_kernel_cache_for_another_series_is_rebuilt_first(tmp_path: Path, monkeypatch) -> None:
+    """None at all (CI's fresh clone): no cache, said so (the tests that need one skip).  One for another series is
+    rebuilt with the set and architectures it was built with, then used; one still stale after that is an error
+    naming the command that rebuilds it."""
+    monkeypatch.delenv(kernels.CUDA_ARCH_LIST_ENV, raising=False)
+    cache, said, rebuilt = tmp_path / "kernel-cache", [], []
+
+    def use(rebuild=lambda settings: None):
+        return kernels.kernel_cache_for(cache, "0.2.1+dg.new", rebuild=rebuild, log=said.append)
+
+    assert use() is None and said[-1] == f"no kernel cache at {cache} (nox -s build makes it); tests that need one skip"
+    _manifest(cache, "0.2.1+dg.new", [f"{kernels.SPEC_PREFIX}_16_4_8192"])
+    assert use() == cache and rebuilt == []
+    _manifest(cache, "0.2.1+dg.old", [f"{kernels.SPEC_PREFIX}_16_4_8192", f"{kernels.FULL_SET_PREFIX}_1024_8"], "9.0 10.0")
+
+    def rebuild(settings: dict[str, str]) -> None:
+        rebuilt.append(settings)
+        _manifest(cache, "0.2.1+dg.new", [])
+
+    assert use(rebuild) == cache
+    assert rebuilt == [{kernels.KERNEL_SET_ENV: "full", kernels.CUDA_ARCH_LIST_ENV: "9.0 10.0"}]
+    assert "is for freetoken 0.2.1+dg.old, not 0.2.1+dg.new: rebuilding it" in said[-2]
+    _manifest(cache, "0.2.1+dg.old", [])
+    with pytest.raises(OverlayError, match=r"for freetoken 0.2.1\+dg.old, not 0.2.1\+dg.new, after rebuilding it; "
+                                           r"run nox -s build"):  # fmt: skip
+        use()
+
+
+@pytest.mark.integration
 def test_cli_version_release_and_help(tmp_path: Path) -> None:
     proc = overlay("--version", workdir=tmp_path)
     assert proc.stdout.startswith("freetoken_overlay 0.1.0 ")
@@ -126,11 +168,13 @@ def test_nox_list_prints_no_developer_notes() -> None:
     assert doc is not None and len(doc.splitlines()) <= 3 and "FT_OVERLAY_" not in doc
 
 
+@pytest.mark.integration
 def test_missing_wheelhouse_is_named(tmp_path: Path) -> None:
     proc = overlay("apply", workdir=tmp_path, check=False, env={"FT_OVERLAY_WHEELHOUSE": str(tmp_path / "nope")})
     assert proc.returncode == 1 and "FT_OVERLAY_WHEELHOUSE=" in proc.stderr and "no such directory" in proc.stderr
 
 
+@pytest.mark.integration
 def test_wheelhouse_onto_a_file_and_an_empty_series_are_named(tmp_path: Path) -> None:
     file = tmp_path / "file"
     file.write_text("not a directory\n")
@@ -140,6 +184,7 @@ def test_wheelhouse_onto_a_file_and_an_empty_series_are_named(tmp_path: Path) ->
     assert proc.returncode == 1 and "holds no *.patch files" in proc.stderr and proc.stdout == ""
 
 
+@pytest.mark.integration
 def test_gpu_sessions_without_a_gpu_all_say_so_alike(tmp_path: Path) -> None:
     """Every GPU session on a machine without one, `nox -t gpu` as a new user runs it: the same message, skipped (e2e
     too, before its usage; contention counts the two GPUs it needs), exit 0, and no venv made (each made 12 MB)."""
@@ -160,17 +205,67 @@ def test_gpu_sessions_without_a_gpu_all_say_so_alike(tmp_path: Path) -> None:
         needs = "a CUDA GPU" if m.gpus == 1 else f"{m.gpus} CUDA GPUs"
         assert f"Session {m.name} skipped: nox -s {m.name} needs {needs} (nvidia-smi finds none here)" in out, out
     assert "uv binary not found" not in out and "pip install" not in out and not envdir.exists()
+    proc = subprocess.run([nox, "--envdir", str(envdir), "-t", "gpu"], cwd=REPO_ROOT, env={**env, REQUIRE_GPU_ENV: "1"},
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out  # a script tells a skipped session from a passed one
+    for m in sessions:
+        assert f"Session {m.name} aborted: nox -s {m.name} needs " in out
+    assert out.count(f"; {REQUIRE_GPU_ENV}=1 makes that a failure") == len(sessions)
 
 
+@pytest.mark.integration
 def test_build_test_and_sass_share_one_venv() -> None:
-    """One CPU torch install: build, test and sass make no venv; each brings in (nox's ``requires``) the session
+    """One CPU torch install: build, test, quick and sass make no venv; each brings in (nox's ``requires``) the session
     ``patched``, whose venv (.nox/patched/) they run in."""
     nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
     if nox is None:
         pytest.skip("no nox on PATH")
     env = {k: v for k, v in os.environ.items() if k not in (NOX_ENV, NOX_COMMAND_ENV, "VIRTUAL_ENV")}
-    for name in ("build", "test", "sass"):
+    for name in ("build", "test", "quick", "sass"):
         proc = subprocess.run([nox, "-l", "--json", "-s", name], cwd=REPO_ROOT, env=env, capture_output=True,
                               text=True, check=True)  # fmt: skip
         selected = {s["session"]: s["python"] for s in json.loads(proc.stdout)}
         assert selected == {"patched": None, name: False}, selected  # None: nox's own venv; False: none
+
+
+@pytest.mark.integration
+def test_skips_are_summed_up_by_reason_above_the_counts(tmp_path: Path) -> None:
+    """-rs printed a line per test location (37 on this CPU machine) before the counts; the checkout's conftest.py
+    sums them up, one line per reason with its files (-rs, given, still prints pytest's own lines instead)."""
+    (tmp_path / "conftest.py").write_bytes((REPO_ROOT / "conftest.py").read_bytes())  # the hook under test
+    for name in ("test_a.py", "test_b.py", "test_c.py"):
+        (tmp_path / name).write_text("import pytest\n\ndef test_1():\n    pytest.skip('no GPU')\n\n"
+                                     "def test_2():\n    pytest.skip('no GPU')\n")  # fmt: skip
+    (tmp_path / "test_d.py").write_text("import pytest\n\n@pytest.mark.skip(reason='later')\ndef test_1():\n    pass\n")
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert [line for line in lines if line.startswith("SKIPPED")] == [
+        "SKIPPED [6] no GPU (test_a.py, test_b.py and 1 more files)", "SKIPPED [1] later (test_d.py)"]  # fmt: skip
+    assert lines[-1].startswith("=") and "7 skipped" in lines[-1]
+
+
+@pytest.mark.integration
+def test_args_after_dashes_keep_the_spread_unless_they_choose() -> None:
+    """Any `--` argument dropped `-n auto`: `nox -s test -- tests/x.py` ran in one process.  Now it is kept unless the
+    arguments choose the processes; `nox -s quick` leaves the integration and slow tests out."""
+    if not os.environ.get(NOX_ENV):
+        pytest.skip("runs nox -R in the shared venv nox -s test made")
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi: no -n auto")
+    nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
+    if nox is None:
+        pytest.skip("no nox on PATH")
+    env = {k: v for k, v in os.environ.items()
+           if k not in (NOX_ENV, NOX_COMMAND_ENV, NOX_RUN_ENV, "NOX_CURRENT_SESSION", "VIRTUAL_ENV")}  # fmt: skip
+
+    def pytest_line(*args: str) -> str:
+        proc = subprocess.run([nox, "-R", *args, "--collect-only", "-q", "tests/test_rounds.py"], cwd=REPO_ROOT,
+                              env=env, capture_output=True, text=True, check=True)  # fmt: skip
+        return next(line for line in (proc.stdout + proc.stderr).splitlines() if " -m pytest " in line)
+
+    assert " -m pytest -n auto -m 'not integration and not slow' --collect-only " in pytest_line("-s", "quick", "--")
+    assert " -m pytest -n 0 --collect-only " in pytest_line("-s", "test", "--", "-n", "0")

@@ -18,7 +18,9 @@ from freetoken_overlay.series import series_hash
 from freetoken_overlay.util import python_tag
 from freetoken_overlay.wheel import local_version, patched_wheel_name
 
-from conftest import PIN, overlay  # noqa: E402  (tests/conftest.py: the overlay's helpers)
+from helpers import PIN, overlay  # noqa: E402
+
+pytestmark = pytest.mark.integration  # real git, nox or the CLI in a subprocess: nox -s quick leaves it out
 
 
 def _record_ok(archive: zipfile.ZipFile) -> list[str]:

@@ -18,9 +18,11 @@ import pytest
 
 from freetoken_overlay.pin import get_pin
 from freetoken_overlay.series import BRANCH, series_hash
-from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, REPO_ROOT
+from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, NOX_RUN_ENV, REPO_ROOT
 
-from conftest import AUTHOR, PIN, commit_project, git, overlay, read_dir  # noqa: E402
+from helpers import AUTHOR, PIN, commit_project, git, overlay, read_dir  # noqa: E402
+
+pytestmark = pytest.mark.integration  # real git, nox or the CLI in a subprocess: nox -s quick leaves it out
 
 
 def _commit(repo: Path, path: str, text: str, message: str, date: str = "1700000200 +0000") -> str:
@@ -394,7 +396,12 @@ def test_build_refuses_uncommitted_edits_in_the_work_tree(throwaway_series: Path
     proc = overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir, check=False)
     assert proc.returncode == 1 and "up to date" not in proc.stdout
     assert f"{repo} has uncommitted changes" in proc.stderr and "tests/test_throwaway.py" in proc.stderr
-    assert f"git -C {repo} stash push --include-untracked, then build again" in proc.stderr
+    again = f"python3 -m freetoken_overlay build-wheel --patches {throwaway_series}"  # what ran, to run again
+    assert f"git -C {repo} stash push --include-untracked, then run {again} again" in proc.stderr
+    under_nox = {NOX_ENV: "1", NOX_COMMAND_ENV: "nox", NOX_RUN_ENV: "nox -s test"}  # as `nox -s test` sets them
+    proc = overlay("build-wheel", "--patches", str(throwaway_series), workdir=workdir, check=False, env=under_nox)
+    assert proc.stderr.startswith("nox -s test: error: ") and "then run nox -s test again" in proc.stderr
+    assert "build-wheel" not in proc.stderr and "build again" not in proc.stderr  # the step `test` requires, unnamed
     git(repo, "stash", "push", "-q", "--include-untracked")
     assert "patched wheel is up to date" in overlay("build-wheel", "--patches", str(throwaway_series),
                                                      workdir=workdir).stdout  # fmt: skip
