@@ -23,7 +23,6 @@ from freetoken_overlay.series import work_repo
 from freetoken_overlay.util import Workdir
 from gpukit.machine import machine_info
 from suite import results
-from suite.models import SeriesBench
 
 SCRIPT = Path("benchmarks") / "bench_decode_gather.py"
 
@@ -51,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[series_bench] the benchmark wrote no JSON (exit {rc})", file=sys.stderr)
         return rc or 1
     info = machine_info()
-    doc = SeriesBench.from_doc(fields_of(raw, exit_code=rc))  # the benchmark's JSON read into the model
-    out = results.save("series_bench", machine=info, out_dir=args.out, **doc.to_doc())
+    out = results.save("series_bench", machine=info, out_dir=args.out, **fields_of(raw, exit_code=rc))
     print(f"[series_bench] wrote {out} (benchmark exit {rc})")
     if comment is not None:
         print(comment)

@@ -45,8 +45,8 @@ from gpukit.decode_step import (
 from suite.geometry import MODEL, nvfp4_banks
 from gpukit.kernels import probe_headers
 from gpukit.memory import cache_rows
-from suite.models import Paired, StepBreakdown, StepPdl, paired
-from suite.rounds import Rounds, run_rounds
+from suite.models import StepBreakdown, StepPdl, paired
+from suite.rounds import run_rounds
 from gpukit.timing import bench
 from bench import entry
 from suite.kernels import Kernel
@@ -103,14 +103,6 @@ def pdl_variants(probes=None) -> list[StepVariant]:
 
 def variants(probes) -> list[StepVariant]:
     return [*DEFAULT_VARIANTS, *pdl_variants(probes)]
-
-
-def summarize(r: Rounds, **extra) -> Paired:
-    """Medians, the A/A spread of upstream against upstream_aa and, per other variant, the ratio upstream/variant
-    (>1: variant faster) and its verdict (``suite.stats``: a tie is within the A/A spread): the benchmark's
-    paired shape (:func:`suite.models.paired`)."""
-    candidates = [k for k in r.values if k not in (r.base, r.aa)]
-    return paired(r.values, candidates, base=r.base, aa=r.aa, **extra)
 
 
 def profile_block(step: DecodeStep, name: str, start: int, count: int) -> dict:
@@ -212,7 +204,7 @@ def per_layer(args, probes) -> dict:
 
         timed = {v.name: functools.partial(timed_set, v.name) for v in vs}
         rounds = run_rounds(timed, args.rounds, base="upstream", aa="upstream_aa")
-        out[str(n)] = summarize(rounds, verified_sets=args.rounds * len(vs))
+        out[str(n)] = paired(rounds, verified_sets=args.rounds * len(vs))
         log(f"per layer n={n}: " + ", ".join(f"{k} {v:.2f} us" for k, v in out[str(n)].median_us.items()))
         graphs.clear()
     banks.close()

@@ -44,11 +44,15 @@ def records(bench: BenchRun) -> list[tuple]:
     """The rows as figures, numerically ordered by (regime, layers, n); the decode step last (n: misses per step)."""
     rows = sorted((gather_row(r) for r in bench.gather),
                   key=lambda r: (regime_key(r["regime"]), r["layers"], r["n"]))  # fmt: skip
-    out = [(r["regime"], r["layers"], r["n"], *_times(r), r["ratio"], r["spread"], r["verdict"]) for r in rows]
+    out = [(r["regime"], r["layers"], r["n"], *_times(r), *_decided(r["ratio"])) for r in rows]
     s = decode_step_view(bench)
     if s:
-        out.append(("decode step", s["layers"], s["misses_per_step"], *_times(s), s["ratio"], s["spread"], s["verdict"]))
+        out.append(("decode step", s["layers"], s["misses_per_step"], *_times(s), *_decided(s["ratio"])))
     return out
+
+
+def _decided(c) -> tuple:
+    return c.ratio, c.aa_spread, c.verdict
 
 
 def cells(rec: tuple) -> list[str]:

@@ -42,13 +42,6 @@ def machine_of(docs: Mapping[str, Model], tree: str | None = None) -> tuple[dict
     return {}, {}
 
 
-#: what each kind of document is, in the words of the pages
-RUN_WORDS = {"bench": "the project benchmark (per-layer gather, decode step)", "step_pdl": "the decode-step breakdown",
-             "series_bench": "the series' benchmark", "e2e": "end to end", "sweep": "the ceiling sweep",
-             "contention": "the two-GPU run", "gpu": "the GPU tier", "sanitize": "the sanitizers",
-             "auto_stability": "auto's stability runs"}  # fmt: skip
-
-
 def runs_by_tree(docs: Mapping[str, Model], series: str | None) -> dict[str, Any]:
     """Which patched tree each run is of. The current tree is that of the runs of ``series`` (the series in
     patches/, by its hash): runs of it are ``current``, runs of any other tree ``older`` (not re-run on
@@ -58,8 +51,8 @@ def runs_by_tree(docs: Mapping[str, Model], series: str | None) -> dict[str, Any
     out: dict[str, Any] = {"tree": tree[:12] if tree else None, "full": tree, "series": series,
                            "current": [], "older": []}  # fmt: skip
     for kind, doc in docs.items():
-        if kind in RUN_WORDS and doc.tree:
-            run = {"kind": kind, "what": RUN_WORDS[kind], "tree": doc.tree[:12],
+        if MEASUREMENTS[kind].words and doc.tree:
+            run = {"kind": kind, "what": MEASUREMENTS[kind].words, "tree": doc.tree[:12],
                    "series": (doc.provenance or {}).get("series_hash")}  # fmt: skip
             out["current" if doc.tree == tree else "older"].append(run)
     return out
@@ -67,7 +60,7 @@ def runs_by_tree(docs: Mapping[str, Model], series: str | None) -> dict[str, Any
 
 def models_of(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, Document]:
     """The device's documents (:func:`suite.results.load_device`) as their models (the kinds that have one)."""
-    return {kind: MODELS[kind].from_doc(doc) for kind, doc in raw.items() if kind in MODELS}
+    return {kind: MODELS[kind].from_doc(doc) for kind, doc in raw.items() if kind in MODELS and kind != "bench"}
 
 
 def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, Any]:
@@ -103,7 +96,7 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
         "series_bench": ubench,
         "series_markdown": pasted_markdown((base / slug / MEASUREMENTS["series_bench"].file).with_suffix(".md"),
                                            ubench["doc"].generated_at if ubench else None),
-        "step_pdl": step_pdl_view(docs.get("step_pdl"), gather),
+        "step_pdl": step_pdl_view(docs.get("step_pdl")),
         "contention": contention_view(docs.get("contention")),
         "conformance": gpu_view(docs.get("gpu")),
         "sanitizer": sanitize_view(docs.get("sanitize")),

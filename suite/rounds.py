@@ -8,7 +8,7 @@
         after_round=lambda i: check_caches(i),           # e.g. every variant left the same state
     )
     r.values["tma"]       # one timing per round
-    r.summary("tma")      # suite.stats.summarize_rounds: medians, speedup base/tma, A/A spread, verdict
+    r.summary("tma")      # suite.stats.paired_rounds: the Comparison of tma against upstream (rule "aa")
 
 A variant is a callable ``fn(round_index)`` returning the round's timing: a number, a list of numbers
 (several samples of one round; :attr:`Rounds.values` reduces them, by default to their median), or
@@ -25,7 +25,7 @@ import dataclasses
 import statistics
 from typing import Any, Callable, Mapping, Sequence
 
-from suite.stats import summarize_rounds
+from suite.stats import Comparison, paired_rounds
 
 Timing = float | Sequence[float] | None
 Order = str | Callable[[int, Sequence[str]], Sequence[str]]
@@ -40,6 +40,7 @@ class Rounds:
     base: str | None = None
     aa: str | None = None
     reduce: Callable[[Sequence[float]], float] = statistics.median
+    order: str = "alternate"  # the order the rounds ran in: alternate, fixed, or the callable's name
 
     @property
     def values(self) -> dict[str, list[float]]:
@@ -51,13 +52,14 @@ class Rounds:
                 out[name] = timed
         return out
 
-    def summary(self, candidate: str) -> dict[str, Any]:
-        """``candidate`` against ``base`` (and ``aa``): :func:`suite.stats.summarize_rounds`."""
+    def summary(self, candidate: str) -> Comparison:
+        """``candidate`` against ``base`` (and ``aa``): :func:`suite.stats.paired_rounds`."""
         if self.base is None:
             raise ValueError("run_rounds(..., base=...) names no baseline to compare against")
-        return summarize_rounds(self.values, candidate=candidate, base=self.base, aa=self.aa or "")
+        v = self.values
+        return paired_rounds(v.get(self.base, []), v.get(candidate, []), v.get(self.aa, []) if self.aa else [])
 
-    def summaries(self) -> dict[str, dict[str, Any]]:
+    def summaries(self) -> dict[str, Comparison]:
         """:meth:`summary` of every variant other than the baseline and its A/A control."""
         return {name: self.summary(name) for name in self.values if name not in (self.base, self.aa)}
 
@@ -108,4 +110,4 @@ def run_rounds(
         orders.append(this)
         if after_round is not None:
             after_round(index)
-    return Rounds(samples, orders, base, aa, reduce)
+    return Rounds(samples, orders, base, aa, reduce, order if isinstance(order, str) else order.__name__)

@@ -15,7 +15,7 @@ from suite.geometry import NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, Ring, geometry_r
 from gpukit.memory import HostBanks, SlotCache, check_slot_cache, random_misses
 from suite.results import REPO_ROOT, device_slug
 from gpukit.routing import calibrate_zipf, lru_miss_rate, zipf_routing_trace
-from suite.stats import summarize_rounds, verdict
+from suite.stats import paired_rounds, verdict
 
 
 def test_nvfp4_geometry():
@@ -89,19 +89,17 @@ def test_ring_parse_and_geometry_rows():
     assert [len(rows_for_bank_count(b, 8192)) for b in range(1, 9)] == list(range(1, 9))
 
 
-def test_summarize_rounds_and_verdict():
+def test_paired_rounds_and_verdict():
     rounds = {
         "upstream": [10.0, 10.2, 9.9, 10.1, 10.0],
         "upstream_aa": [10.1, 10.0, 10.0, 10.0, 10.1],
         "tma": [8.0, 8.1, 8.0, 7.9, 8.0],
     }
-    s = summarize_rounds(rounds)
-    assert s["verdict"] == "faster" and s["speedup"] == pytest.approx(10.0 / 8.0)
-    assert s["aa_spread"] == pytest.approx(
-        max(abs(a / b - 1) for a, b in zip(rounds["upstream"], rounds["upstream_aa"]))
-    )
-    tie = summarize_rounds({**rounds, "tma": [10.05] * 5})
-    assert tie["verdict"] == "tie"
+    s = paired_rounds(rounds["upstream"], rounds["tma"], rounds["upstream_aa"])
+    assert s.verdict == "faster" and s.ratio == pytest.approx(10.0 / 8.0)
+    assert s.aa_spread == pytest.approx(max(abs(a / b - 1) for a, b in zip(rounds["upstream"], rounds["upstream_aa"])))
+    assert paired_rounds(rounds["upstream"], [10.05] * 5, rounds["upstream_aa"]).verdict == "tie"
+    assert paired_rounds(rounds["upstream"], rounds["tma"]).verdict == "n/a"  # no A/A control: no verdict
     assert verdict(0.9, 0.01) == "slower" and verdict(None, 0.01) == "n/a"
 
 

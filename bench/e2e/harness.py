@@ -16,10 +16,9 @@ checkpoint has no such table, so it needs ``--slots`` (the proposal ran Qwen3.6-
 slots at 0.08-0.12). Either way the measured misses per lookup are reported.
 
 Verdict per point: the ids of all variants must be identical in every repeat (else exit 1, at
-once). The speedup is median(tma tokens/s) / median(upstream tokens/s) (``auto``'s likewise, in
-``versus_upstream``; its workers record what the probe chose); the paired ratios (one per
-repeat) give its spread. The point is a tie when they straddle 1 or when the speedup does not stand
-out of either variant's spread over its repeats (suite.stats.stands_out: fresh processes have no A/A).
+once). Every arm against upstream is a :class:`suite.stats.Comparison` of the rule ``repeats``
+(``ratio``: median tokens/s / upstream's, the per-repeat ratios, the repeats' range; fresh processes
+have no A/A control); ``auto``'s workers record what the probe chose.
 
 Exit codes: 0 done, ids identical; 1 ids differ; 2 a run failed, a setting is invalid, or the time
 budget stopped the plan early (the JSON then says ``complete: false``).
@@ -41,15 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.e2e import synth
-from bench.e2e.summary import AUTO, VARIANT_ENV, VARIANTS, ids_mismatches, spread, summarize_point  # noqa: F401
+from bench.e2e.summary import VARIANTS, ids_mismatches, settings, summarize_point
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
 from suite import results
 from suite.commands import MEASUREMENTS
 from suite.models import E2E
+from suite.kernels import SWITCH_ENV, Kernel
 from suite.rounds import round_order
 
 E2E_SCHEMA = MEASUREMENTS["e2e"].schema
-GATHER_ENV = "FREETOKEN_DECODE_GATHER"
 DEFAULT_MISS_RATES = (0.1, 0.3)
 EXIT_OK, EXIT_IDS_DIFFER, EXIT_FAILED = 0, 1, 2
 #: Between two workers: the last one's pinned banks, VRAM and port 2333 (its process group) go back first.
@@ -68,7 +67,7 @@ log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 def variant_names(args: argparse.Namespace) -> tuple[str, ...]:
     """The variants of this session: upstream (FREETOKEN_DECODE_GATHER unset) and tma, and auto with ``--auto``."""
-    return VARIANTS + ((AUTO,) if getattr(args, "auto", False) else ())
+    return VARIANTS + ((Kernel.AUTO,) if getattr(args, "auto", False) else ())
 
 
 def schedule(points: int, repeats: int, names: Sequence[str] = VARIANTS) -> list[tuple[int, int, str]]:
@@ -176,10 +175,7 @@ def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
         tag = f"r{repeat}-p{point}-{variant}"
         result = log_dir / f"{tag}.json"
         log_path = log_dir / f"{tag}.log"
-        env = dict(os.environ)
-        env.pop(GATHER_ENV, None)
-        if VARIANT_ENV[variant] is not None:
-            env[GATHER_ENV] = VARIANT_ENV[variant]
+        env = {k: v for k, v in os.environ.items() if k != SWITCH_ENV} | Kernel(variant).env
         env.setdefault("PYTHONUNBUFFERED", "1")
         cmd = [sys.executable, "-m", "bench.e2e", "worker", "--model", str(args.model), "--slots", str(p["slots"]),
                "--tokens", str(args.tokens), "--skip", str(args.skip), "--kv-tokens", str(args.kv_tokens),
@@ -340,7 +336,7 @@ def document_fields(args: argparse.Namespace, model: dict[str, Any], points: lis
             "sampling": "greedy (temperature 0), ignore_eos",
             "prompt_sha256": hashlib.sha256(PROMPT.encode()).hexdigest(),
             "warmup_tokens": WARMUP_TOKENS,
-            "variants": {v: {GATHER_ENV: VARIANT_ENV[v]} for v in names},
+            "variants": settings(names),
             "order": "per repeat and point every variant, in listed order when repeat + point is even, reversed when odd",
             "serve_equivalent": [serve_equivalent("MODEL", p["slots"]) for p in points],
             "tokens_per_s": "tokens / (t[skip + tokens] - t[skip]), host arrival stamps of the generated tokens",
@@ -406,10 +402,7 @@ def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]], name
             if d["repeats"]:
                 parts.append(f"{v} {d['tokens_per_s_median']:.2f} tok/s [{d['tokens_per_s_min']:.2f}-"
                              f"{d['tokens_per_s_max']:.2f}] x{d['repeats']}, {d['misses_per_token_median']:.1f} misses/token")  # fmt: skip
-        ratios = []
-        for arm, x in s["versus_upstream"].items():
-            ratios.append(f"{arm}/upstream {x['speedup']:.4f} (paired {x['speedup_paired_min']:.4f}-"
-                          f"{x['speedup_paired_max']:.4f}, {x['verdict']})" if x["speedup"] and x["speedup_paired"]
-                          else f"{arm}/upstream n/a")  # fmt: skip
+        ratios = [f"{arm}/upstream {c.ratio:.4f} (paired {c.paired_min:.4f}-{c.paired_max:.4f}, {c.verdict})"
+                  if c.ratio and c.paired_min else f"{arm}/upstream n/a" for arm, c in s["ratio"].items()]  # fmt: skip
         log(f"slots {pt['slots']}: {'; '.join(parts) or 'no runs'}; {'; '.join(ratios)}; "
             f"ids identical: {s['ids_identical']}")

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Mapping
 
 HEADER = ("schema", "generated_at", "provenance", "machine")
 
+
 def _load(spec: Any, value: Any) -> Any:
     if spec is None or value is None:
         return value
@@ -29,7 +30,7 @@ def _load(spec: Any, value: Any) -> Any:
 
 
 def _dump(value: Any) -> Any:
-    if isinstance(value, Model):
+    if hasattr(value, "to_doc"):  # a Model, or a suite.stats.Comparison
         return value.to_doc()
     if isinstance(value, list):
         return [_dump(x) for x in value]
@@ -89,7 +90,6 @@ def field(default: Any = None) -> Any:
     if isinstance(default, (dict, list)):
         return dataclasses.field(default_factory=lambda: type(default)(default))
     return dataclasses.field(default=default)
-
 
 
 @dataclasses.dataclass
