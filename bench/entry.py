@@ -32,14 +32,15 @@ def parser(name: str, *, dry_run: str | None = None, **kwargs: Any) -> argparse.
     return ap
 
 
-def save(name: str, args: argparse.Namespace, doc: Any, machine: dict[str, Any] | None = None) -> Path:
-    """Save ``doc`` (a model of :mod:`suite.models`, or its fields) as measurement ``name``'s document, in
-    ``--out`` or results/ (the document it replaces kept in the history), with this machine's facts."""
+def save(name: str, args: argparse.Namespace, doc: Any, machine: dict[str, Any] | None = None, **how: Any) -> Path:
+    """Save ``doc`` (a model of :mod:`suite.models`, or its fields) as measurement ``name``'s document through
+    :func:`suite.results.save` (``how``: its ``device``, ``keep_replaced``, ``markdown``), in ``--out`` or
+    results/, with this machine's facts unless ``machine`` gives them."""
     if machine is None:
         from gpukit.machine import machine_info
 
         machine = machine_info()
     fields = doc.to_doc() if hasattr(doc, "to_doc") else dict(doc)
-    path = results.save(name, machine=machine, out_dir=getattr(args, "out", None), **fields)
+    path = results.save(name, machine=machine, out_dir=getattr(args, "out", None), **how, **fields)
     logging.getLogger(f"bench.{name}").info("wrote %s", path)
     return path

@@ -221,21 +221,14 @@ def synthetic(args, rings: list[Ring], ldg: list[int], ce_sizes: list[int], max_
 
 
 def empty_doc(args, synthetic: bool = False) -> dict[str, Any]:
-    return results.document(
-        "sweep",
-        **{
-        "dry_run": bool(synthetic),
-        "synthetic": bool(synthetic),
+    """The sweep document's fields before anything is measured (suite.results.save adds the header)."""
+    return {
+        "dry_run": bool(synthetic), "synthetic": bool(synthetic),
         "command": " ".join([MEASUREMENTS["sweep"].line, *sys.argv[1:]]),
         "flat": {"row_bytes": FLAT_ROW, "bytes": max(1, parse_size(args.flat_bytes) // FLAT_ROW) * FLAT_ROW},
         "gather": {"experts": args.gather_n, "bytes": args.gather_n * NVFP4_EXPERT_BYTES, "banks": NVFP4_ROW_BYTES},
-        "copy_engine": [],
-        "ldg": [],
-        "ring": [],
-        "skipped": [],
-        "errors": {},
-        },
-    )
+        "copy_engine": [], "ldg": [], "ring": [], "skipped": [], "errors": {},
+    }  # fmt: skip
 
 
 def summarize(doc: dict[str, Any]) -> dict[str, Any]:
@@ -294,22 +287,25 @@ def plan(args: argparse.Namespace) -> tuple[list[Ring], list[int], list[int]]:
     return rings, ldg, ce_sizes
 
 
-def _with_png(args: argparse.Namespace, doc: dict[str, Any], out: Path) -> str | None:
-    """Render the figure beside ``out`` (unless --no-png) and name it in ``doc``; the error, if any."""
-    png_err = None if args.no_png else render_png(doc, out.with_suffix(".png"))
-    doc["png"] = None if (args.no_png or png_err) else out.with_suffix(".png").name
-    return png_err
+def save(args: argparse.Namespace, doc: dict[str, Any], machine: dict[str, Any], out_dir: str | None,
+         keep_replaced: bool = True) -> Path:  # fmt: skip
+    """The sweep's document through :func:`suite.results.save` (as its model reads it), its figure beside it
+    unless ``--no-png`` (``doc["png"]`` names it; why there is none is logged)."""
+    png = results.path("sweep", machine.get("device_slug"), out_dir).with_suffix(".png")
+    err = None if args.no_png else render_png({**doc, "machine": machine}, png)
+    doc["png"] = None if (args.no_png or err) else png.name
+    if err:
+        say(err)
+    return results.save("sweep", machine=machine, out_dir=out_dir, keep_replaced=keep_replaced,
+                        **Sweep.from_doc(doc).to_doc())  # fmt: skip
 
 
 def dry_run(args: argparse.Namespace, rings: list[Ring], ldg: list[int], ce_sizes: list[int]) -> int:
-    out = results.path("sweep", out_dir=args.out or tempfile.mkdtemp(prefix="sweep-dry-"))
     doc = synthetic(args, rings, ldg, ce_sizes, 96 * 1024)
     doc["summary"] = summarize(doc)
-    doc["machine"] = {"device_name": "synthetic (dry run)"}
-    png_err = _with_png(args, doc, out)
-    results.write_json(out, Sweep.from_doc(doc).to_doc())  # the document as its model reads it
+    out = save(args, doc, {"device_name": "synthetic (dry run)"}, args.out or tempfile.mkdtemp(prefix="sweep-dry-"))
     say(f"dry run: synthetic {len(doc['ring'])} rings, {len(doc['ldg'])} LDG widths, {len(doc['copy_engine'])} CE sizes")
-    say(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if doc["png"] else f" ({png_err or 'no PNG'})"))
+    say(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if doc["png"] else " (no PNG)"))
     return 0
 
 
@@ -321,20 +317,14 @@ class SweepRun:
 
         self.torch, self.args, self.doc, self.t_start = torch, args, doc, t_start
         self.info = machine_info()
-        self.out = results.path("sweep", self.info.get("device_slug"), args.out)
-        results.supersede("sweep", self.out)  # once: the partial saves below then replace only this run's own
+        self.saves = 0  # the first save keeps the document it replaces; the later (partial) ones replace their own
         self.runner = Runner(args)
 
-    def save(self, partial: bool) -> None:
+    def save(self, partial: bool) -> Path:
         doc = self.doc
-        doc["machine"] = {**self.info, **doc.get("pcie", {})}
-        doc["summary"] = summarize(doc)
-        doc["partial"] = partial
-        doc["duration_s"] = round(time.perf_counter() - self.t_start, 1)
-        png_err = _with_png(self.args, doc, self.out)
-        if png_err:
-            say(png_err)
-        results.write_json(self.out, Sweep.from_doc(doc).to_doc())  # the document as its model reads it
+        doc.update(summary=summarize(doc), partial=partial, duration_s=round(time.perf_counter() - self.t_start, 1))
+        self.saves += 1
+        return save(self.args, doc, {**self.info, **doc.get("pcie", {})}, self.args.out, keep_replaced=self.saves == 1)
 
     def healthy(self) -> bool:
         try:
@@ -450,13 +440,11 @@ def main(argv: list[str] | None = None) -> int:
     sweep.copy_engine(ce_sizes)
     if not sweep.ldg(ldg) or not sweep.rings(todo):
         return 3
-    sweep.save(False)
+    out = sweep.save(False)
     s = doc["summary"]
-    say(
-        f"copy engine {_g(s.get('copy_engine_gbps'))} GB/s; best ring flat {s.get('best_ring_flat_gbps')}; "
-        f"best ring gather {s.get('best_ring_gather_gbps')}"
-    )
-    say(f"wrote {sweep.out}" + (f" and {sweep.out.with_suffix('.png')}" if doc["png"] else "") + f" in {doc['duration_s']} s")
+    say(f"copy engine {_g(s.get('copy_engine_gbps'))} GB/s; best ring flat {s.get('best_ring_flat_gbps')}; "
+        f"best ring gather {s.get('best_ring_gather_gbps')}")  # fmt: skip
+    say(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if doc["png"] else "") + f" in {doc['duration_s']} s")
     return 0
 
 

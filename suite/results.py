@@ -190,24 +190,27 @@ def document(kind: str, *, machine: dict[str, Any] | None = None, **fields: Any)
     return scrub(doc)
 
 
-def save(
-    kind: str,
-    *,
-    machine: dict[str, Any] | None = None,
-    device: str | None = None,
-    out_dir: str | os.PathLike | None = None,
-    keep_replaced: bool = True,
-    **fields: Any,
-) -> Path:
-    """Write a new document of ``kind`` to :func:`path` (``device`` defaults to the machine's slug); the
-    document it replaces goes to the history first (:func:`supersede`), unless ``keep_replaced`` is False:
-    a run that saves as it goes replaces only its own earlier save (it kept the one before it at its start)."""
-    device = device or (machine or {}).get("device_slug")
-    target = path(kind, device, out_dir)
+def save(kind: str, *, machine: dict[str, Any] | None = None, device: str | None = None,
+         out_dir: str | os.PathLike | None = None, keep_replaced: bool = True, markdown: str | None = None,
+         **fields: Any) -> Path:  # fmt: skip
+    """The one writer of our documents: a new document of ``kind`` to :func:`path` (``device`` defaults to the
+    machine's slug) and, with ``markdown``, that text beside it (``.md``), its first line an HTML comment naming
+    the document's run and provenance (invisible once pasted). What each file replaces goes to the history
+    first (:func:`supersede`), unless ``keep_replaced`` is False: a run that saves as it goes replaces only its
+    own earlier save (it kept the one before it at its start). Returns the document's path."""
+    target = path(kind, device or (machine or {}).get("device_slug"), out_dir)
     doc = document(kind, machine=machine, **fields)
-    if keep_replaced:
-        supersede(kind, target, doc)
-    return write_json(target, doc)
+    files = {target: _dumps(doc)}
+    if markdown is not None:
+        p = doc["provenance"]
+        files[target.with_suffix(".md")] = (f"<!-- {target.name} of {doc.get('generated_at')}: series {p.get('series_hash')} "
+                                            f"({p.get('series_from')}), tree {p.get('tree')}, patch-id {p.get('patch_id')} -->\n"
+                                            + markdown)  # fmt: skip
+    for file, text in files.items():
+        if keep_replaced:
+            supersede(kind, file, text)
+        _write(file, text)
+    return target
 
 
 # --------------------------------------------------------------------------- history
@@ -243,25 +246,22 @@ def _run_number(p: Path) -> int:
     return int(number) if number.isdigit() else 0
 
 
-def supersede(kind: str, target: Path, new: Any = None) -> Path | None:
-    """Move the document at ``target`` (a file of ``kind``) to the history of the directory it is in:
-    ``history/<tree-id>/<file stem>.<N><suffix>``, N one more than the last kept there. Nothing moves
-    when there is no file, or when it holds ``new`` already (a re-run that changed nothing). Returns
-    where it went (None: nothing moved). Never overwrites: :func:`move_new` refuses an existing file."""
+def supersede(kind: str, target: Path, new_text: str | None = None) -> Path | None:
+    """Move the file at ``target`` (a document of ``kind``, or the text saved beside it) to the history of the
+    directory it is in: ``history/<tree-id>/<file stem>.<N><suffix>``, N one more than the last kept there,
+    the tree the document's provenance names (a text's first line). Nothing moves when there is no file, or
+    when it holds ``new_text`` already (a re-run that changed nothing). Returns where it went (None: nothing
+    moved). Never overwrites: :func:`move_new` refuses an existing file."""
     if not target.is_file():
         return None
     old_text = target.read_text(errors="replace")
-    if new is not None and old_text == _dumps(new):
+    if new_text is not None and old_text == new_text:
         return None
-    rel = Path(MEASUREMENTS[kind].file or target.name)
+    rel = Path(MEASUREMENTS[kind].file).with_suffix(target.suffix)
     if not target.as_posix().endswith("/" + rel.as_posix()):
         rel = Path(target.name)  # out_dir: the base name only
     home = Path(target.as_posix()[: -len(rel.as_posix())])
-    try:
-        old = json.loads(old_text)
-    except ValueError:
-        old = None
-    folder = home / HISTORY / history_folder(old) / rel.parent
+    folder = home / HISTORY / _kept_under(old_text, target.suffix) / rel.parent
     n = max((_run_number(p) for p in folder.glob(f"{rel.stem}.*{rel.suffix}")), default=0) + 1
     return move_new(target, folder / f"{rel.stem}.{n}{rel.suffix}")
 
@@ -280,6 +280,18 @@ def move_new(src: Path, dst: Path) -> Path:
         return dst
     src.unlink()
     return dst
+
+
+def _kept_under(text: str, suffix: str) -> str:
+    """The history folder of a replaced file: its document's tree (:func:`history_folder`), a text's from the
+    provenance its first line names."""
+    if suffix != ".json":
+        tree = re.search(r", tree ([0-9a-f]{12})", text.partition("\n")[0])
+        return f"tree-{tree[1]}" if tree else "tree-unknown"
+    try:
+        return history_folder(json.loads(text))
+    except ValueError:
+        return history_folder(None)
 
 
 _SITE = re.compile(r"/[^\s\"':]*?/(site-packages|dist-packages)/")
@@ -307,13 +319,18 @@ def _dumps(doc: Any) -> str:
     return json.dumps(doc, indent=1, default=_json_default) + "\n"
 
 
-def write_json(target: Path, doc: Any) -> Path:
-    """Write ``doc`` as indented JSON, atomically (a temp file renamed over the target)."""
+def _write(target: Path, text: str) -> Path:
+    """Write ``text`` atomically (a temp file renamed over the target)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_text(_dumps(doc))
+    tmp.write_text(text)
     tmp.replace(target)
     return target
+
+
+def write_json(target: Path, doc: Any) -> Path:
+    """Write ``doc`` as indented JSON, atomically (a dry run's sample; documents go through :func:`save`)."""
+    return _write(target, _dumps(doc))
 
 
 def _json_default(o: Any) -> Any:

@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import entry
 from bench.e2e import synth
 from bench.e2e.summary import VARIANTS, ids_mismatches, settings, summarize_point
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
@@ -122,13 +123,6 @@ def check_points(points: list[dict[str, Any]], num_experts: int) -> None:
 def result_path(out: str | None, slug: str | None) -> Path:
     """``e2e.json`` under ``--out``, or where suite.results keeps it for device ``slug``."""
     return results.path("e2e", slug, out)
-
-
-def write_result(out: str | None, slug: str | None, fields: dict[str, Any], keep_replaced: bool = True) -> Path:
-    """Write the e2e document (schema id, time, provenance, machine: suite.results) for device ``slug``
-    (the workers' GPU: this process may never touch CUDA); ``keep_replaced``: the document it replaces
-    goes to the history (a session's first save; its later saves replace only its own)."""
-    return results.save("e2e", device=slug, out_dir=out, keep_replaced=keep_replaced, **E2E.from_doc(fields).to_doc())
 
 
 def model_info(model: str) -> dict[str, Any]:
@@ -313,17 +307,15 @@ def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]], model: di
 
 def document_fields(args: argparse.Namespace, model: dict[str, Any], points: list[dict[str, Any]],
                     runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None,
-                    machine: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:  # fmt: skip
-    """(device slug, the document's fields) for the runs so far (``model``: :func:`model_info` of
+                    machine: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """(the machine, the document's fields) for the runs so far (``model``: :func:`model_info` of
     ``--model``, read once per session; ``machine``: when no run carries it)."""
     machine = next((r.get("machine") for r in runs if r.get("machine")), None) or machine or {}
-    slug = machine.get("device_slug") or "unknown"
     names = variant_names(args)
     summaries = [summarize_point(pt, i, runs, names) for i, pt in enumerate(points)]
     identical = [s["ids_identical"] for s in summaries if s["ids_identical"] is not None]
     raw = [{k: v for k, v in r.items() if k != "machine"} for r in runs]
-    return slug, {
-        "machine": machine,
+    return machine, {
         "model": model,
         "settings": {
             "tokens": args.tokens,
@@ -380,8 +372,10 @@ def main(args: argparse.Namespace) -> int:
 
     def on_update(runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None = None) -> Path:
         state.update(runs=list(runs), complete=complete, errors=list(errors))
-        slug, fields = document_fields(args, info, points, runs, complete, errors, exit_code, machine)
-        path = write_result(args.out, slug, fields, keep_replaced=state["keep"])
+        found, fields = document_fields(args, info, points, runs, complete, errors, exit_code, machine)
+        # the workers' GPU names the device: this process may never touch CUDA
+        path = entry.save("e2e", args, E2E.from_doc(fields), found, device=found.get("device_slug") or "unknown",
+                          keep_replaced=state["keep"])  # fmt: skip
         state["keep"] = False
         return path
 
