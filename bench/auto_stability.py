@@ -30,8 +30,8 @@ from typing import Any
 from gpukit.decode_step import choice_fields
 from suite.models import AutoStability, AutoSummary
 from bench import entry
+from suite.kernels import SWITCH_ENV, Kernel
 
-GATHER_ENV = "FREETOKEN_DECODE_GATHER"
 EXIT_OK, EXIT_CHANGED, EXIT_FAILED = 0, 1, 2
 #: the proposal's decode run held 3164 experts in VRAM
 DEFAULT_SLOTS = 3164
@@ -77,7 +77,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     banks = ModelBanks(fp, device, seed=args.seed, progress=log)
     banks.ref = []  # the device copy of the banks is not needed here: free its VRAM before the cache
     torch.cuda.empty_cache()
-    with gather_env({GATHER_ENV: "auto"}):
+    with gather_env(Kernel.AUTO.env):
         cache = OffloadMoeCache(num_layers=fp.layers, num_experts=fp.experts, cache_size=args.slots, device=device,
                                 prefill_overlap=False, quant_format="nvfp4")  # fmt: skip
         t0 = time.perf_counter()
@@ -85,7 +85,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         set_s = time.perf_counter() - t0
     first = cache.decode_gather_auto
     if first is None:
-        raise RuntimeError(f"{GATHER_ENV}=auto built a cache without decode_gather_auto: the series lacks auto")
+        raise RuntimeError(f"{SWITCH_ENV}=auto built a cache without decode_gather_auto: the series lacks auto")
     torch.cuda.synchronize(device)
     before, allocated = _cache_state(cache), torch.cuda.memory_allocated(device)
     t0 = time.perf_counter()
@@ -123,7 +123,7 @@ def run_one(index: int, args: argparse.Namespace, log_dir: Path) -> dict[str, An
     cmd = [sys.executable, "-m", "bench.auto_stability", "--worker", "--result", str(result), "--slots",
            str(args.slots), "--seed", str(args.seed + index)] + (["--gib", str(args.gib)] if args.gib else []) + (
            ["--machine"] if index == 0 else [])  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != GATHER_ENV} | {"PYTHONUNBUFFERED": "1"}
+    env = {k: v for k, v in os.environ.items() if k != SWITCH_ENV} | {"PYTHONUNBUFFERED": "1"}
     return run_worker(f"run {index}", cmd, env, result, log_path, args.timeout_s)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from bench import entry
 from suite.kernels import Kernel
 
-KERNELS = ("upstream", "tma")
+KERNELS = (Kernel.UPSTREAM, Kernel.TMA)
 POISON = 0x5A
 
 
@@ -76,7 +76,7 @@ def worker(rank: int, args, barrier, queue) -> None:
                      for f in NVFP4_ROW_BYTES])
     caches = {}
     for kernel in KERNELS:
-        with gather_env({"FREETOKEN_DECODE_GATHER": "tma"} if kernel == Kernel.TMA else {}):
+        with gather_env(kernel.env):
             c = OffloadMoeCache(num_layers=layers, num_experts=experts, cache_size=experts, device=dev,
                                 quant_format="nvfp4", prefill_overlap=False)
         c.set_bank_sources({name: [host[layer % args.sources][k] for layer in range(layers)]

@@ -49,7 +49,7 @@ from suite.models import StepBreakdown, StepPdl, paired
 from suite.rounds import run_rounds
 from gpukit.timing import bench
 from bench import entry
-from suite.kernels import Kernel
+from suite.kernels import TMA_KERNEL, UPSTREAM_KERNEL, Kernel
 
 POISON = 0x5A
 
@@ -85,7 +85,7 @@ def pdl_probes():
         "DecodeGatherKernel", make_cpp_args(*decode_gather.default_ring()),
     )  # fmt: skip
     upstream = _probe_module(
-        "fast_index_copy.cuh", "fast_index_copy_multi_pdl_probe",
+        "fast_index_copy.cuh", f"{UPSTREAM_KERNEL}_pdl_probe",
         [("const __grid_constant__ MultiIndexCopyParams p\n) {\n",
           "const __grid_constant__ MultiIndexCopyParams p\n) {\n    device::PDL::wait<true>();\n"),
          ("device.unwrap())(kernel, params);", "device.unwrap()).with_attr(true)(kernel, params);")],
@@ -97,7 +97,7 @@ def pdl_probes():
 def pdl_variants(probes=None) -> list[StepVariant]:
     """``tma_pdl`` and ``upstream_pdl`` as decode-step variants (``probes``: :func:`pdl_probes`' modules)."""
     ours_pdl, upstream_pdl = probes or pdl_probes()
-    return [StepVariant("tma_pdl", {"FREETOKEN_DECODE_GATHER": "tma"}, module=ours_pdl),
+    return [StepVariant("tma_pdl", Kernel.TMA.env, module=ours_pdl),
             StepVariant("upstream_pdl", upstream_module=upstream_pdl)]  # fmt: skip
 
 
@@ -121,7 +121,7 @@ def profile_block(step: DecodeStep, name: str, start: int, count: int) -> dict:
     )
     calls, ensure = [], []
     for start_us, end_us, kname in kernels:
-        if "decode_gather" in kname or "fast_index_copy_multi" in kname:
+        if TMA_KERNEL in kname or UPSTREAM_KERNEL in kname:
             if ensure:
                 e0, e1 = ensure[0][0], max(e for _, e, _ in ensure)
                 calls.append({"ensure_us": e1 - e0, "gap_us": start_us - e1, "copy_us": end_us - start_us})

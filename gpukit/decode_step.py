@@ -28,8 +28,9 @@ from suite.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
 from gpukit.memory import HostBanks, cache_reference_diff, cache_rows
 from gpukit.routing import calibrate_zipf, zipf_routing_trace
 from gpukit.timing import bench
+from suite.kernels import RING_ENV, SWITCH_ENV, TMA_FACTORY, UPSTREAM_FACTORY, Kernel
 
-GATHER_ENV = ("FREETOKEN_DECODE_GATHER", "FREETOKEN_DECODE_GATHER_RING")
+GATHER_ENV = (SWITCH_ENV, RING_ENV)
 
 
 def choice_fields(choice) -> dict[str, Any]:
@@ -49,11 +50,7 @@ class StepVariant:
 
 #: ``upstream`` (FREETOKEN_DECODE_GATHER unset), ``upstream_aa`` (a second such cache: the A/A control)
 #: and ``tma`` (decode_gather): the switch's own words.
-DEFAULT_VARIANTS = (
-    StepVariant("upstream"),
-    StepVariant("upstream_aa"),
-    StepVariant("tma", {"FREETOKEN_DECODE_GATHER": "tma"}),
-)
+DEFAULT_VARIANTS = (StepVariant(Kernel.UPSTREAM), StepVariant(Kernel.UPSTREAM_AA), StepVariant(Kernel.TMA, Kernel.TMA.env))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +96,7 @@ def variant_modules(v: StepVariant) -> Iterator[None]:
     from freetoken.kernel import decode_gather
     from freetoken.kernel import fast_index_copy
 
-    swaps = [(decode_gather, "decode_gather_module", v.module), (fast_index_copy, "_jit_fast_index_copy_multi_module", v.upstream_module)]
+    swaps = [(decode_gather, TMA_FACTORY, v.module), (fast_index_copy, UPSTREAM_FACTORY, v.upstream_module)]
     saved = [(mod, attr, getattr(mod, attr)) for mod, attr, module in swaps if module is not None]
     try:
         for mod, attr, module in swaps:

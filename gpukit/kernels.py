@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from suite.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.memory import SlotCache
+from suite.kernels import TMA_FACTORY, UPSTREAM_FACTORY
 
 
 def load_kernels():
@@ -151,9 +152,9 @@ class LaunchCounter:
     def _install(self) -> LaunchCounter:
         # the lru-cached factories and the loader under them (a module cached by a caller at
         # construction still goes through one of these first); a module is wrapped once
-        for attr in ("decode_gather_module", "load_decode_gather_module"):
+        for attr in (TMA_FACTORY, f"load_{TMA_FACTORY}"):
             self._wrap_factory(self.ring_module, attr, "decode_gather")
-        self._wrap_factory(self.upstream_module, "_jit_fast_index_copy_multi_module", "upstream")
+        self._wrap_factory(self.upstream_module, UPSTREAM_FACTORY, "upstream")
         orig = self.ring_module.decode_gather_jit
         owner = self
 

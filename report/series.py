@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from freetoken_overlay.series import patch_files
+from suite.kernels import SWITCH_ENV, Kernel
 
 
 def series_commits(patches: Path | None = None) -> list[dict[str, Any]]:
@@ -29,7 +30,7 @@ def commit_adding(commits: list[dict[str, Any]], suffix: str) -> dict[str, Any] 
 
 
 #: the subject words of the first patch of the second pull request (``auto``, stacked on the first)
-SECOND_PR_STARTS = "FREETOKEN_DECODE_GATHER=auto"
+SECOND_PR_STARTS = f"{SWITCH_ENV}={Kernel.AUTO}"
 
 
 def pull_requests(commits: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

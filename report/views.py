@@ -159,7 +159,7 @@ def e2e_view(doc: E2E | None) -> dict[str, Any] | None:
     for p in doc.points:
         u, t = p.variants.get(Kernel.UPSTREAM) or {}, p.variants.get(Kernel.TMA) or {}
         a = p.variants.get(Kernel.AUTO)
-        rows.append({"slots": p.slots, "miss_rate": (t or u).get("miss_rate_median"), "upstream": u, "tma": t,
+        rows.append({"slots": p.slots, "miss_rate": (t or u).get("miss_rate_median"), Kernel.UPSTREAM: u, Kernel.TMA: t,
                      "misses_per_token": (t or u).get("misses_per_token_median"), "ratio": p.ratio.get(Kernel.TMA),
                      "auto": {"arm": a, "kernels": sorted(set(a.get("copy_kernel") or [])), "ratio": p.ratio[Kernel.AUTO]}
                      if a and Kernel.AUTO in p.ratio else None})  # fmt: skip

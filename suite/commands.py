@@ -15,6 +15,8 @@ from __future__ import annotations
 import shlex
 from typing import NamedTuple
 
+from suite.kernels import SWITCH_ENV
+
 SCHEMA_PREFIX = "freetoken-decode-gather-"
 #: ``nox -s gpu`` sets it to 1: the GPU tier then writes its ``gpu`` document (suite.results).
 CONFORMANCE_SUMMARY_ENV = "CONFORMANCE_SUMMARY"
@@ -122,7 +124,7 @@ _TABLE = (
                     "per run: nox -s e2e -- --model PATH."),
     Measurement("auto_stability", _bench("auto_stability"), note="what auto chose in N fresh processes",
                 model="AutoStability", words="auto's stability runs",
-                doc="GPU: what FREETOKEN_DECODE_GATHER=auto chose in fresh processes, and the probe's cost "
+                doc=f"GPU: what {SWITCH_ENV}=auto chose in fresh processes, and the probe's cost "
                     "-> results/<device>/auto_stability.json."),
     Measurement("sass", ("conformance.sass", "--arch", "80,90,100,120", "--save", "--check"), per_device=False,
                 timestamped=False, version=2, gpu=False,

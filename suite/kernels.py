@@ -26,6 +26,9 @@ RING_ENV = SWITCH_ENV + "_RING"
 #: The kernels' own names (JIT modules, profiler traces, the caches' logs): upstream's and the series'.
 UPSTREAM_KERNEL = "fast_index_copy_multi"
 TMA_KERNEL = "decode_gather"
+#: The attributes of freetoken's kernel modules that build (and cache) each kernel's JIT module.
+UPSTREAM_FACTORY = f"_jit_{UPSTREAM_KERNEL}_module"
+TMA_FACTORY = f"{TMA_KERNEL}_module"
 
 
 class Kernel(str, enum.Enum):

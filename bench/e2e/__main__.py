@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from bench.e2e import synth
+from suite.kernels import SWITCH_ENV
 from suite.log import configure
 
 
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--kv-tokens", type=_positive, default=8192, help="KV capacity in tokens (default 8192)")
     run.add_argument("--auto", action="store_true",
-                     help="a third arm, FREETOKEN_DECODE_GATHER=auto (each process's start-up probe picks the kernel)")
+                     help=f"a third arm, {SWITCH_ENV}=auto (each process's start-up probe picks the kernel)")
     run.add_argument("--out", default=None, help="directory of e2e.json (default: results/<device>/, suite.results)")
     run.add_argument("--log-dir", default=None, help="worker logs and raw results (default: a new temp dir)")
     run.add_argument("--run-timeout-s", type=_positive, default=420, help="kill a worker after this long (default 420)")

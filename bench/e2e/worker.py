@@ -35,7 +35,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from suite.kernels import Kernel, Variant, launched
+from suite.kernels import SWITCH_ENV, TMA_KERNEL, UPSTREAM_KERNEL, Kernel, Variant, launched
 
 #: The fixed prompt (any tokenizer encodes it; ~90 tokens on a BPE vocabulary, ~480 bytes).
 PROMPT = (
@@ -95,9 +95,9 @@ def copy_variant(cache) -> Variant:
 def copy_kernel(cache) -> str:
     """Which kernel ``copy_missing`` runs for decode misses in this cache."""
     if copy_variant(cache).kernel is Kernel.TMA:
-        return "decode_gather"
+        return TMA_KERNEL
     if getattr(cache, "_copy_fused_ok", False):
-        return "fast_index_copy_multi"
+        return UPSTREAM_KERNEL
     return "fast_index_copy (per bank)"
 
 
@@ -108,9 +108,9 @@ def copy_grid(cache) -> dict[str, Any]:
 
 def expected_kernel(env_value: str | None) -> str | None:
     """The kernel a variant must run; None for ``auto``, whose probe may keep either."""
-    if env_value and env_value.strip().lower() == "auto":
+    if env_value and env_value.strip().lower() == Kernel.AUTO:
         return None
-    return "decode_gather" if env_value else "fast_index_copy_multi"
+    return TMA_KERNEL if env_value else UPSTREAM_KERNEL
 
 
 def auto_choice(cache) -> dict[str, Any] | None:
@@ -152,7 +152,7 @@ def _load(args: argparse.Namespace, torch: Any) -> tuple[Any, Any, str, str | No
     num_experts = checkpoint_num_experts(args.model)
     if args.slots < num_experts:
         raise ValueError(f"--slots {args.slots}: the offload cache needs at least num_experts={num_experts} slots")
-    env_gather = os.environ.get("FREETOKEN_DECODE_GATHER") or None
+    env_gather = os.environ.get(SWITCH_ENV) or None
     llm = _timed_llm(torch, LLM, DetokenizeMsg)(args.model, **engine_kwargs(args, num_experts))
     cache = llm.engine.moe_offload_cache
     if cache is None:
@@ -160,7 +160,7 @@ def _load(args: argparse.Namespace, torch: Any) -> tuple[Any, Any, str, str | No
     kernel = copy_kernel(cache)
     if expected_kernel(env_gather) not in (None, kernel):
         raise RuntimeError(
-            f"FREETOKEN_DECODE_GATHER={env_gather!r} should copy decode misses with {expected_kernel(env_gather)}, "
+            f"{SWITCH_ENV}={env_gather!r} should copy decode misses with {expected_kernel(env_gather)}, "
             f"but the cache chose {kernel} (see FreeToken's warning above); this run would not measure the variant"
         )
     graph_bs = list(getattr(llm.engine.graph_runner, "graph_bs_list", []) or [])
