@@ -1,5 +1,5 @@
-"""The probes' own page: ``experiments/results/PROBES.md``, rendered from the probe documents under
-``experiments/results/<device>/<tree>/probe_*.json`` (``python -m experiments.probe_fresh``).
+"""The probes' own page: ``experiments/results/PROBES.md``, rendered from the probe documents kept under
+``experiments/results/<device>/<tree>/probe_*.json`` (what ran them: experiments/README.md).
 
     python -m experiments.report            # writes experiments/results/PROBES.md
     python -m experiments.report --check    # fails when the committed page is not what the files give
@@ -17,19 +17,23 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from suite.kernels import Kernel
-from experiments.regimes import REGIME_ORDER, TOUCH_REGIMES
-from suite.geometry import fmt_bytes
 from suite import results
-from suite.stats import median, verdict
+from suite.geometry import REGIMES, fmt_bytes
+from suite.kernels import Kernel
 from suite.log import configure
+from suite.stats import median, verdict
 
 log = logging.getLogger("experiments.report")  # its name also when run as __main__
 
 #: experiments' results folder: ``<device>/<tree id>/<file>``
 ROOT = Path(__file__).resolve().parent / "results"
 PAGE = "PROBES.md"
-#: how a run's bank backing (experiments.regimes.BACKINGS) reads on the page
+#: the probes' regimes beyond the suite's: the two halves of ``decode`` (new rows into the same slots, the same
+#: rows into new slots) and ``decode`` with 16 bytes of every 4 KiB, 64 KiB or 2 MiB block of the rows read first
+SPLIT_REGIMES = ("decode_src", "decode_dst")
+TOUCH_REGIMES = ("decode_touch4K", "decode_touch64K", "decode_touch2M")
+REGIME_ORDER = REGIMES + SPLIT_REGIMES + TOUCH_REGIMES
+#: how a run's bank backing reads on the page
 PAGE_WORDS = {"hostbank": "FreeToken's HostBank pages (4 KiB)", "thp": "transparent 2 MiB pages",
               "hugetlb": "hugetlbfs 2 MiB pages"}  # fmt: skip
 
@@ -60,7 +64,7 @@ def probe_run(path: Path, name: str) -> dict[str, Any] | None:
     rows, rounds, recovered, interleaved = [], set(), [], False
 
     def add_row(n: str, reg: str, spread: float, summaries: Mapping[str, Any]) -> None:
-        cells = [{"name": k, "ratio": s["speedup_paired"], "verdict": verdict(s["speedup_paired"], spread)}
+        cells = [{"name": k, "ratio": s["ratio_paired"], "verdict": verdict(s["ratio_paired"], spread)}
                  for k, s in summaries.items()]  # fmt: skip
         rows.append({"n": int(n), "regime": reg, "aa_spread": spread, "cells": cells})
 
@@ -158,7 +162,7 @@ def run_lines(run: dict[str, Any]) -> list[str]:
 def render(base: Path = ROOT) -> str:
     """The page: one section per device that holds probe runs."""
     out = ["# Decode-regime probes: what was tried for the cold rows", "",
-           f"Rendered by `python -m experiments.report` from the probe files under `experiments/results/`; "
+           "Rendered by `python -m experiments.report` from the probe files under `experiments/results/`; "
            "what each file is and how it was run: [README.md](README.md).", ""]  # fmt: skip
     for slug in sorted(p.name for p in base.iterdir() if p.is_dir()):
         view = regime_probe_view(base, slug)

@@ -44,8 +44,7 @@ class StepVariant:
     name: str
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # FREETOKEN_* while the cache is built
     module: Any = None  # a JIT module that replaces decode_gather's for this cache's launches
-    upstream_module: Any = None  # likewise for fast_index_copy_multi's (a variant of upstream's kernel)
-    copy: bool = True  # False: ensure_experts only (the routing/bookkeeping share of a step)
+    upstream_module: Any = None  # likewise for upstream's (a variant of upstream's kernel)
 
 
 #: ``upstream`` (FREETOKEN_DECODE_GATHER unset), ``upstream_aa`` (a second such cache: the A/A control)
@@ -203,8 +202,7 @@ class DecodeStep:
         with variant_modules(v):
             for layer in range(self.config.layers):
                 cache.ensure_experts(layer, ids[layer])
-                if v.copy:
-                    cache.copy_missing()
+                cache.copy_missing()
 
     def warm_up(self) -> None:
         """``config.warm`` eager steps per variant (JIT builds, descriptor checks), then fresh stats."""

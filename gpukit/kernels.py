@@ -1,5 +1,5 @@
 """Kernel handles: the installed decode_gather and fast_index_copy modules, their calls on a slot-cache
-descriptor, parallel JIT builds (extra kernels welcome), and a launch counter."""
+descriptor, parallel JIT builds and a launch counter."""
 
 from __future__ import annotations
 
@@ -65,10 +65,8 @@ def precompile(
     upstream_blocks: Iterable[int] = (UPSTREAM_BLOCKS_PER_BANK,),
     workers: int = 8,
     progress: Callable[[str], None] | None = None,
-    extra: Mapping[str, Callable[[], Any]] | None = None,
 ) -> dict[str, str]:
-    """JIT-build every ring and upstream width, plus ``extra`` ({name: zero-argument builder}, e.g. a
-    kernel variant's JIT module), in parallel threads (nvcc runs as subprocesses); returns
+    """JIT-build every ring and upstream width in parallel threads (nvcc runs as subprocesses); returns
     {name: error} for the builds that failed."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -79,7 +77,6 @@ def precompile(
         jobs[f"upstream {UPSTREAM_THREADS}x{b}"] = functools.partial(
             fast_index_copy._jit_fast_index_copy_multi_module, num_threads=UPSTREAM_THREADS, blocks_per_bank=b
         )
-    jobs.update(extra or {})
     errors: dict[str, str] = {}
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max(1, workers)) as ex:
