@@ -54,6 +54,8 @@ DEFAULT_MISS_RATES = (0.1, 0.3)
 EXIT_OK, EXIT_IDS_DIFFER, EXIT_FAILED = 0, 1, 2
 #: Between two workers: the last one's pinned banks, VRAM and port 2333 (its process group) go back first.
 PAUSE_S = 1.0
+#: the order of the variants in each (repeat, point): suite.rounds' alternation over repeat + point
+ORDER = "alternate"
 
 
 class RunFailed(RuntimeError):
@@ -78,7 +80,7 @@ def schedule(points: int, repeats: int, names: Sequence[str] = VARIANTS) -> list
     out = []
     for r in range(repeats):
         for p in range(points):
-            out += [(r, p, v) for v in round_order("alternate", r + p, tuple(names))]  # suite.rounds' alternation
+            out += [(r, p, v) for v in round_order(ORDER, r + p, tuple(names))]
     return out
 
 
@@ -118,11 +120,6 @@ def check_points(points: list[dict[str, Any]], num_experts: int) -> None:
 
 
 # ---------------------------------------------------------------------------------- results
-
-
-def result_path(out: str | None, slug: str | None) -> Path:
-    """``e2e.json`` under ``--out``, or where suite.results keeps it for device ``slug``."""
-    return results.path("e2e", slug, out)
 
 
 def model_info(model: str) -> dict[str, Any]:
@@ -195,17 +192,10 @@ def run_worker(tag: str, cmd: list[str], env: dict[str, str], result: Path, log_
     return json.loads(result.read_text())
 
 
-def execute(
-    points: list[dict[str, Any]],
-    repeats: int,
-    runner: Runner,
-    *,
-    on_update: Callable[[list[dict[str, Any]], bool, list[str]], None],
-    budget_s: float | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    prior: list[dict[str, Any]] | None = None,
-    names: Sequence[str] = VARIANTS,
-) -> int:
+def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
+            on_update: Callable[[list[dict[str, Any]], bool, list[str]], None], budget_s: float | None = None,
+            clock: Callable[[], float] = time.monotonic, prior: list[dict[str, Any]] | None = None,
+            names: Sequence[str] = VARIANTS) -> int:  # fmt: skip
     """Run the plan; ``on_update(runs, complete, errors)`` after every run. ``prior``: runs of an
     interrupted session (``--resume``), not run again. Returns the exit code: stops at the first
     (repeat, point) whose variants' ids differ (1), at the first failed run (2), or before a run that
@@ -217,28 +207,25 @@ def execute(
     plan = [step for step in full if step not in done]
     if done:
         log(f"resuming: {len(full) - len(plan)} of {len(full)} runs already done")
+
+    def stop(why: str, code: int) -> int:
+        errors.append(why)
+        log(why)
+        on_update(runs, False, errors)
+        return code
+
     t0, longest = clock(), 0.0
     for k, (r, p, v) in enumerate(plan):
         elapsed = clock() - t0
         if budget_s is not None and elapsed + longest > budget_s:
-            errors.append(
-                f"time budget {budget_s:.0f} s: stopped with {len(plan) - k} of {len(full)} runs to go "
-                f"({elapsed:.0f} s spent); the same command with --resume continues"
-            )
-            log(errors[-1])
-            on_update(runs, False, errors)
-            return EXIT_FAILED
-        log(
-            f"run {len(full) - len(plan) + k + 1}/{len(full)}: repeat {r + 1}/{repeats}, slots {points[p]['slots']}, {v} ..."
-        )
+            return stop(f"time budget {budget_s:.0f} s: stopped with {len(plan) - k} of {len(full)} runs to go "
+                        f"({elapsed:.0f} s spent); the same command with --resume continues", EXIT_FAILED)  # fmt: skip
+        log(f"run {len(full) - len(plan) + k + 1}/{len(full)}: repeat {r + 1}/{repeats}, slots {points[p]['slots']}, {v} ...")
         t = clock()
         try:
             res = runner(r, p, v, points[p])
         except RunFailed as exc:
-            errors.append(str(exc))
-            log(str(exc))
-            on_update(runs, False, errors)
-            return EXIT_FAILED
+            return stop(str(exc), EXIT_FAILED)
         longest = max(longest, clock() - t)
         runs.append({"repeat": r, "point": p, "variant": v, **res})
         step = res.get("step_ms") or {}
@@ -248,12 +235,8 @@ def execute(
             f"{res['copy_kernel']}, load {res.get('load_s', 0):.0f} s, ids {res['ids_sha256'][:12]}")  # fmt: skip
         mism = ids_mismatches([x for x in runs if x["repeat"] == r and x["point"] == p])
         if mism:
-            errors.append(
-                f"generated ids differ between {'/'.join(names)} (repeat {r + 1}, slots {points[p]['slots']}): {mism}"
-            )
-            log(errors[-1])
-            on_update(runs, False, errors)
-            return EXIT_IDS_DIFFER
+            return stop(f"generated ids differ between {'/'.join(names)} (repeat {r + 1}, slots {points[p]['slots']}): "
+                        f"{mism}", EXIT_IDS_DIFFER)  # fmt: skip
         on_update(runs, k + 1 == len(plan), errors)
     if not plan:
         on_update(runs, True, errors)
@@ -269,10 +252,7 @@ def resume_mismatch(doc: dict[str, Any], model: dict[str, Any], args: argparse.N
         (not doc.get("complete"), "it is complete"),
         ((doc.get("model") or {}).get("config_sha256") == model["config_sha256"], "it measured another checkpoint"),
         ([p.get("slots") for p in doc.get("points") or []] == [p["slots"] for p in points], "its slot points differ"),
-        (
-            all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")),
-            "its tokens/skip/kv differ",
-        ),
+        (all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")), "its tokens/skip/kv differ"),
         ((doc.get("provenance") or {}).get("tree") == tree, "it measured another patched tree"),
         (not ids_mismatches(doc.get("runs") or []), "its variants generated different ids (exit 1 is its result)"),
         (list(settings.get("variants") or VARIANTS) == list(variant_names(args)), "it ran other variants (--auto)"),
@@ -293,7 +273,7 @@ def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]], model: di
             log("--resume: nvidia-smi names no GPU, so results/ has no device for it yet; starting afresh")
             return [], None
         slug = results.device_slug(name)
-    path = result_path(args.out, slug)
+    path = results.path("e2e", slug, args.out)
     doc = results.read_json(path)
     if doc is None:
         return [], None
@@ -318,29 +298,18 @@ def document_fields(args: argparse.Namespace, model: dict[str, Any], points: lis
     return machine, {
         "model": model,
         "settings": {
-            "tokens": args.tokens,
-            "skip": args.skip,
-            "repeats": args.repeats,
-            "kv_tokens": args.kv_tokens,
-            "batch": 1,
-            "cuda_graph_decode": True,
-            "moe_strategy": "offload",
-            "sampling": "greedy (temperature 0), ignore_eos",
-            "prompt_sha256": hashlib.sha256(PROMPT.encode()).hexdigest(),
-            "warmup_tokens": WARMUP_TOKENS,
-            "variants": settings(names),
-            "order": "per repeat and point every variant, in listed order when repeat + point is even, reversed when odd",
+            "tokens": args.tokens, "skip": args.skip, "repeats": args.repeats, "kv_tokens": args.kv_tokens,
+            "batch": 1, "cuda_graph_decode": True, "moe_strategy": "offload",
+            "sampling": "greedy (temperature 0), ignore_eos", "prompt_sha256": hashlib.sha256(PROMPT.encode()).hexdigest(),
+            "warmup_tokens": WARMUP_TOKENS, "variants": settings(names),
+            "order": ORDER,  # suite.rounds' order of each (repeat, point): the runs are listed as they ran
             "serve_equivalent": [serve_equivalent("MODEL", p["slots"]) for p in points],
             "tokens_per_s": "tokens / (t[skip + tokens] - t[skip]), host arrival stamps of the generated tokens",
             "misses_per_token": "the offload cache's own decode counters over the same window x MoE layers",
         },
-        "points": summaries,
-        "ids_identical": all(identical) if identical else None,
-        "complete": complete,
-        "exit_code": exit_code,
-        "errors": errors,
-        "runs": raw,
-    }
+        "points": summaries, "ids_identical": all(identical) if identical else None, "complete": complete,
+        "exit_code": exit_code, "errors": errors, "runs": raw,
+    }  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:

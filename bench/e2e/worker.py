@@ -75,11 +75,8 @@ def engine_kwargs(args: argparse.Namespace, num_experts: int) -> dict[str, Any]:
         "moe_cache_size": args.slots,
         # the double-buffered prefill needs 2 x experts slots; below that the engine must not ask for it
         "moe_prefill_overlap": args.slots >= 2 * num_experts,
-        "moe_collect_stats": True,
-        "max_running_req": 1,
-        "cuda_graph_max_bs": 1,
-        "num_token_override": args.kv_tokens,
-        "max_seq_len_override": args.kv_tokens,
+        "moe_collect_stats": True, "max_running_req": 1, "cuda_graph_max_bs": 1,
+        "num_token_override": args.kv_tokens, "max_seq_len_override": args.kv_tokens,
         # the status reporter would zero the counters every N decode steps (its stats line)
         "decode_log_interval": 1 << 30,
         "mm": MultimodalConfig(disabled_encoders=frozenset(ENCODER_KINDS)),
@@ -216,33 +213,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     layers = cache.num_layers
     free, total = torch.cuda.mem_get_info()
     result = {
-        "variant_env": env_gather,
-        "copy_kernel": kernel,
-        "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
-        "copy_grid": copy_grid(cache),
-        "auto": auto_choice(cache),
-        "slots": args.slots,
-        "moe_layers": layers,
-        "num_experts": cache.num_experts,
-        "prefill_overlap": bool(cache.prefill_overlap),
-        "graph_bs": graph_bs,
-        "prompt_tokens": len(llm.tokenizer.encode(PROMPT)),
-        "generated_tokens": len(ids),
-        "skip": args.skip,
-        "tokens": args.tokens,
-        **_timing(args, stamps, t_gen),
-        "misses_per_token": stats["missing_per_layer"] * layers,
-        "miss_rate": stats["miss_rate"],
-        "active_per_token": stats["active_per_layer"] * layers,
-        "layer_calls": stats["layer_calls"],
+        "variant_env": env_gather, "copy_kernel": kernel, "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
+        "copy_grid": copy_grid(cache), "auto": auto_choice(cache), "slots": args.slots, "moe_layers": layers,
+        "num_experts": cache.num_experts, "prefill_overlap": bool(cache.prefill_overlap), "graph_bs": graph_bs,
+        "prompt_tokens": len(llm.tokenizer.encode(PROMPT)), "generated_tokens": len(ids), "skip": args.skip,
+        "tokens": args.tokens, **_timing(args, stamps, t_gen),
+        "misses_per_token": stats["missing_per_layer"] * layers, "miss_rate": stats["miss_rate"],
+        "active_per_token": stats["active_per_layer"] * layers, "layer_calls": stats["layer_calls"],
         "misses_total": round(stats["missing_per_layer"] * stats["layer_calls"]),
-        "ids_sha256": ids_sha256(ids),
-        "ids_head": ids[:16],
+        "ids_sha256": ids_sha256(ids), "ids_head": ids[:16],
         "vram_peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-        "vram_peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-        "vram_device_used_bytes": total - free,
+        "vram_peak_allocated_bytes": torch.cuda.max_memory_allocated(), "vram_device_used_bytes": total - free,
         "load_s": t_loaded - t_start,
-    }
+    }  # fmt: skip
     if args.machine:  # nvidia-smi, nvcc, git: a second or two, asked once per session
         from gpukit.machine import machine_info
 
