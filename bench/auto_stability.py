@@ -46,13 +46,8 @@ log = logging.getLogger("bench.auto_stability").info  # the messages (named: the
 def _typed_sources(banks, geoms) -> dict[str, list[Any]]:
     """The nvfp4 schema's typed ``[experts, *shape]`` views of every layer's host banks."""
     fp = banks.fp
-    return {
-        g.name: [
-            banks.host[layer][k].tensor.view(fp.experts, fp.row_bytes[k]).view(g.torch_dtype()).view(fp.experts, *g.shape)
-            for layer in range(fp.layers)
-        ]
-        for k, g in enumerate(geoms)
-    }
+    return {g.name: [banks.host[layer][k].tensor.view(fp.experts, fp.row_bytes[k]).view(g.torch_dtype()).view(fp.experts, *g.shape)
+                     for layer in range(fp.layers)] for k, g in enumerate(geoms)}  # fmt: skip
 
 
 def _cache_state(cache) -> dict[str, Any]:
@@ -96,17 +91,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     leaked = torch.cuda.memory_allocated(device) - allocated
     after = _cache_state(cache)
     changed = [name for name, value in before.items() if not torch.equal(value, after[name])]
-    out = {
-        "pid": os.getpid(),
-        "footprint": fp.describe(),
-        "slots": args.slots,
-        "choice": choice_fields(first),
-        "set_bank_sources_s": set_s,
-        "again": choice_fields(again),
-        "again_wall_s": again_s,
-        "again_allocated_bytes": leaked,
-        "again_changed": changed,
-    }
+    out = {"pid": os.getpid(), "footprint": fp.describe(), "slots": args.slots, "choice": choice_fields(first),
+           "set_bank_sources_s": set_s, "again": choice_fields(again), "again_wall_s": again_s,
+           "again_allocated_bytes": leaked, "again_changed": changed}  # fmt: skip
     if args.machine:
         out["machine"] = machine_info()
     banks.close()
@@ -134,23 +121,16 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     probe_ms = [r["choice"]["probe_s"] * 1e3 for r in runs] + [r["again"]["probe_s"] * 1e3 for r in runs]
     load_ms = [r["choice"]["load_s"] * 1e3 for r in runs]
     counts = {label: (chosen + again).count(label) for label in dict.fromkeys(chosen + again)}
+    probes = [r[k] for r in runs for k in ("choice", "again")]
     return {
-        "runs": len(runs),
-        "chosen": chosen,
-        "chosen_again": again,
-        "counts": counts,
-        "same_every_time": len(counts) == 1,
+        "runs": len(runs), "chosen": chosen, "chosen_again": again, "counts": counts, "same_every_time": len(counts) == 1,
         "default": runs[0]["choice"]["default"] if runs else None,
-        "kept_default_every_time": bool(runs) and all(
-            r[k]["label"] == r[k]["default"] for r in runs for k in ("choice", "again")),  # fmt: skip
-        "probe_ms_min": min(probe_ms, default=None),
-        "probe_ms_median": statistics.median(probe_ms) if probe_ms else None,
-        "probe_ms_max": max(probe_ms, default=None),
-        "load_ms_max": max(load_ms, default=None),
-        "spread_max": max((r[k]["spread"] for r in runs for k in ("choice", "again") if r[k]["spread"] is not None),
-                          default=None),  # fmt: skip
+        "kept_default_every_time": bool(runs) and all(p["label"] == p["default"] for p in probes),
+        "probe_ms_min": min(probe_ms, default=None), "probe_ms_median": statistics.median(probe_ms) if probe_ms else None,
+        "probe_ms_max": max(probe_ms, default=None), "load_ms_max": max(load_ms, default=None),
+        "spread_max": max((p["spread"] for p in probes if p["spread"] is not None), default=None),
         "cache_left_as_found": all(not r["again_changed"] and r["again_allocated_bytes"] == 0 for r in runs),
-    }
+    }  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

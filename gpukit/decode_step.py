@@ -141,15 +141,8 @@ def expected_slots(sources: Sequence[Any], slots: int, dst, src, poison: int) ->
 class DecodeStep:
     """Caches, trace and captured step graphs of ``variants`` (see the module docstring)."""
 
-    def __init__(
-        self,
-        variants: Sequence[StepVariant] = DEFAULT_VARIANTS,
-        config: StepConfig = StepConfig(),
-        *,
-        device=None,
-        banks: HostBanks | None = None,
-        log: Callable[[str], None] | None = None,
-    ):
+    def __init__(self, variants: Sequence[StepVariant] = DEFAULT_VARIANTS, config: StepConfig = StepConfig(), *, device=None,
+                 banks: HostBanks | None = None, log: Callable[[str], None] | None = None):  # fmt: skip
         import torch
 
         self.torch, self.config, self.variants = torch, config, list(variants)
@@ -173,10 +166,8 @@ class DecodeStep:
             batch=cfg.batch, seed=cfg.trace_seed,
         ).to(self.device)  # fmt: skip
         self.caches = {v.name: self._make_cache(v) for v in self.variants}
-        self.static = {
-            v.name: torch.empty((cfg.layers, cfg.batch, cfg.top_k), dtype=torch.int32, device=self.device)
-            for v in self.variants
-        }
+        self.static = {v.name: torch.empty((cfg.layers, cfg.batch, cfg.top_k), dtype=torch.int32, device=self.device)
+                       for v in self.variants}  # fmt: skip
         self.graphs: dict[str, Any] = {}
         self.warm_up()
         self.capture()
@@ -252,9 +243,7 @@ class DecodeStep:
     def reference_diff(self, name: str) -> str | None:
         """None when every resident slot of ``name``'s cache holds its source row (see cache_reference_diff)."""
         src = self.banks.layers
-        return cache_reference_diff(
-            self.caches[name], lambda layer: self.banks.dev[layer % src], self.geoms, self.config.experts
-        )
+        return cache_reference_diff(self.caches[name], lambda layer: self.banks.dev[layer % src], self.geoms, self.config.experts)
 
     def miss_stats(self) -> dict[str, Any]:
         return {name: c.decode_miss_stats() for name, c in self.caches.items()}

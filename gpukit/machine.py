@@ -27,14 +27,8 @@ def _run(cmd: Sequence[str], timeout: float = 20.0) -> str | None:
 
 def nvidia_smi(gpu_id: str | None = None) -> dict[str, Any]:
     """Driver, PCIe link generation/width (current and max) of one GPU, from nvidia-smi."""
-    fields = [
-        "name",
-        "driver_version",
-        "pcie.link.gen.current",
-        "pcie.link.width.current",
-        "pcie.link.gen.max",
-        "pcie.link.width.max",
-    ]
+    fields = ["name", "driver_version", "pcie.link.gen.current", "pcie.link.width.current", "pcie.link.gen.max",
+              "pcie.link.width.max"]  # fmt: skip
     exe = shutil.which("nvidia-smi")
     if not exe:
         return {}
@@ -47,10 +41,7 @@ def nvidia_smi(gpu_id: str | None = None) -> dict[str, Any]:
     vals = [v.strip() for v in out.splitlines()[0].split(",")]
     if len(vals) != len(fields):
         return {"nvidia_smi_raw": out}
-    d = dict(
-        zip(["smi_name", "driver", "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max"], vals)
-    )
-    return d
+    return dict(zip(["smi_name", "driver", "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max"], vals))
 
 
 def nvcc_version() -> str | None:
@@ -83,12 +74,8 @@ def decode_gather_defaults() -> dict[str, Any] | None:
         from freetoken.kernel import decode_gather
     except Exception:
         return None
-    return {
-        "ctas": getattr(decode_gather, "DEFAULT_CTAS", None),
-        "stages": getattr(decode_gather, "DEFAULT_STAGES", None),
-        "chunk_bytes": getattr(decode_gather, "DEFAULT_CHUNK_BYTES", None),
-        "max_banks": getattr(decode_gather, "MAX_BANKS", None),
-    }
+    names = {"ctas": "DEFAULT_CTAS", "stages": "DEFAULT_STAGES", "chunk_bytes": "DEFAULT_CHUNK_BYTES", "max_banks": "MAX_BANKS"}
+    return {k: getattr(decode_gather, attr, None) for k, attr in names.items()}
 
 
 def gpu_smi_id() -> str | None:

@@ -1,9 +1,6 @@
 """Memory under test: exact-end pinned host banks, guarded slot caches, trap-tailed miss lists, and the
-byte-exact reference checks (torch indexing) every timed set and every conformance call goes through.
-
-Long on purpose (~380 lines): one allocation model, one poison/verify protocol; splitting it would
-put the layout and its checks in different files.
-"""
+byte-exact reference checks (torch indexing) every timed set and every conformance call goes through (one
+allocation model and its poison/verify protocol, together)."""
 
 from __future__ import annotations
 
@@ -65,9 +62,7 @@ class PinnedBuffer:
         page = mmap.PAGESIZE
         span = align_up(max(self.nbytes, 1), page)
         total = span + (page if guard else 0)
-        self._mm = mmap.mmap(
-            -1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE
-        )
+        self._mm = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         full = torch.frombuffer(self._mm, dtype=torch.uint8)
         base = full.data_ptr()
         if guard:
@@ -119,17 +114,8 @@ class HostBanks:
     end of the allocation; plus a device copy of every source (the reference) and one int64
     ``[num_banks]`` device tensor of source base addresses per layer."""
 
-    def __init__(
-        self,
-        layers: int,
-        experts: int,
-        row_bytes: Sequence[int],
-        device,
-        *,
-        seed: int = 0,
-        align: int = 256,
-        pinned_method: str | None = None,
-    ):
+    def __init__(self, layers: int, experts: int, row_bytes: Sequence[int], device, *, seed: int = 0, align: int = 256,
+                 pinned_method: str | None = None):  # fmt: skip
         import torch
 
         self.layers, self.experts, self.row_bytes = layers, experts, list(row_bytes)
@@ -145,16 +131,10 @@ class HostBanks:
         self.total_bytes = pos
         self.buf = PinnedBuffer(pos, method=pinned_method or ("host" if self.device.type == "cpu" else None))
         flat = self.buf.tensor
-        self.host = [
-            [flat[o : o + experts * r].view(experts, r) for o, r in zip(offs, self.row_bytes)] for offs in offsets
-        ]
-        self.dev = [
-            [torch.empty((experts, r), dtype=torch.uint8, device=self.device) for r in self.row_bytes]
-            for _ in range(layers)
-        ]
-        self.src_ptrs = [
-            torch.tensor([t.data_ptr() for t in layer], dtype=torch.int64, device=self.device) for layer in self.host
-        ]
+        self.host = [[flat[o : o + experts * r].view(experts, r) for o, r in zip(offs, self.row_bytes)] for offs in offsets]
+        self.dev = [[torch.empty((experts, r), dtype=torch.uint8, device=self.device) for r in self.row_bytes]
+                    for _ in range(layers)]  # fmt: skip
+        self.src_ptrs = [torch.tensor([t.data_ptr() for t in layer], dtype=torch.int64, device=self.device) for layer in self.host]
         self.fill(seed)
 
     @property
@@ -176,9 +156,7 @@ class HostBanks:
 
     def typed(self, layer: int, banks: Sequence[BankGeom]) -> dict[str, Any]:
         """Layer ``layer``'s host sources as the nvfp4 schema's typed ``[experts, *shape]`` tensors."""
-        return {
-            b.name: self.host[layer][k].view(b.torch_dtype()).view(self.experts, *b.shape) for k, b in enumerate(banks)
-        }
+        return {b.name: self.host[layer][k].view(b.torch_dtype()).view(self.experts, *b.shape) for k, b in enumerate(banks)}
 
     @property
     def bytes_per_expert(self) -> int:
@@ -276,10 +254,8 @@ def check_slot_cache(cache: SlotCache, poison: int, writes: Sequence[tuple[Any, 
             rows_bad = diff[:8].tolist()
             written = set(torch.cat([s for s, _, _ in norm]).tolist()) if norm else set()
             kinds = ["written" if x in written else "untouched" for x in rows_bad]
-            return (
-                f"bank {b} ({d.shape[1]} B rows): {diff.numel()} slot rows differ from the reference, "
-                f"first {list(zip(rows_bad, kinds))} (poison {poison:#04x})"
-            )
+            return (f"bank {b} ({d.shape[1]} B rows): {diff.numel()} slot rows differ from the reference, "
+                    f"first {list(zip(rows_bad, kinds))} (poison {poison:#04x})")  # fmt: skip
     return cache.guard_error()
 
 

@@ -17,17 +17,8 @@ from report.gather import decode_step_view, gather_view, targets_view
 from report.geometries import pasted_markdown
 from report.repeats import current_ratios, decode_losses, repeats_view
 from report.series import commit_adding, pull_requests, series_commits, series_footprint
-from report.views import (
-    auto_view,
-    sweep_view,
-    gpu_view,
-    contention_view,
-    e2e_view,
-    sanitize_view,
-    sass_view,
-    step_pdl_view,
-    series_bench_view,
-)
+from report.views import (auto_view, contention_view, e2e_view, gpu_view, sanitize_view, sass_view, series_bench_view,
+                          step_pdl_view, sweep_view)  # fmt: skip
 from suite import results
 from suite.commands import MEASUREMENTS
 from suite.models import MODELS, Document, Model
@@ -75,43 +66,30 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
     gpus = MEASUREMENTS["contention"].gpus
     gather = gather_view(bench)
     png = (base / slug / MEASUREMENTS["sweep"].file).with_suffix(".png")
-    ceiling = sweep_view(
-        docs.get("sweep"), png.relative_to(base).as_posix() if png.is_file() else None, gather["ring"] if gather else None
-    )
+    ceiling = sweep_view(docs.get("sweep"), png.relative_to(base).as_posix() if png.is_file() else None,
+                         gather["ring"] if gather else None)  # fmt: skip
     bench_prov = bench.provenance if bench else {}
     ubench = series_bench_view(docs.get("series_bench"))
     current = current_ratios(gather, ubench)
     repeats = repeats_view(base, slug, docs, current)
     return {
-        "slug": slug,
-        "name": f"{gpus} x {name}" if slug.endswith(f"x{gpus}") else name,
+        "slug": slug, "name": f"{gpus} x {name}" if slug.endswith(f"x{gpus}") else name,
         "machine": machine_line({**machine, **{k: v for k, v in prov.items() if v}}),
         "link": machine.get("pcie_gen_under_load") or machine.get("pcie_gen_current"),
         "series": bench_prov.get("series_hash") or machine.get("series_hash"),
-        "readme": (base / slug / "README.md").is_file(),
-        "history": (base / slug / results.HISTORY).is_dir(),
-        "gather": gather,
-        "step": decode_step_view(bench),
-        "ceiling": ceiling,
-        "series_bench": ubench,
+        "readme": (base / slug / "README.md").is_file(), "history": (base / slug / results.HISTORY).is_dir(),
+        "gather": gather, "step": decode_step_view(bench), "ceiling": ceiling, "series_bench": ubench,
         "series_markdown": pasted_markdown((base / slug / MEASUREMENTS["series_bench"].file).with_suffix(".md"),
                                            ubench["doc"].generated_at if ubench else None),
-        "step_pdl": step_pdl_view(docs.get("step_pdl")),
-        "contention": contention_view(docs.get("contention")),
-        "conformance": gpu_view(docs.get("gpu")),
-        "sanitizer": sanitize_view(docs.get("sanitize")),
-        "targets": targets_view(gather, ceiling),
-        "e2e": e2e_view(docs.get("e2e")),
-        "auto": auto_view(docs.get("auto_stability")),
-        "trees": trees,
-        "repeats": repeats,
+        "step_pdl": step_pdl_view(docs.get("step_pdl")), "contention": contention_view(docs.get("contention")),
+        "conformance": gpu_view(docs.get("gpu")), "sanitizer": sanitize_view(docs.get("sanitize")),
+        "targets": targets_view(gather, ceiling), "e2e": e2e_view(docs.get("e2e")),
+        "auto": auto_view(docs.get("auto_stability")), "trees": trees, "repeats": repeats,
         "losses": _losses(current, repeats, ubench),
-    }
+    }  # fmt: skip
 
 
-def _losses(
-    current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict[str, Any] | None
-) -> list[dict[str, Any]]:
+def _losses(current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Every decode-regime figure where tma is slower beyond A/A (:func:`decode_losses`); of a ``--model``
     run of the series' benchmark, every geometry's (named), not only the first's."""
     if not ubench or ubench["format"] != "geometries":
@@ -126,13 +104,9 @@ def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
     devices = [device_view(slug, base, series) for slug in results.devices(base)]
     commits = series_commits(patches)
     return {
-        "devices": devices,
-        "measured": [d for d in devices if d["gather"]],
-        "sass": sass_view(results.load("sass", base=base)),
-        "commits": commits,
-        "sass_test": commit_adding(commits, "tests/kernels/test_bulk_copy_sass.py"),
-        "footprint": series_footprint(patches),
+        "devices": devices, "measured": [d for d in devices if d["gather"]], "series_hash": series,
+        "sass": sass_view(results.load("sass", base=base)), "commits": commits,
+        "sass_test": commit_adding(commits, "tests/kernels/test_bulk_copy_sass.py"), "footprint": series_footprint(patches),
         "prs": [{"number": i, "commits": part, "footprint": series_footprint(patches, {c["number"] for c in part})}
-                for i, part in enumerate(pull_requests(commits), 1)],  # fmt: skip
-        "series_hash": series,
-    }
+                for i, part in enumerate(pull_requests(commits), 1)],
+    }  # fmt: skip

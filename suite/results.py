@@ -5,15 +5,9 @@ provenance, and the one writer and reader of result documents.
     path = results.save("step_pdl", machine=machine_info(), args=..., decode_step=...)
     doc = results.load("step_pdl", "h200")          # None when missing
 
-The measurements (:data:`suite.commands.MEASUREMENTS`: one name for each, its kind here) and their files
-``<device>/[<folder>/]<name>.json``: ``gpu`` (``conformance/gpu.json``, ``conformance/gpu`` with
-``CONFORMANCE_SUMMARY=1``), ``sanitize`` (``conformance/sanitize.json``), ``bench`` (pytest-benchmark's own JSON
-with this schema id and the provenance at the top, ``bench/test_bench_gather.py --bench-store``), ``sweep``
-(``sweep.json`` and ``sweep.png``), ``series_bench``, ``step_pdl``, ``contention`` (``<device>x2/``, two GPUs),
-``e2e``, ``auto_stability``; ``sass`` (``sass.json``, no device); ``probe`` (no file of its own:
-``experiments/harness.save`` names each probe's file, committed by hand under ``experiments/results/``).
-
-Every document starts with its schema id, the time it was made (not for ``sass``, which must
+Each measurement of :data:`suite.commands.MEASUREMENTS` is a kind here, its file
+``<device>[x<gpus>]/[<folder>/]<name>.json`` (``sass.json`` has no device; ``bench.json`` is pytest-benchmark's
+own JSON with the schema id and provenance at the top, ``bench/conftest.py``). Every document starts with its schema id, the time it was made (not for ``sass``, which must
 re-render byte-identical), its provenance and, where given, the machine; machine paths are
 scrubbed. A document is written whole by one run: nothing here reads a file back to merge into it.
 The document a run replaces is moved, not lost: to ``<device>/history/<tree-id>/<file stem>.<N>.json``
@@ -90,8 +84,6 @@ def path(kind: str, device: str | None = None, out_dir: str | os.PathLike | None
     """The file of ``kind`` for ``device`` (this machine's by default); ``out_dir`` takes the file
     (its base name) somewhere else instead, e.g. a dry run's temporary directory."""
     k = MEASUREMENTS[kind]
-    if k.file is None:
-        raise ValueError(f"{kind!r} documents are named by their writer (no results/ path)")
     if out_dir is not None:
         return Path(out_dir) / Path(k.file).name
     return (device_dir(device, k.gpus) if k.per_device else root()) / k.file
@@ -232,8 +224,6 @@ def history(kind: str, device: str | None = None, tree: str | None = None, base:
     """The documents of ``kind`` kept in ``<base>/<device>/history/tree-<tree>/`` (every tree's without
     ``tree``), in the order they were replaced."""
     k, base = MEASUREMENTS[kind], base or root()
-    if k.file is None:
-        return []
     rel = Path(k.file)
     home = (base / (device or device_dir(None, k.gpus).name)) if k.per_device else base
     folders = [home / HISTORY / f"tree-{tree[:12]}"] if tree else sorted((home / HISTORY).glob("*/"))
@@ -351,8 +341,6 @@ def load(kind: str, device: str | None = None, base: Path | None = None) -> dict
     """The document of ``kind`` in ``<base>/<device>/`` (``device``: a directory name such as ``h200x2``; by
     default this machine's), ``base`` defaulting to :func:`root`; None when missing."""
     k, base = MEASUREMENTS[kind], base or root()
-    if k.file is None:
-        return None
     if not k.per_device:
         return read_json(base / k.file)
     return read_json(base / (device or device_dir(None, k.gpus).name) / k.file)
@@ -368,12 +356,7 @@ def devices(base: Path | None = None) -> list[str]:
     """The directories of ``base`` (default :func:`root`) that hold at least one document, sorted."""
     here = base or root()
     files = {k.file for k in MEASUREMENTS.values() if k.per_device}
-    found = (
-        [d.name for d in here.iterdir() if d.is_dir() and any((d / f).is_file() for f in files)]
-        if here.is_dir()
-        else []
-    )
-    return sorted(found)
+    return sorted(d.name for d in (here.iterdir() if here.is_dir() else []) if d.is_dir() and any((d / f).is_file() for f in files))
 
 
 def machine_line(info: dict[str, Any]) -> str:
@@ -385,14 +368,8 @@ def machine_line(info: dict[str, Any]) -> str:
     gen = info.get("pcie_gen_under_load") or info.get("pcie_gen_current")
     width = info.get("pcie_width_under_load") or info.get("pcie_width_current")
     if gen:
-        parts.append(
-            f"PCIe Gen{gen} x{width}"
-            + (
-                f" (max Gen{info.get('pcie_gen_max')} x{info.get('pcie_width_max')})"
-                if info.get("pcie_gen_max")
-                else ""
-            )
-        )
+        most = f" (max Gen{info['pcie_gen_max']} x{info.get('pcie_width_max')})" if info.get("pcie_gen_max") else ""
+        parts.append(f"PCIe Gen{gen} x{width}{most}")
     labels = {"driver": "driver {}", "torch": "torch {} (CUDA " + str(info.get("torch_cuda")) + ")", "nvcc": "nvcc {}",
               "freetoken": "freetoken {}", "series_hash": "series {}"}  # fmt: skip
     parts += [label.format(info[key]) for key, label in labels.items() if info.get(key)]
