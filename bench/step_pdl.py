@@ -31,17 +31,8 @@ import time
 
 import torch
 
-from gpukit.decode_step import (
-    DEFAULT_VARIANTS,
-    DecodeStep,
-    StepConfig,
-    StepVariant,
-    copy_all_layers,
-    expected_slots,
-    gather_env,
-    stage_misses,
-    variant_modules,
-)
+from gpukit.decode_step import (DEFAULT_VARIANTS, DecodeStep, StepConfig, StepVariant, copy_all_layers, expected_slots,
+                                gather_env, stage_misses, variant_modules)  # fmt: skip
 from suite.geometry import MODEL, nvfp4_banks
 from gpukit.kernels import probe_headers
 from gpukit.memory import cache_rows

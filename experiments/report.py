@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from suite import results
-from suite.geometry import REGIMES, fmt_bytes
+from suite.geometry import REGIMES, fmt_bytes, regime_key
 from suite.kernels import Kernel
 from suite.log import configure
 from suite.stats import median, verdict
@@ -36,10 +36,6 @@ REGIME_ORDER = REGIMES + SPLIT_REGIMES + TOUCH_REGIMES
 #: how a run's bank backing reads on the page
 PAGE_WORDS = {"hostbank": "FreeToken's HostBank pages (4 KiB)", "thp": "transparent 2 MiB pages",
               "hugetlb": "hugetlbfs 2 MiB pages"}  # fmt: skip
-
-
-def regime_key(name: str) -> int:
-    return REGIME_ORDER.index(name) if name in REGIME_ORDER else len(REGIME_ORDER)
 
 
 def touch_recovery(n: int, iv: dict[str, Any]) -> list[dict[str, Any]]:
@@ -78,24 +74,20 @@ def probe_run(path: Path, name: str) -> dict[str, Any] | None:
                 summ = {k: iv["summary"][f"{k}@{reg}"] for k in iv["kernels"]
                         if k != Kernel.UPSTREAM_AA and f"{k}@{reg}" in iv["summary"]}  # fmt: skip
                 add_row(n, reg, iv["summary"][f"{Kernel.UPSTREAM}@decode"]["aa_spread"], summ)
-        for reg in sorted((k for k in entry if k in REGIME_ORDER), key=regime_key):
+        for reg in sorted((k for k in entry if k in REGIME_ORDER), key=lambda k: regime_key(k, REGIME_ORDER)):
             rounds.update(len(v) for v in (entry[reg].get("rounds_us") or {}).values())
             summ = entry[reg]["summary"]
             add_row(n, reg, next(iter(summ.values()))["aa_spread"], summ)
     if not rows:
         return None
-    rows.sort(key=lambda r: (regime_key(r["regime"]), r["n"]))
+    rows.sort(key=lambda r: (regime_key(r["regime"], REGIME_ORDER), r["n"]))
     return {
         "file": name,
         "series": (doc.get("provenance") or {}).get("series_hash") or doc.get("series_hash"),
         "footprint": doc.get("footprint"),
         "pages": PAGE_WORDS.get((doc.get("bank_pages") or {}).get("backing")),
-        "variants": [c["name"] for c in rows[0]["cells"]],
-        "rounds": "/".join(str(r) for r in sorted(rounds)),
-        "interleaved": interleaved,
-        "recovered": recovered,
-        "rows": rows,
-        "step": doc.get("step"),
+        "variants": [c["name"] for c in rows[0]["cells"]], "rounds": "/".join(str(r) for r in sorted(rounds)),
+        "interleaved": interleaved, "recovered": recovered, "rows": rows, "step": doc.get("step"),
     }
 
 

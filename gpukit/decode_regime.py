@@ -49,13 +49,8 @@ class Footprint:
         return self.layers * self.experts * sum(self.row_bytes)
 
     def describe(self) -> dict:
-        return {
-            "layers": self.layers,
-            "experts": self.experts,
-            "row_bytes": list(self.row_bytes),
-            "bytes": self.nbytes,
-            "full": self == Footprint(),
-        }
+        return {"layers": self.layers, "experts": self.experts, "row_bytes": list(self.row_bytes), "bytes": self.nbytes,
+                "full": self == Footprint()}  # fmt: skip
 
     @classmethod
     def scaled(cls, gib: float | None) -> "Footprint":

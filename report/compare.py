@@ -25,7 +25,8 @@ from suite import results
 from suite.models import BenchRun
 from suite.kernels import AA, BASE, CANDIDATE
 from report import benchmarks
-from report.gather import decode_step_view, gather_row, regime_key
+from report.gather import decode_step_view, gather_row
+from suite.geometry import regime_key
 
 COLUMNS = ("regime", "layers", "n", "upstream µs", "upstream_aa µs", "tma µs", "paired upstream/tma", "A/A spread",
            "verdict")  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from suite.geometry import REGIMES, Ring
+from suite.geometry import Ring, regime_key
 from suite.kernels import Kernel
 from suite.models import BenchRun, CaseRow
 from suite.stats import Comparison
@@ -15,11 +15,6 @@ from report import words
 
 #: The proposal's targets the rows are checked against.
 TARGETS = {"parity": 1.0, "ideal_slack": 1.10, "ideal_from_n": 4, "small_ns": (1, 2), "small_n_ratio": 1.05}
-
-
-def regime_key(name: str) -> int:
-    """Table order of a regime (one the suite does not know goes last)."""
-    return REGIMES.index(name) if name in REGIMES else len(REGIMES)
 
 
 def gather_row(r: CaseRow) -> dict[str, Any]:

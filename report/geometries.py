@@ -97,23 +97,11 @@ def geometries_view(doc: SeriesBench) -> dict[str, Any]:
     slower = [r for r in rows if r["ratio"].verdict == "slower"]
     verified = doc.verified or {}
     return {
-        "doc": doc,
-        "format": "geometries",
-        "args": doc.args,
-        "tma_ring": doc.tma_ring,
-        "geometries": geos,
-        "measured": [g for g in geos if g["rows"]],
-        "skipped": [g for g in geos if not g["rows"]],
-        "decides": doc.decides,
-        "counts": verdict_counts(rows),
-        "slower": slower,
-        "slower_ns": sorted({r["n"] for r in slower}),
-        "rows_total": len(rows),
-        "auto": auto_summary(geos),
-        "rings": ring_view(doc.ring_choice),
-        "replays": verified.get("replays"),
-        "copies": verified.get("copies"),
-        "wrong": len(doc.failures),
+        "doc": doc, "format": "geometries", "args": doc.args, "tma_ring": doc.tma_ring, "geometries": geos,
+        "measured": [g for g in geos if g["rows"]], "skipped": [g for g in geos if not g["rows"]], "decides": doc.decides,
+        "counts": verdict_counts(rows), "slower": slower, "slower_ns": sorted({r["n"] for r in slower}),
+        "rows_total": len(rows), "auto": auto_summary(geos), "rings": ring_view(doc.ring_choice),
+        "replays": verified.get("replays"), "copies": verified.get("copies"), "wrong": len(doc.failures),
         "errors": doc.errors or [],
         "losses": [{"n": r["n"], "ratio": r["ratio"], "where": f"the series' benchmark, {r['model']}"} for r in slower],
     }

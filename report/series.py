@@ -71,10 +71,6 @@ def series_footprint(patches: Path | None = None, numbers: Any = None) -> dict[s
         if f["new"]:
             f["added"], f["removed"] = f["added"] - f["removed"], 0
     rows = sorted(files.values(), key=lambda f: f["path"])
-    return {
-        "existing": [f for f in rows if f["path"] not in created],
-        "series": [f for f in rows if f["path"] in created and not f["new"]],
-        "new": [f for f in rows if f["new"]],
-        "added": sum(f["added"] for f in rows),
-        "removed": sum(f["removed"] for f in rows),
-    }
+    return {"existing": [f for f in rows if f["path"] not in created],
+            "series": [f for f in rows if f["path"] in created and not f["new"]], "new": [f for f in rows if f["new"]],
+            "added": sum(f["added"] for f in rows), "removed": sum(f["removed"] for f in rows)}  # fmt: skip

@@ -8,11 +8,10 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
-from suite.geometry import Ring
+from suite.geometry import Ring, regime_key
 from suite.kernels import TMA_KERNEL, Kernel
 from suite.models import AutoStability, Contention, E2E, Gpu, Sanitize, SeriesBench, StepPdl, Sweep, SweepRow
 from report import words
-from report.gather import regime_key
 from report.geometries import geometries_view
 
 KNEE_SHARE = 0.97  # the open question's "knee": the fewest bytes in flight within this share of the best ring

@@ -22,15 +22,13 @@ from typing import NamedTuple
 #: replay; it decides) and ``replay`` (the same graph replayed).
 REGIMES = ("decode", "replay")
 
+
+def regime_key(name: str, order: tuple[str, ...] = REGIMES) -> int:
+    """Table order of a regime among ``order`` (one not in it goes last)."""
+    return order.index(name) if name in order else len(order)
+
 # Qwen3.6-35B-A3B MoE: the model the decode-gather proposal was measured on.
-MODEL = {
-    "name": "Qwen3.6-35B-A3B",
-    "hidden": 2048,
-    "intermediate": 512,
-    "experts": 256,
-    "top_k": 8,
-    "moe_layers": 40,
-}
+MODEL = {"name": "Qwen3.6-35B-A3B", "hidden": 2048, "intermediate": 512, "experts": 256, "top_k": 8, "moe_layers": 40}
 
 _ITEMSIZE = {"uint8": 1, "float8_e4m3fn": 1, "float32": 4, "bfloat16": 2, "float16": 2, "int32": 4}
 
