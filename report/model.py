@@ -90,9 +90,9 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
 
 
 def _losses(current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Every decode-regime figure where tma is slower beyond A/A (:func:`decode_losses`); of a ``--model``
-    run of the series' benchmark, every geometry's (named), not only the first's."""
-    if not ubench or ubench["format"] != "geometries":
+    """Every decode-regime figure where tma is slower beyond A/A (:func:`decode_losses`); of the series'
+    benchmark, every geometry's (named), not only the first's."""
+    if not ubench:
         return decode_losses(current, repeats)
     return decode_losses({**current, "series_bench": {}}, repeats) + ubench["losses"]
 

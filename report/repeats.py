@@ -13,7 +13,6 @@ from suite.models import BenchRun, Model, SeriesBench
 from report.gather import gather_view, main_rows
 from report.geometries import first_geometry_ratios
 from report.views import series_bench_view
-from suite.kernels import Kernel
 from suite.stats import Comparison
 
 
@@ -26,13 +25,8 @@ def bench_decode_ratios(gather: dict[str, Any] | None) -> dict[int, Comparison]:
 
 def series_decode_ratios(ubench: dict[str, Any] | None) -> dict[int, Comparison]:
     """{n: Comparison} of tma against upstream's default kernel in the decode regime of one run of the series'
-    benchmark: its :func:`series_bench_view` (the ``tma`` column; of a ``--model`` run, its first geometry's)."""
-    if ubench and ubench.get("format") == "geometries":
-        return first_geometry_ratios(ubench)
-    if not ubench or Kernel.TMA not in ubench["names"]:
-        return {}
-    i = ubench["names"].index(Kernel.TMA)
-    return {r["n"]: r["cells"][i] for r in ubench["rows"] if r["regime"] == "decode"}
+    benchmark: its :func:`series_bench_view`'s first geometry."""
+    return first_geometry_ratios(ubench) if ubench else {}
 
 
 #: The runs a repeat table compares, with the words the report uses for them.

@@ -8,7 +8,7 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
-from suite.geometry import Ring, regime_key
+from suite.geometry import Ring
 from suite.kernels import TMA_KERNEL, Kernel
 from suite.models import AutoStability, Contention, E2E, Gpu, Sanitize, SeriesBench, StepPdl, Sweep, SweepRow
 from report import words
@@ -67,20 +67,9 @@ def _in_flight(r: SweepRow) -> SweepRow:
 
 
 def series_bench_view(doc: SeriesBench | None) -> dict[str, Any] | None:
-    """A run of the series' benchmark: over several geometries (``--model``, :func:`report.geometries.geometries_view`)
-    or, before the benchmark's schema ``/2``, one geometry's rows (with the wider grids it timed)."""
-    if doc and doc.geometries:
-        return geometries_view(doc)
-    rows = sorted(doc.rows if doc else [], key=lambda r: (regime_key(r.regime), r.n))
-    if not rows:
-        return None
-    names, decides = list(rows[0].ratio), rows[0].regime
-    view_rows = [{"n": r.n, "regime": r.regime, "upstream_us": r.median_us.get(Kernel.UPSTREAM), "aa_spread": r.aa_spread,
-                  "tma_gbps": r.gbps.get(Kernel.TMA), "cells": [r.ratio[k] for k in names]} for r in rows]  # fmt: skip
-    groups = {k: words.groups((r.n, r.ratio[k].verdict) for r in rows if r.regime == decides) for k in names}
-    return {"doc": doc, "format": "rows", "args": doc.args, "names": names, "rows": view_rows, "groups": groups,
-            "decides": decides, "regimes": sorted({r.regime for r in rows}, key=regime_key),
-            "verified": sum(r.verified for r in rows), "wrong": len(doc.failures)}  # fmt: skip
+    """A run of the series' benchmark over its model geometries (:func:`report.geometries.geometries_view`); a
+    run of before its ``--model`` (the benchmark's schema ``/1``: history only) has no view."""
+    return geometries_view(doc) if doc and doc.geometries else None
 
 
 def step_pdl_view(doc: StepPdl | None) -> dict[str, Any] | None:

@@ -93,11 +93,6 @@ FLIPS = {
         ("REPORT.md", "tma with PDL against upstream: faster at n = 0; tie at n = 1, 2:"),
         ("REPORT.md", "tma with PDL against upstream: tie at n = 1, 2; slower at n = 0:"),
     ),
-    "wider grid verdicts": (
-        "series_bench.json", lambda d: [r["ratio"].update(upstream_bpb32=0.9) for r in d["rows"]],
-        ("PR-1.md", "`upstream_bpb32`: faster at n = 1, 2; slower at n = 0"),
-        ("PR-1.md", "`upstream_bpb32`: slower at n = 0, 1, 2"),
-    ),
     "default ring below -> above the knee": (
         BENCH, lambda d: d.update(tma_default_ring=dict(ctas=64, stages=4, chunk_bytes=16384)),
         ("REPORT.md", "the default ring (16x4x8K, 384 KiB) sits below that point"),  # (4 - 1) x 8 KiB x 16 in flight
@@ -259,7 +254,7 @@ def test_where_it_loses_follows_the_decode_regime_figures():
         return losses(current_ratios(g, u))
 
     def ubench(ratio):
-        return {"names": ["upstream_bpb32", "tma"], "rows": [{"regime": "decode", "n": 0, "cells": [c(0.5, 0.01), c(ratio, 0.01)]}]}
+        return {"measured": [{"rows": [{"regime": "decode", "n": 0, "ratio": c(ratio, 0.01)}]}]}
 
     assert decode_losses(gather(1.001), ubench(1.0)) == []  # ties: nowhere
     assert decode_losses(gather(0.99, regime="replay"), ubench(1.02)) == []  # replay rows never decide
@@ -277,44 +272,6 @@ def test_end_to_end_ratio_is_settled_only_outside_the_repeats_range():
     assert settled(c(1.19, 0.05)) == "stands out of"
     assert settled(c(0.80, 0.05)) == "stands out of"
     assert settled(c(None, 0.05)) == settled(c(1.1, None)) == "n/a"
-
-
-def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthetic_results):
-    from suite import results
-    from report.model import models_of
-    from report.repeats import current_ratios, decode_losses, repeats_view
-    from report.views import series_bench_view
-
-    slug = "synthetic-gpu"
-    current = json.loads((synthetic_results / slug / "series_bench.json").read_text())
-    current["provenance"]["tree"] = "t" * 40
-    current["generated_at"] = "2026-01-02T00:00:00+00:00"
-    for r in current["rows"]:
-        r["regime"] = "decode"
-    (synthetic_results / slug / "series_bench.json").write_text(json.dumps(current))
-    runs = synthetic_results / slug / "history" / f"tree-{'t' * 12}"  # kept by its writer, by tree
-    runs.mkdir(parents=True)
-    earlier = json.loads(json.dumps(current))
-    earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
-    earlier["rows"][1]["ratio"]["tma"] = 0.98  # n = 1 slower beyond the A/A spread 0.005
-    (runs / "series_bench.1.json").write_text(json.dumps(earlier))
-    other = json.loads(json.dumps(earlier))
-    other["provenance"]["tree"] = "u" * 40  # another tree: not a repeat
-    (runs / "series_bench.2.json").write_text(json.dumps(other))  # misfiled: the provenance decides
-
-    docs = models_of(results.load_device(slug, synthetic_results))
-    now = current_ratios(None, series_bench_view(docs["series_bench"]))
-    reps = repeats_view(synthetic_results, slug, docs, now)
-    assert [r["kind"] for r in reps] == ["series_bench"]
-    assert [run["file"] for run in reps[0]["runs"]] == [f"{slug}/series_bench.json",
-                                                         f"{slug}/history/tree-{'t' * 12}/series_bench.1.json"]  # fmt: skip
-    assert reps[0]["runs"][1]["ratios"][1].verdict == "slower"
-    lost = decode_losses({}, reps)
-    assert [(x["n"], x["ratio"].ratio) for x in lost] == [(1, 0.98)]
-    assert "series_bench.1.json" in lost[0]["where"]
-    earlier["rows"][1]["ratio"]["tma"] = 1.0  # the repeat agrees: nothing lost
-    (runs / "series_bench.1.json").write_text(json.dumps(earlier))
-    assert decode_losses({}, repeats_view(synthetic_results, slug, docs, now)) == []
 
 
 def test_series_footprint_is_the_net_diff_git_reports(tmp_path: Path) -> None:

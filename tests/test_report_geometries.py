@@ -119,10 +119,39 @@ def test_the_pasted_markdown_comes_from_the_file(synthetic_results):
     assert "pasted as an example" not in render(synthetic_results)["REPORT.md"]
 
 
-def test_the_rows_format_still_renders(synthetic_results):
-    """A run of before ``--model`` (history, one geometry's rows) keeps its own table."""
-    rep = render(synthetic_results)["REPORT.md"]
-    assert "### The series' benchmark (`benchmarks/bench_decode_gather.py`)" in rep and "model geometries" not in rep
+def test_a_run_of_before_model_geometries_has_no_section(synthetic_results):
+    """A run of before ``--model`` (the benchmark's schema /1, one geometry's rows: history only) is not tabled."""
+    assert "The series' benchmark" not in render(synthetic_results)["REPORT.md"]
+
+
+def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthetic_results):
+    from suite import results
+    from report.model import models_of
+    from report.repeats import current_ratios, decode_losses, repeats_view
+    from report.views import series_bench_view
+
+    tree = "t" * 40
+    _write(synthetic_results, geometries_doc(tree))
+    runs = synthetic_results / SLUG / "history" / f"tree-{'t' * 12}"  # kept by its writer, by tree
+    runs.mkdir(parents=True)
+    earlier = geometries_doc(tree)
+    earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
+    _set_tma(earlier["geometries"][0]["rows"][1], 0.98)  # alpha-1B n = 1 slower beyond the A/A spread 0.002
+    (runs / "series_bench.1.json").write_text(json.dumps(earlier))
+    other = json.loads(json.dumps(earlier))
+    other["provenance"]["tree"] = "u" * 40  # another tree: not a repeat
+    (runs / "series_bench.2.json").write_text(json.dumps(other))  # misfiled: the provenance decides
+    docs = models_of(results.load_device(SLUG, synthetic_results))
+    now = current_ratios(None, series_bench_view(docs["series_bench"]))
+    reps = repeats_view(synthetic_results, SLUG, docs, now)
+    assert [r["kind"] for r in reps] == ["series_bench"]
+    assert [run["file"] for run in reps[0]["runs"]] == [f"{SLUG}/series_bench.json", f"{SLUG}/history/tree-{'t' * 12}/series_bench.1.json"]
+    assert reps[0]["runs"][1]["ratios"][1].verdict == "slower"
+    lost = decode_losses({}, reps)
+    assert [(x["n"], x["ratio"].ratio) for x in lost] == [(1, 0.98)] and "series_bench.1.json" in lost[0]["where"]
+    _set_tma(earlier["geometries"][0]["rows"][1], 1.01)  # the repeat agrees: nothing lost
+    (runs / "series_bench.1.json").write_text(json.dumps(earlier))
+    assert decode_losses({}, repeats_view(synthetic_results, SLUG, docs, now)) == []
 
 
 def test_each_run_is_named_with_its_tree(synthetic_results):
