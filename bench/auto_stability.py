@@ -40,9 +40,6 @@ DEFAULT_SLOTS = 3164
 log = logging.getLogger("bench.auto_stability").info  # the messages (named: the module runs as __main__); main() sets their format
 
 
-# ---------------------------------------------------------------------------------- worker
-
-
 def _typed_sources(banks, geoms) -> dict[str, list[Any]]:
     """The nvfp4 schema's typed ``[experts, *shape]`` views of every layer's host banks."""
     fp = banks.fp
@@ -98,9 +95,6 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         out["machine"] = machine_info()
     banks.close()
     return out
-
-
-# ---------------------------------------------------------------------------------- runner
 
 
 def run_one(index: int, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:

@@ -58,6 +58,7 @@ def _same_series_format(old: Any, doc: SeriesBench) -> SeriesBench | None:
 READERS = {"bench": lambda old, doc, name: BenchRun.read(old, name),
            "series_bench": lambda old, doc, name: _same_series_format(old, doc)}  # fmt: skip
 
+
 def repeats_view(
     base: Path, slug: str, docs: Mapping[str, Model], current: Mapping[str, dict[int, dict[str, Any]]]
 ) -> list[dict[str, Any]]:

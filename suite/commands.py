@@ -137,8 +137,6 @@ MEASUREMENTS: dict[str, Measurement] = {m.name: m for m in _TABLE}
 #: The GPU sessions, in the order of a full run on a GPU machine.
 GPU_RUN = tuple(MEASUREMENTS[n] for n in ("gpu", "sanitize", "bench", "sweep", "series_bench", "step_pdl", "contention"))
 
-# --------------------------------------------------------------------------- the other commands
-
 #: ``nox -s gpu`` then runs the series' upstream tests again with FREETOKEN_DISABLE_JIT=1 (every kernel prebuilt).
 SERIES_NO_JIT = Command(None, ("pytest", "-rs"), note="FREETOKEN_DISABLE_JIT=1, the series' upstream tests")
 REPORT = Command("report", ("report",))

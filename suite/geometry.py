@@ -27,6 +27,7 @@ def regime_key(name: str, order: tuple[str, ...] = REGIMES) -> int:
     """Table order of a regime among ``order`` (one not in it goes last)."""
     return order.index(name) if name in order else len(order)
 
+
 # Qwen3.6-35B-A3B MoE: the model the decode-gather proposal was measured on.
 MODEL = {"name": "Qwen3.6-35B-A3B", "hidden": 2048, "intermediate": 512, "experts": 256, "top_k": 8, "moe_layers": 40}
 
@@ -131,8 +132,6 @@ UPSTREAM_BLOCKS_PER_BANK = 8
 
 def align_up(x: int, a: int) -> int:
     return -(-x // a) * a
-
-
 
 
 def fmt_bytes(n: float) -> str:

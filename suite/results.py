@@ -42,9 +42,6 @@ ROOT_ENV = "FT_RESULTS_DIR"
 DEVICE_ENV = "FT_RESULTS_DEVICE"
 
 
-# --------------------------------------------------------------------------- where
-
-
 def root() -> Path:
     """The results directory: ``$FT_RESULTS_DIR`` (relative to the checkout) or ``<checkout>/results``."""
     raw = os.environ.get(ROOT_ENV, "").strip()
@@ -87,9 +84,6 @@ def path(kind: str, device: str | None = None, out_dir: str | os.PathLike | None
     if out_dir is not None:
         return Path(out_dir) / Path(k.file).name
     return (device_dir(device, k.gpus) if k.per_device else root()) / k.file
-
-
-# --------------------------------------------------------------------------- provenance
 
 
 def _git(repo: Path, *args: str, stdin: str | None = None) -> str | None:
@@ -162,9 +156,6 @@ def provenance() -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- documents
-
-
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
@@ -204,8 +195,6 @@ def save(kind: str, *, machine: dict[str, Any] | None = None, device: str | None
         _write(file, text)
     return target
 
-
-# --------------------------------------------------------------------------- history
 
 #: under a device's directory: ``history/tree-<tree id>/<file>.<N>.json``, the documents a run replaced
 HISTORY = "history"

@@ -41,9 +41,6 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
-# ---------------------------------------------------------------------------------- tokenizer
-
-
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character map, the alphabet of a byte-level BPE."""
     bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
@@ -87,9 +84,6 @@ def write_tokenizer(out: Path, vocab_size: int) -> int:
     return eos
 
 
-# ---------------------------------------------------------------------------------- safetensors
-
-
 class Entry:
     """One tensor of a shard: name, safetensors dtype, shape, and its bytes (a uint8 numpy array)."""
 
@@ -128,9 +122,6 @@ def _entry(name: str, t, dtype: str | None = None) -> Entry:
     host = t.detach().contiguous().cpu()
     st_dtype = dtype or _DTYPES[str(host.dtype).removeprefix("torch.")]
     return Entry(name, st_dtype, tuple(host.shape), host.reshape(-1).view(torch.uint8).numpy())
-
-
-# ---------------------------------------------------------------------------------- weights
 
 
 class Generator:
@@ -176,8 +167,6 @@ class Generator:
     def const(self, name: str, shape: tuple[int, ...], value: float, dtype) -> Entry:
         return _entry(name, self.torch.full(shape, value, dtype=dtype))
 
-    # ------------------------------------------------------------------ embedding and head
-
     def head_entries(self, chunk_rows: int = 16384) -> list[Entry]:
         """Embedding ``g_i + mu*u``, LM head ``g`` permuted along the token cycle, final norm."""
         torch, s = self.torch, self.spec
@@ -192,8 +181,6 @@ class Generator:
             emb[order[start : start + rows]] = (g + self.mu * self.u).to(torch.bfloat16).cpu()
         return [_entry(f"{ROOT}.embed_tokens.weight", emb), _entry("lm_head.weight", head),
                 self.const(f"{ROOT}.norm.weight", (s.hidden,), 0.0, torch.bfloat16)]  # fmt: skip
-
-    # ------------------------------------------------------------------ one decoder layer (dense)
 
     def layer_entries(self, layer: int) -> list[Entry]:
         torch, s = self.torch, self.spec
@@ -240,8 +227,6 @@ class Generator:
         ]
         return e
 
-    # ------------------------------------------------------------------ one layer's routed experts
-
     def expert_entries(self, layer: int) -> Iterator[Entry]:
         """The layer's experts in the ModelOpt NVFP4 layout, expert by expert (as a real export
         stores them): e2m1 codes uniform, block scales 0.5..1.875, per-tensor globals that keep
@@ -273,9 +258,6 @@ class Generator:
                 yield Entry(f"{name}.weight_scale", "F8_E4M3", scales.shape[1:], scales[x])
                 yield Entry(f"{name}.weight_scale_2", "F32", (), globs[x : x + 1].view("uint8"))
                 yield Entry(f"{name}.input_scale", "F32", (), acts[x : x + 1].view("uint8"))
-
-
-# ---------------------------------------------------------------------------------- driver
 
 
 def default_device() -> str:

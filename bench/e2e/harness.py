@@ -65,9 +65,6 @@ class RunFailed(RuntimeError):
 log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
-# ---------------------------------------------------------------------------------- plan
-
-
 def variant_names(args: argparse.Namespace) -> tuple[str, ...]:
     """The variants of this session: upstream (FREETOKEN_DECODE_GATHER unset) and tma, and auto with ``--auto``."""
     return VARIANTS + ((Kernel.AUTO,) if getattr(args, "auto", False) else ())
@@ -119,9 +116,6 @@ def check_points(points: list[dict[str, Any]], num_experts: int) -> None:
         raise ValueError(f"slot points {seen} repeat a slot count; give distinct points")
 
 
-# ---------------------------------------------------------------------------------- results
-
-
 def model_info(model: str) -> dict[str, Any]:
     cfg_path = Path(model) / "config.json"
     raw = cfg_path.read_bytes()
@@ -146,9 +140,6 @@ def model_info(model: str) -> dict[str, Any]:
 def serve_equivalent(model: str, slots: int) -> str:
     return (f"ft serve --model {model} --moe-strategy offload --moe-cache-size {slots} --max-running-requests 1 "
             f"--cuda-graph-max-bs 1 --moe-collect-stats --text-model-only")  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------- execution
 
 
 Runner = Callable[[int, int, str, dict[str, Any]], dict[str, Any]]

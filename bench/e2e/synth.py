@@ -111,8 +111,6 @@ class SynthSpec:
         }  # fmt: skip
         return cls(**{**base, **kw})
 
-    # ------------------------------------------------------------------ derived sizes
-
     @property
     def layer_types(self) -> list[str]:
         return ["full_attention" if (i + 1) % FULL_ATTENTION_INTERVAL == 0 else "linear_attention" for i in range(self.layers)]
@@ -142,10 +140,6 @@ class SynthSpec:
         return dataclasses.asdict(self)
 
 
-
-# ---------------------------------------------------------------------------------- config
-
-
 def quantization_config() -> dict[str, Any]:
     """ModelOpt NVFP4 for the routed experts only; everything else is excluded (stored bf16)."""
     return {
@@ -173,9 +167,6 @@ def config_json(spec: SynthSpec, *, eos_token_id: int) -> dict[str, Any]:
         "eos_token_id": eos_token_id, "pad_token_id": eos_token_id, "dtype": "bfloat16",
         "quantization_config": quantization_config(),
     }  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------- routing
 
 
 def router_bias(spec: SynthSpec):

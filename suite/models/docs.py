@@ -16,8 +16,6 @@ from suite.models.base import Document, Model, field
 from suite.models.paired import Paired, comparisons
 from suite.stats import Comparison, median
 
-# --------------------------------------------------------------------------- step_pdl
-
 
 @dataclasses.dataclass
 class StepBreakdown(Model):
@@ -41,9 +39,6 @@ class StepPdl(Document):
     per_layer: dict[str, Paired] = field({})  # per miss count n (a string)
 
     NESTED = {"decode_step": StepBreakdown, "per_layer": (dict, Paired)}
-
-
-# --------------------------------------------------------------------------- conformance, sanitizer
 
 
 @dataclasses.dataclass
@@ -76,9 +71,6 @@ class Sanitize(Document):
     dry_run: bool | None = None
 
     OPTIONAL = ("sanitizer", "case", "sanitizer_version", "plain", "total_errors", "dry_run")
-
-
-# --------------------------------------------------------------------------- e2e
 
 
 @dataclasses.dataclass
@@ -128,9 +120,6 @@ class E2E(Document):
     NESTED = {"points": (list, E2EPoint)}
 
 
-# --------------------------------------------------------------------------- auto_stability
-
-
 @dataclasses.dataclass
 class AutoSummary(Model):
     runs: int | None = None
@@ -162,9 +151,6 @@ class AutoStability(Document):
 
     def __post_init__(self) -> None:
         self.summary = self.summary if self.summary is not None else AutoSummary()
-
-
-# --------------------------------------------------------------------------- series_bench
 
 
 @dataclasses.dataclass
@@ -235,9 +221,6 @@ class SeriesBench(Document):
     NESTED = {"rows": (list, SeriesRow), "geometries": (list, SeriesGeometry)}
     OPTIONAL = ("benchmark_schema", "footprint_bytes", "full_footprint", "decides", "exit_code", "geometries",
                 "tma_ring", "host", "verified", "ring_choice", "rings", "errors")
-
-
-# --------------------------------------------------------------------------- ceiling, contention
 
 
 @dataclasses.dataclass
