@@ -1,26 +1,12 @@
-"""Where results go: the result kinds, their files ``results/<device>/<file>``, the device slug, the
-provenance, and the one writer and reader of result documents.
+"""Where results go (``results/<device>[x<gpus>]/[<folder>/]<name>.json`` for each measurement of
+:data:`suite.commands.MEASUREMENTS`; ``sass.json`` has no device), the device slug, the provenance, and the
+one writer (:func:`save`) and reader (:func:`load`) of result documents.
 
-    from suite import results
-    path = results.save("step_pdl", machine=machine_info(), args=..., decode_step=...)
-    doc = results.load("step_pdl", "h200")          # None when missing
-
-Each measurement of :data:`suite.commands.MEASUREMENTS` is a kind here, its file
-``<device>[x<gpus>]/[<folder>/]<name>.json`` (``sass.json`` has no device; ``bench.json`` is pytest-benchmark's
-own JSON with the schema id and provenance at the top, ``bench/conftest.py``). Every document starts with its schema id, the time it was made (not for ``sass``, which must
-re-render byte-identical), its provenance and, where given, the machine; machine paths are
-scrubbed. A document is written whole by one run: nothing here reads a file back to merge into it.
-The document a run replaces is moved, not lost: to ``<device>/history/<tree-id>/<file stem>.<N>.json``
-(:func:`supersede`, which refuses to overwrite a kept file); the report reads the earlier runs there.
-
-The device slug (``NVIDIA H200`` -> ``h200``) is resolved once per process: ``$FT_RESULTS_DEVICE``,
-else the name of CUDA device 0 (torch is imported only then), else ``unknown``. The root is
-``$FT_RESULTS_DIR`` or the checkout's ``results/``.
-
-Provenance: the series hash of the freetoken that ran, from the installed wheel's version
-``<version>+dg.<series>`` (else the checkout's ``patches/``; ``series_from`` says which), and, when
-``.work/upstream`` holds that series, its patched tree id and ``git patch-id --stable`` (ids a
-commit-message edit does not change).
+Every document starts with its schema id, the time it was made (not ``sass``, which must re-render
+byte-identical), its provenance and the machine; machine paths are scrubbed. A document is written whole
+by one run; the one it replaces is moved, not lost: to ``<device>/history/<tree-id>/<stem>.<N>.json``
+(:func:`supersede`, which never overwrites a kept file). The device slug (``NVIDIA H200`` -> ``h200``) is
+``$FT_RESULTS_DEVICE``, else CUDA device 0's name, else ``unknown``; the root ``$FT_RESULTS_DIR`` or ``results/``.
 """
 
 from __future__ import annotations

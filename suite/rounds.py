@@ -10,13 +10,11 @@
     r.values["tma"]       # one timing per round
     r.summary("tma")      # suite.stats.paired_rounds: the Comparison of tma against upstream (rule "aa")
 
-A variant is a callable ``fn(round_index)`` returning the round's timing: a number, a list of numbers
-(several samples of one round; :attr:`Rounds.values` reduces them, by default to their median), or
-None (the round ran for its side effects; nothing to time). Every round runs every variant once:
-even rounds in the order given, odd rounds reversed (``order="fixed"`` keeps the order, or pass
+A variant is a callable ``fn(round_index)`` returning the round's timing: a number, a list of samples
+(:attr:`Rounds.values` reduces them, by default to their median), or None (nothing to time). Every round
+runs every variant once: even rounds in the order given, odd rounds reversed (``order="fixed"``, or
 ``order=fn(round_index, names) -> names``). The A/A control ``aa`` is a second instance of ``base``
-(another capture, another cache) measured in the same rounds: its spread against ``base`` is the
-noise that decides between faster, tie and slower (:mod:`suite.stats`).
+measured in the same rounds: its spread decides faster, tie and slower (:mod:`suite.stats`).
 """
 
 from __future__ import annotations
