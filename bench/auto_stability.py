@@ -43,8 +43,11 @@ log = logging.getLogger("bench.auto_stability").info  # the messages (named: the
 def _typed_sources(banks, geoms) -> dict[str, list[Any]]:
     """The nvfp4 schema's typed ``[experts, *shape]`` views of every layer's host banks."""
     fp = banks.fp
-    return {g.name: [banks.host[layer][k].tensor.view(fp.experts, fp.row_bytes[k]).view(g.torch_dtype()).view(fp.experts, *g.shape)
-                     for layer in range(fp.layers)] for k, g in enumerate(geoms)}  # fmt: skip
+    def typed(layer: int, k: int, g) -> Any:
+        rows = banks.host[layer][k].tensor.view(fp.experts, fp.row_bytes[k])
+        return rows.view(g.torch_dtype()).view(fp.experts, *g.shape)
+
+    return {g.name: [typed(layer, k, g) for layer in range(fp.layers)] for k, g in enumerate(geoms)}
 
 
 def _cache_state(cache) -> dict[str, Any]:
@@ -117,11 +120,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     counts = {label: (chosen + again).count(label) for label in dict.fromkeys(chosen + again)}
     probes = [r[k] for r in runs for k in ("choice", "again")]
     return {
-        "runs": len(runs), "chosen": chosen, "chosen_again": again, "counts": counts, "same_every_time": len(counts) == 1,
-        "default": runs[0]["choice"]["default"] if runs else None,
+        "runs": len(runs), "chosen": chosen, "chosen_again": again, "counts": counts,
+        "same_every_time": len(counts) == 1, "default": runs[0]["choice"]["default"] if runs else None,
         "kept_default_every_time": bool(runs) and all(p["label"] == p["default"] for p in probes),
-        "probe_ms_min": min(probe_ms, default=None), "probe_ms_median": statistics.median(probe_ms) if probe_ms else None,
-        "probe_ms_max": max(probe_ms, default=None), "load_ms_max": max(load_ms, default=None),
+        "probe_ms_min": min(probe_ms, default=None), "probe_ms_max": max(probe_ms, default=None),
+        "probe_ms_median": statistics.median(probe_ms) if probe_ms else None, "load_ms_max": max(load_ms, default=None),
         "spread_max": max((p["spread"] for p in probes if p["spread"] is not None), default=None),
         "cache_left_as_found": all(not r["again_changed"] and r["again_allocated_bytes"] == 0 for r in runs),
     }  # fmt: skip

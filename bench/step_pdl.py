@@ -13,13 +13,10 @@ Zipf routing at a ~10% LRU miss rate), over the same pinned banks and trace:
 The two PDL builds are derived from the installed headers by textual edits (the headers are
 upstream's and the series', not copied here); they are measurement probes, not proposals.
 
-The decode step's A/B is the benchmark's (``bench/test_bench_gather.py::test_decode_step``, one harness:
-``BENCH_STEP_PDL=1`` adds :func:`pdl_variants` to it as pytest-benchmark records with the paired verdict).
-Here: a torch.profiler breakdown of a block of replayed steps per variant (per layer: the ensure kernel,
-the gap to the copy kernel, the copy kernel), and the per-layer copy alone (``copy_missing`` with a staged
-miss list of n experts, 40 layers per graph, in paired alternating rounds, every timed set byte-verified).
-
-``python -m bench.step_pdl`` on a CUDA machine with the patched freetoken installed.
+The decode step's A/B is the benchmark's (``BENCH_STEP_PDL=1`` adds :func:`pdl_variants` to
+``bench/test_bench_gather.py::test_decode_step``). Here: a torch.profiler breakdown of replayed steps per
+variant (per layer: the ensure kernel, the gap, the copy kernel), and the per-layer copy alone (40 layers
+per graph, paired rounds, every timed set byte-verified). ``python -m bench.step_pdl`` on a CUDA machine.
 """
 
 from __future__ import annotations

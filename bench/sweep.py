@@ -101,14 +101,15 @@ class Runner:
             if err:
                 raise AssertionError(err)
 
-        seconds = bench(call, reps=reps, rounds=self.args.samples, before=lambda i: poison(poison_value(i)), after=verify)
+        seconds = bench(call, reps=reps, rounds=self.args.samples, before=lambda i: poison(poison_value(i)),
+                        after=verify)  # fmt: skip
         samples = [nbytes * reps / s / 1e9 for s in seconds]
         return {"gbps": statistics.median(samples), "samples_gbps": samples, "reps": reps, "bytes": nbytes}
 
     def flat(self, call) -> dict:
-        rows = list(range(self.flat_rows))
-        return self._time(call, self.flat_rows * FLAT_ROW, self.flat_cache.poison,
-                          lambda p: check_slot_cache(self.flat_cache, p, [(rows, rows, self.flat_banks.dev[0])]))  # fmt: skip
+        rows, cache = list(range(self.flat_rows)), self.flat_cache
+        return self._time(call, self.flat_rows * FLAT_ROW, cache.poison,
+                          lambda p: check_slot_cache(cache, p, [(rows, rows, self.flat_banks.dev[0])]))  # fmt: skip
 
     def gather(self, call) -> dict:
         dst, src = self.g_plan
@@ -280,7 +281,8 @@ class SweepRun:
                     return False
         self.doc[kind].append(rec)
         say(f"{kind} {rec.get('tag') or rec['blocks_per_bank']} ({fmt_bytes(rec['bytes_in_flight'])} in flight): flat "
-            f"{_g(rec['flat_gbps'])} gather {_g(rec['gather_gbps'])} GB/s" + (f"  ERROR {rec['error']}" if rec["error"] else ""))
+            f"{_g(rec['flat_gbps'])} gather {_g(rec['gather_gbps'])} GB/s"
+            + (f"  ERROR {rec['error']}" if rec["error"] else ""))
         return True
 
     def run(self, ce_sizes: list[int], ldg: list[int], rings: list[Ring]) -> bool:

@@ -12,9 +12,7 @@ module that replaces decode_gather's (a kernel variant)::
     us = step.time_block("tma", 0, 10)        # µs per step over trace steps [warm, warm + 10)
     assert step.state_diff("upstream", "tma") is None
 
-``bench/test_bench_gather.py`` (the one decode-step A/B: pytest-benchmark records with the paired
-verdict), ``bench.step_pdl`` (the per-layer breakdown) and ``experiments/`` build on it; so can a
-two-GPU contention run (``device=``).
+``bench/test_bench_gather.py`` (the one decode-step A/B) and ``bench.step_pdl`` (the breakdown) build on it.
 """
 
 from __future__ import annotations
@@ -49,7 +47,8 @@ class StepVariant:
 
 #: ``upstream`` (FREETOKEN_DECODE_GATHER unset), ``upstream_aa`` (a second such cache: the A/A control)
 #: and ``tma`` (decode_gather): the switch's own words.
-DEFAULT_VARIANTS = (StepVariant(Kernel.UPSTREAM), StepVariant(Kernel.UPSTREAM_AA), StepVariant(Kernel.TMA, Kernel.TMA.env))
+DEFAULT_VARIANTS = (StepVariant(Kernel.UPSTREAM), StepVariant(Kernel.UPSTREAM_AA),
+                    StepVariant(Kernel.TMA, Kernel.TMA.env))  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +140,8 @@ def expected_slots(sources: Sequence[Any], slots: int, dst, src, poison: int) ->
 class DecodeStep:
     """Caches, trace and captured step graphs of ``variants`` (see the module docstring)."""
 
-    def __init__(self, variants: Sequence[StepVariant] = DEFAULT_VARIANTS, config: StepConfig = StepConfig(), *, device=None,
-                 banks: HostBanks | None = None, log: Callable[[str], None] | None = None):  # fmt: skip
+    def __init__(self, variants: Sequence[StepVariant] = DEFAULT_VARIANTS, config: StepConfig = StepConfig(), *,
+                 device=None, banks: HostBanks | None = None, log: Callable[[str], None] | None = None):  # fmt: skip
         import torch
 
         self.torch, self.config, self.variants = torch, config, list(variants)
@@ -243,7 +242,8 @@ class DecodeStep:
     def reference_diff(self, name: str) -> str | None:
         """None when every resident slot of ``name``'s cache holds its source row (see cache_reference_diff)."""
         src = self.banks.layers
-        return cache_reference_diff(self.caches[name], lambda layer: self.banks.dev[layer % src], self.geoms, self.config.experts)
+        dev = self.banks.dev
+        return cache_reference_diff(self.caches[name], lambda layer: dev[layer % src], self.geoms, self.config.experts)
 
     def miss_stats(self) -> dict[str, Any]:
         return {name: c.decode_miss_stats() for name, c in self.caches.items()}

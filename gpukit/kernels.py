@@ -58,8 +58,9 @@ def default_ring(decode_gather) -> Ring:
     return Ring(int(decode_gather.DEFAULT_CTAS), int(decode_gather.DEFAULT_STAGES), int(decode_gather.DEFAULT_CHUNK_BYTES))
 
 
-def precompile(decode_gather, fast_index_copy, rings: Iterable[Ring], upstream_blocks: Iterable[int] = (UPSTREAM_BLOCKS_PER_BANK,),
-               workers: int = 8, progress: Callable[[str], None] | None = None) -> dict[str, str]:  # fmt: skip
+def precompile(decode_gather, fast_index_copy, rings: Iterable[Ring],
+               upstream_blocks: Iterable[int] = (UPSTREAM_BLOCKS_PER_BANK,), workers: int = 8,
+               progress: Callable[[str], None] | None = None) -> dict[str, str]:  # fmt: skip
     """JIT-build every ring and upstream width in parallel threads (nvcc runs as subprocesses); returns
     {name: error} for the builds that failed."""
     from concurrent.futures import ThreadPoolExecutor
@@ -68,8 +69,8 @@ def precompile(decode_gather, fast_index_copy, rings: Iterable[Ring], upstream_b
     for r in dict.fromkeys(rings):
         jobs[f"ring {r.tag}"] = functools.partial(decode_gather.decode_gather_module, **r.kwargs())
     for b in dict.fromkeys(upstream_blocks):
-        jobs[f"upstream {UPSTREAM_THREADS}x{b}"] = functools.partial(getattr(fast_index_copy, UPSTREAM_FACTORY),
-                                                                     num_threads=UPSTREAM_THREADS, blocks_per_bank=b)  # fmt: skip
+        build = functools.partial(getattr(fast_index_copy, UPSTREAM_FACTORY), num_threads=UPSTREAM_THREADS)
+        jobs[f"upstream {UPSTREAM_THREADS}x{b}"] = functools.partial(build, blocks_per_bank=b)
     errors: dict[str, str] = {}
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max(1, workers)) as ex:
@@ -172,8 +173,9 @@ def call_tma(decode_gather, cache: SlotCache, src_ptrs, dst, src, num, ring: Rin
     decode_gather.decode_gather_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)
 
 
-def call_upstream(fast_index_copy, cache: SlotCache, src_ptrs, dst, src, num, blocks_per_bank: int = UPSTREAM_BLOCKS_PER_BANK) -> None:
+def call_upstream(fast_index_copy, cache: SlotCache, src_ptrs, dst, src, num,
+                  blocks_per_bank: int = UPSTREAM_BLOCKS_PER_BANK) -> None:  # fmt: skip
     """Upstream's kernel on the same descriptor (the cache's default grid: 1024 x 8 per bank)."""
-    fast_index_copy.fast_index_copy_multi_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, num_threads=UPSTREAM_THREADS,
-                                              blocks_per_bank=blocks_per_bank)  # fmt: skip
+    kw = {"num_threads": UPSTREAM_THREADS, "blocks_per_bank": blocks_per_bank}
+    fast_index_copy.fast_index_copy_multi_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)
 

@@ -41,7 +41,8 @@ def nvidia_smi(gpu_id: str | None = None) -> dict[str, Any]:
     vals = [v.strip() for v in out.splitlines()[0].split(",")]
     if len(vals) != len(fields):
         return {"nvidia_smi_raw": out}
-    return dict(zip(["smi_name", "driver", "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max"], vals))
+    return dict(zip(["smi_name", "driver", "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max"],
+                    vals))  # fmt: skip
 
 
 def nvcc_version() -> str | None:
@@ -74,7 +75,8 @@ def decode_gather_defaults() -> dict[str, Any] | None:
         from freetoken.kernel import decode_gather
     except Exception:
         return None
-    names = {"ctas": "DEFAULT_CTAS", "stages": "DEFAULT_STAGES", "chunk_bytes": "DEFAULT_CHUNK_BYTES", "max_banks": "MAX_BANKS"}
+    names = {"ctas": "DEFAULT_CTAS", "stages": "DEFAULT_STAGES", "chunk_bytes": "DEFAULT_CHUNK_BYTES",
+             "max_banks": "MAX_BANKS"}  # fmt: skip
     return {k: getattr(decode_gather, attr, None) for k, attr in names.items()}
 
 

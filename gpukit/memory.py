@@ -62,7 +62,8 @@ class PinnedBuffer:
         page = mmap.PAGESIZE
         span = align_up(max(self.nbytes, 1), page)
         total = span + (page if guard else 0)
-        self._mm = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self._mm = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE)  # fmt: skip
         full = torch.frombuffer(self._mm, dtype=torch.uint8)
         base = full.data_ptr()
         if guard:
@@ -131,10 +132,12 @@ class HostBanks:
         self.total_bytes = pos
         self.buf = PinnedBuffer(pos, method=pinned_method or ("host" if self.device.type == "cpu" else None))
         flat = self.buf.tensor
-        self.host = [[flat[o : o + experts * r].view(experts, r) for o, r in zip(offs, self.row_bytes)] for offs in offsets]
+        self.host = [[flat[o : o + experts * r].view(experts, r) for o, r in zip(offs, self.row_bytes)]
+                     for offs in offsets]  # fmt: skip
         self.dev = [[torch.empty((experts, r), dtype=torch.uint8, device=self.device) for r in self.row_bytes]
                     for _ in range(layers)]  # fmt: skip
-        self.src_ptrs = [torch.tensor([t.data_ptr() for t in layer], dtype=torch.int64, device=self.device) for layer in self.host]
+        self.src_ptrs = [torch.tensor([t.data_ptr() for t in layer], dtype=torch.int64, device=self.device)
+                         for layer in self.host]  # fmt: skip
         self.fill(seed)
 
     @property
@@ -156,7 +159,8 @@ class HostBanks:
 
     def typed(self, layer: int, banks: Sequence[BankGeom]) -> dict[str, Any]:
         """Layer ``layer``'s host sources as the nvfp4 schema's typed ``[experts, *shape]`` tensors."""
-        return {b.name: self.host[layer][k].view(b.torch_dtype()).view(self.experts, *b.shape) for k, b in enumerate(banks)}
+        rows = self.host[layer]
+        return {b.name: rows[k].view(b.torch_dtype()).view(self.experts, *b.shape) for k, b in enumerate(banks)}
 
     @property
     def bytes_per_expert(self) -> int:

@@ -47,8 +47,9 @@ def lru_miss_rate(trace, experts: int, cache_size: int, warm_steps: int = 0) -> 
     return misses / active if active else 0.0
 
 
-def calibrate_zipf(target: float, *, steps: int, layers: int, experts: int, top_k: int, cache_size: int, warm_steps: int,
-                   batch: int = 1, seed: int = 0, lo: float = 0.0, hi: float = 4.0, iters: int = 14) -> tuple[float, float]:  # fmt: skip
+def calibrate_zipf(target: float, *, steps: int, layers: int, experts: int, top_k: int, cache_size: int,
+                   warm_steps: int, batch: int = 1, seed: int = 0, lo: float = 0.0, hi: float = 4.0,
+                   iters: int = 14) -> tuple[float, float]:  # fmt: skip
     """Bisect the Zipf exponent so the LRU model's miss rate is ``target``; returns (exponent, rate)."""
     best = (hi, 0.0)
     for _ in range(iters):

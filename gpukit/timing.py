@@ -62,9 +62,9 @@ class DeviceClock:
 device_clock = DeviceClock()
 
 
-def bench(fn: Callable[[], Any], warmup: int = 0, reps: int = 1, rounds: int = 1, *, before: Callable[[int], Any] | None = None,
-          after: Callable[[int], Any] | None = None, events: Callable[[], Any] | None = None,
-          sync: Callable[[], None] | None = None) -> list[float]:  # fmt: skip
+def bench(fn: Callable[[], Any], warmup: int = 0, reps: int = 1, rounds: int = 1, *,
+          before: Callable[[int], Any] | None = None, after: Callable[[int], Any] | None = None,
+          events: Callable[[], Any] | None = None, sync: Callable[[], None] | None = None) -> list[float]:  # fmt: skip
     """Per-round device seconds of ``fn`` (a graph replay, a kernel call): ``warmup`` calls first, then
     ``rounds`` rounds, each ``before(i)``, ``reps`` calls between two events recorded from an idle GPU,
     ``after(i)`` (e.g. poison the slots, then verify them). A round's figure is the device time of its
@@ -119,8 +119,8 @@ def copy_engine_ceiling(nbytes: int = 256 << 20, reps: int = 10, device="cuda") 
     load = pcie_under_load(keep_link_busy)
     med = statistics.median(times)
     buf.close()
-    return {"bytes": nbytes, "reps": reps, "seconds": times, "median_s": med, "gbps": nbytes / med / 1e9, "verified": ok,
-            "pinned": buf.describe(), **load}  # fmt: skip
+    return {"bytes": nbytes, "reps": reps, "seconds": times, "median_s": med, "gbps": nbytes / med / 1e9,
+            "verified": ok, "pinned": buf.describe(), **load}  # fmt: skip
 
 
 def reps_for(target_s: float, est_s: float, lo: int, hi: int) -> int:

@@ -61,7 +61,8 @@ def gather_view(bench: BenchRun | None) -> dict[str, Any] | None:
         by_layers.setdefault(r["layers"], []).append(r["n"])
     return {
         "tables": tables, "all_rows": rows, "regime": regimes[0], "regimes": regimes, "mains": mains, "main": main,
-        "groups": verdicts(main), "graphs": [{"layers": k, "ns": by_layers[k]} for k in sorted(by_layers, reverse=True)],
+        "groups": verdicts(main),
+        "graphs": [{"layers": k, "ns": by_layers[k]} for k in sorted(by_layers, reverse=True)],
         "ring": Ring(**ring) if ring else None, "upstream": bench.upstream_kernel,
         "bytes_per_expert": bench.geometry.get("bytes_per_expert"), "rounds": bench.method.get("rounds"),
         "ceiling_start": bench.ceiling.get("start") or {}, "ceiling_end": bench.ceiling.get("end") or {},
@@ -99,7 +100,8 @@ def targets_view(gather: dict[str, Any] | None, ceiling: dict[str, Any] | None) 
     }  # fmt: skip
     small = [by_n.get(n) for n in t["small_ns"]]
     if all(small):
-        out["small"] = {"rows": small, "word": words.reached(all(r["ratio"].ratio >= t["small_n_ratio"] for r in small))}
+        reached = words.reached(all(r["ratio"].ratio >= t["small_n_ratio"] for r in small))
+        out["small"] = {"rows": small, "word": reached}
         r0, r1, r2 = by_n.get(0), small[0], small[1]
         if r0 and t["small_ns"] == (1, 2):
             o0, o1, o2, u1 = r0["us"][Kernel.TMA], r1["us"][Kernel.TMA], r2["us"][Kernel.TMA], r1["us"][Kernel.UPSTREAM]

@@ -98,7 +98,8 @@ def geometries_view(doc: SeriesBench) -> dict[str, Any]:
     verified = doc.verified or {}
     return {
         "doc": doc, "args": doc.args, "tma_ring": doc.tma_ring, "geometries": geos,
-        "measured": [g for g in geos if g["rows"]], "skipped": [g for g in geos if not g["rows"]], "decides": doc.decides,
+        "measured": [g for g in geos if g["rows"]], "skipped": [g for g in geos if not g["rows"]],
+        "decides": doc.decides,
         "counts": verdict_counts(rows), "slower": slower, "slower_ns": sorted({r["n"] for r in slower}),
         "rows_total": len(rows), "auto": auto_summary(geos), "rings": ring_view(doc.ring_choice),
         "replays": verified.get("replays"), "copies": verified.get("copies"), "wrong": len(doc.failures),

@@ -89,7 +89,7 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
     }  # fmt: skip
 
 
-def _losses(current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _losses(current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict[str, Any] | None) -> list[Any]:
     """Every decode-regime figure where tma is slower beyond A/A (:func:`decode_losses`); of the series'
     benchmark, every geometry's (named), not only the first's."""
     if not ubench:
@@ -106,7 +106,8 @@ def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
     return {
         "devices": devices, "measured": [d for d in devices if d["gather"]], "series_hash": series,
         "sass": sass_view(results.load("sass", base=base)), "commits": commits,
-        "sass_test": commit_adding(commits, "tests/kernels/test_bulk_copy_sass.py"), "footprint": series_footprint(patches),
+        "sass_test": commit_adding(commits, "tests/kernels/test_bulk_copy_sass.py"),
+        "footprint": series_footprint(patches),
         "prs": [{"number": i, "commits": part, "footprint": series_footprint(patches, {c["number"] for c in part})}
                 for i, part in enumerate(pull_requests(commits), 1)],
     }  # fmt: skip

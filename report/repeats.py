@@ -102,6 +102,7 @@ def decode_losses(
            for n, c in sorted(current.get(kind, {}).items()) if c.verdict == "slower"]  # fmt: skip
     for rep in repeats or []:
         for run in rep["runs"][1:]:
-            out += [{"n": n, "ratio": c, "where": f"an earlier run of {rep['where']} on the same tree (`{run['file']}`)"}
+            where = f"an earlier run of {rep['where']} on the same tree (`{run['file']}`)"
+            out += [{"n": n, "ratio": c, "where": where}
                     for n, c in sorted(run["ratios"].items()) if c.verdict == "slower"]  # fmt: skip
     return out

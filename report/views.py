@@ -57,7 +57,8 @@ def knee(doc: Sweep, default_ring: Ring | None) -> dict[str, Any] | None:
     worst = min(r.gather_gbps for r in rings if (r.bytes_in_flight or 0) >= first.bytes_in_flight) / best
     out = {"share": KNEE_SHARE, "best_gbps": best, "ring": first, "past_worst": worst, "flat": worst >= KNEE_SHARE}
     if default_ring is not None:
-        out["default"] = {"ring": default_ring, "position": words.above(default_ring.bytes_in_flight, first.bytes_in_flight)}
+        position = words.above(default_ring.bytes_in_flight, first.bytes_in_flight)
+        out["default"] = {"ring": default_ring, "position": position}
     return out
 
 
@@ -131,7 +132,8 @@ def sass_view(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
     functions = [f for r in reports for f in r.get("functions") or []]
     return {
         "doc": doc, "ring": doc.get("ring"), "nvcc": (reports[0].get("nvcc") or "").split(",")[-1].strip(),
-        "rows": [{**r, "registers": "/".join(sorted({str(f.get("registers")) for f in r.get("functions") or [] if ours(f)}))}
+        "rows": [{**r, "registers": "/".join(sorted({str(f.get("registers"))
+                                                 for f in r.get("functions") or [] if ours(f)}))}
                  for r in reports],
         "kernels": sorted({short(f) for f in functions if ours(f)}),
         "others": sorted({short(f) for f in functions if not ours(f)}),
@@ -149,8 +151,8 @@ def e2e_view(doc: E2E | None) -> dict[str, Any] | None:
         a = p.variants.get(Kernel.AUTO)
         rows.append({"slots": p.slots, "miss_rate": (t or u).get("miss_rate_median"), Kernel.UPSTREAM: u, Kernel.TMA: t,
                      "misses_per_token": (t or u).get("misses_per_token_median"), "ratio": p.ratio.get(Kernel.TMA),
-                     "auto": {"arm": a, "kernels": sorted(set(a.get("copy_kernel") or [])), "ratio": p.ratio[Kernel.AUTO]}
-                     if a and Kernel.AUTO in p.ratio else None})  # fmt: skip
+                     "auto": {"arm": a, "kernels": sorted(set(a.get("copy_kernel") or [])),
+                              "ratio": p.ratio[Kernel.AUTO]} if a and Kernel.AUTO in p.ratio else None})  # fmt: skip
     return {"doc": doc, "model": doc.model, "settings": doc.settings, "rows": rows,
             "complete": doc.complete, "ids_identical": doc.ids_identical, "runs": len(doc.runs)}  # fmt: skip
 

@@ -105,7 +105,8 @@ _TABLE = (
                 words="the project benchmark (per-layer gather, decode step)",
                 doc="GPU: pytest-benchmark over upstream, A/A, tma (+ copy engine), device clock, paired verdicts "
                     "-> results/<device>/bench.json."),
-    Measurement("sweep", _bench("sweep"), groups=("sweep",), note="--quick: ~1 min", model="Sweep", words="the ceiling sweep",
+    Measurement("sweep", _bench("sweep"), groups=("sweep",), note="--quick: ~1 min", model="Sweep",
+                words="the ceiling sweep",
                 doc="GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> results/<device>/sweep.json + .png."),
     Measurement("series_bench", _bench("series_bench"), note="the series' benchmark", model="SeriesBench",
                 words="the series' benchmark",
@@ -119,7 +120,8 @@ _TABLE = (
                 doc="GPU x2: both GPUs gathering at once against each one's solo rate -> results/<device>x2/contention.json."),
     #: The end-to-end A/B through FreeToken's engine; ``--model PATH`` comes from the caller.
     Measurement("e2e", _bench("e2e", "run"), note="needs --model PATH", model="E2E", words="end to end",
-                needs="--model CHECKPOINT_DIR [--slots K ... | --miss-rate R ...] [--repeats N]", entry="bench.e2e.__main__",
+                needs="--model CHECKPOINT_DIR [--slots K ... | --miss-rate R ...] [--repeats N]",
+                entry="bench.e2e.__main__",
                 doc="GPU: end-to-end A/B through FreeToken's engine, upstream vs tma (--auto adds auto), fresh process "
                     "per run: nox -s e2e -- --model PATH."),
     Measurement("auto_stability", _bench("auto_stability"), note="what auto chose in N fresh processes",

@@ -172,9 +172,9 @@ def save(kind: str, *, machine: dict[str, Any] | None = None, device: str | None
     files = {target: _dumps(doc)}
     if markdown is not None:
         p = doc["provenance"]
-        files[target.with_suffix(".md")] = (f"<!-- {target.name} of {doc.get('generated_at')}: series {p.get('series_hash')} "
-                                            f"({p.get('series_from')}), tree {p.get('tree')}, patch-id {p.get('patch_id')} -->\n"
-                                            + markdown)  # fmt: skip
+        head = (f"<!-- {target.name} of {doc.get('generated_at')}: series {p.get('series_hash')} "
+                f"({p.get('series_from')}), tree {p.get('tree')}, patch-id {p.get('patch_id')} -->")  # fmt: skip
+        files[target.with_suffix(".md")] = head + "\n" + markdown
     for file, text in files.items():
         if keep_replaced:
             supersede(kind, file, text)
@@ -331,7 +331,8 @@ def devices(base: Path | None = None) -> list[str]:
     """The directories of ``base`` (default :func:`root`) that hold at least one document, sorted."""
     here = base or root()
     files = {k.file for k in MEASUREMENTS.values() if k.per_device}
-    return sorted(d.name for d in (here.iterdir() if here.is_dir() else []) if d.is_dir() and any((d / f).is_file() for f in files))
+    dirs = [d for d in (here.iterdir() if here.is_dir() else []) if d.is_dir()]
+    return sorted(d.name for d in dirs if any((d / f).is_file() for f in files))
 
 
 def machine_line(info: dict[str, Any]) -> str:

@@ -76,8 +76,8 @@ def round_order(order: Order, index: int, names: Sequence[str]) -> tuple[str, ..
     raise ValueError(f"order={order!r}: expected 'alternate', 'fixed' or a callable")
 
 
-def run_rounds(variants: Mapping[str, Callable[[int], Timing]], rounds: int, *, base: str | None = None, aa: str | None = None,
-               order: Order = "alternate", before_round: Callable[[int], None] | None = None,
+def run_rounds(variants: Mapping[str, Callable[[int], Timing]], rounds: int, *, base: str | None = None,
+               aa: str | None = None, order: Order = "alternate", before_round: Callable[[int], None] | None = None,
                after_round: Callable[[int], None] | None = None,
                reduce: Callable[[Sequence[float]], float] = statistics.median) -> Rounds:  # fmt: skip
     """Run ``rounds`` rounds of every variant (see the module docstring); ``base`` and ``aa`` name the

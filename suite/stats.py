@@ -88,8 +88,8 @@ def fresh_processes(base: Mapping[Any, float], candidate: Mapping[Any, float]) -
     b, c = median(base.values()), median(candidate.values())
     ratio = c / b if b and c else None
     per = [candidate[r] / base[r] for r in sorted(candidate) if base.get(r)]
-    ranges = [x for x in (relative_range(list(base.values())), relative_range(list(candidate.values()))) if x is not None]
-    noise = max(ranges, default=None)
+    ranges = [relative_range(list(arm.values())) for arm in (base, candidate)]
+    noise = max((x for x in ranges if x is not None), default=None)
     if not per:
         word = "n/a"
     elif min(per) <= 1.0 <= max(per) or ratio is None or noise is None or abs(ratio - 1.0) <= noise:

@@ -38,9 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--experts", type=_positive, default=None, help=f"routed experts per layer (default {d.experts})")
     mk.add_argument("--vocab", type=_positive, default=None,
                     help=f"vocabulary (default {d.vocab} at {d.layers} layers, scaled with --layers)")
-    mk.add_argument("--zipf", type=float, default=None, help=f"expert popularity skew, 0 = uniform routing (default {d.zipf})")
+    mk.add_argument("--zipf", type=float, default=None, help=f"expert popularity skew, 0 = uniform (default {d.zipf})")
     mk.add_argument("--seed", type=int, default=0, help="seed (default 0); same seed + device type = same bytes")
-    mk.add_argument("--device", choices=("cuda", "cpu"), default=None, help="where weights are drawn (default: cuda if available)")
+    mk.add_argument("--device", choices=("cuda", "cpu"), default=None, help="where weights are drawn (default: cuda)")
     mk.add_argument("--tiny", action="store_true", help="a few-MB model of the same architecture (tests, smoke runs)")
     mk.add_argument("--force", action="store_true", help="overwrite a checkpoint already in DIR")
 
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tokens", type=_positive, default=256, help="decode tokens measured per run (default 256)")
     run.add_argument("--skip", type=int, default=128,
                      help="decode tokens before the measured window: the cache refills after the prefill (default 128)")
-    run.add_argument("--repeats", type=_positive, default=3, help="fresh-process repeats per variant and point (default 3)")
+    run.add_argument("--repeats", type=_positive, default=3, help="fresh processes per variant and point (default 3)")
     run.add_argument("--kv-tokens", type=_positive, default=8192, help="KV capacity in tokens (default 8192)")
     run.add_argument("--auto", action="store_true",
                      help=f"a third arm, {SWITCH_ENV}=auto (each process's start-up probe picks the kernel)")

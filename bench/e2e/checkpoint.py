@@ -26,7 +26,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.e2e.synth import EPS, ROOT, SIDECAR, SIDECAR_SCHEMA, SynthSpec, _sub_seed, config_json, miss_table, read_sidecar, router_bias
+from bench.e2e.synth import (EPS, ROOT, SIDECAR, SIDECAR_SCHEMA, SynthSpec, _sub_seed, config_json, miss_table,
+                             read_sidecar, router_bias)  # fmt: skip
 
 #: fp4 e2m1 codes drawn uniformly: RMS of the 16 values {0, 0.5, 1, 1.5, 2, 3, 4, 6} x sign.
 E2M1_RMS = math.sqrt((0 + 0.25 + 1 + 2.25 + 4 + 9 + 16 + 36) / 8)
@@ -186,7 +187,8 @@ class Generator:
         torch, s = self.torch, self.spec
         h, p = s.hidden, f"{ROOT}.layers.{layer}"
         out_std = lambda fan_in, in_rms: EPS * self.x_rms / (in_rms * math.sqrt(fan_in))
-        e = [self.const(f"{p}.{n}.weight", (h,), 0.0, torch.bfloat16) for n in ("input_layernorm", "post_attention_layernorm")]
+        norms = ("input_layernorm", "post_attention_layernorm")
+        e = [self.const(f"{p}.{n}.weight", (h,), 0.0, torch.bfloat16) for n in norms]
         if s.layer_types[layer] == "linear_attention":
             a = f"{p}.linear_attn"
             gen = self._gen(f"{a}.A_log")
@@ -305,7 +307,8 @@ def make_checkpoint(out: Path, spec: SynthSpec, *, device: str | None = None, fo
 
     emit(0, "embedding, LM head, final norm", gen.head_entries())
     for layer in range(spec.layers):
-        emit(layer + 1, f"layer {layer} {spec.layer_types[layer]}", [*gen.layer_entries(layer), *gen.expert_entries(layer)])
+        emit(layer + 1, f"layer {layer} {spec.layer_types[layer]}", 
+             [*gen.layer_entries(layer), *gen.expert_entries(layer)])
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=1) + "\n")
     (out / "config.json").write_text(json.dumps(config_json(spec, eos_token_id=eos), indent=1) + "\n")
@@ -314,7 +317,8 @@ def make_checkpoint(out: Path, spec: SynthSpec, *, device: str | None = None, fo
     sidecar = {"schema": SIDECAR_SCHEMA, "generator": "python -m bench.e2e make-checkpoint", "spec": spec.to_json(),
                "generated_on": str(gen.device.type), "bank_bytes_per_expert": spec.bank_bytes_per_expert,
                "checkpoint_bytes": total, "eos_token_id": eos, "miss_table": table,
-               "miss_table_note": "[slots, predicted steady-state misses per expert lookup] of one unified LRU pool"}  # fmt: skip
+               "miss_table_note": "[slots, predicted steady-state misses per expert lookup] of one unified LRU pool",
+               }  # fmt: skip
     (out / SIDECAR).write_text(json.dumps(sidecar, indent=1) + "\n")
     log(f"done: {total / 2**30:.2f} GiB in {time.perf_counter() - t0:.0f} s; miss table {_table_line(table)}")
     return out

@@ -1,24 +1,10 @@
-"""The end-to-end A/B: FREETOKEN_DECODE_GATHER unset against ``tma`` (and ``auto`` with ``--auto``), fresh
-process per run.
+"""The end-to-end A/B (``python -m bench.e2e run --model PATH ...``, bench/README.md): the switch unset against
+``tma`` (and ``auto`` with ``--auto``), each run a fresh ``python -m bench.e2e worker`` process.
 
-``python -m bench.e2e run --model PATH [--tokens D --skip S --repeats R --slots K [K ...] |
---miss-rate M [M ...] --out DIR]``
-
-Plan: for every repeat, for every slot-cache point, every variant, the order alternating
-(as listed on even repeat+point, reversed on odd), each run a new ``python -m bench.e2e
-worker`` process (:mod:`bench.e2e.worker`): same checkpoint, prompt, settings and greedy sampling.
-
-Slot points. ``--slots`` takes slot counts of the unified expert pool (all MoE layers share one LRU
-pool; about ``K / layers`` slots per layer). ``--miss-rate`` (default ``0.1 0.3`` on a generated
-checkpoint) reads the predicted steady-state miss rate per slot count from the checkpoint's
-``freetoken_e2e.json`` (see :mod:`bench.e2e.synth`) and takes the slot count that gives it; a real
-checkpoint has no such table, so it needs ``--slots`` (the proposal ran Qwen3.6-35B-A3B with 3164
-slots at 0.08-0.12). Either way the measured misses per lookup are reported.
-
-Verdict per point: the ids of all variants must be identical in every repeat (else exit 1, at
-once). Every arm against upstream is a :class:`suite.stats.Comparison` of the rule ``repeats``
-(``ratio``: median tokens/s / upstream's, the per-repeat ratios, the repeats' range; fresh processes
-have no A/A control); ``auto``'s workers record what the probe chose.
+Plan: for every repeat, for every slot-cache point (``--slots`` of the unified expert pool, or ``--miss-rate``
+through a generated checkpoint's predicted table, :mod:`bench.e2e.synth`), every variant in suite.rounds'
+alternating order. Per point the ids of all variants must be identical in every repeat (else exit 1, at
+once); every arm against upstream is a :class:`suite.stats.Comparison` of the rule ``repeats``.
 
 Exit codes: 0 done, ids identical; 1 ids differ; 2 a run failed, a setting is invalid, or the time
 budget stopped the plan early (the JSON then says ``complete: false``).
@@ -211,7 +197,8 @@ def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
         if budget_s is not None and elapsed + longest > budget_s:
             return stop(f"time budget {budget_s:.0f} s: stopped with {len(plan) - k} of {len(full)} runs to go "
                         f"({elapsed:.0f} s spent); the same command with --resume continues", EXIT_FAILED)  # fmt: skip
-        log(f"run {len(full) - len(plan) + k + 1}/{len(full)}: repeat {r + 1}/{repeats}, slots {points[p]['slots']}, {v} ...")
+        log(f"run {len(full) - len(plan) + k + 1}/{len(full)}: repeat {r + 1}/{repeats}, slots {points[p]['slots']}, "
+            f"{v} ...")
         t = clock()
         try:
             res = runner(r, p, v, points[p])
@@ -243,7 +230,8 @@ def resume_mismatch(doc: dict[str, Any], model: dict[str, Any], args: argparse.N
         (not doc.get("complete"), "it is complete"),
         ((doc.get("model") or {}).get("config_sha256") == model["config_sha256"], "it measured another checkpoint"),
         ([p.get("slots") for p in doc.get("points") or []] == [p["slots"] for p in points], "its slot points differ"),
-        (all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")), "its tokens/skip/kv differ"),
+        (all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")), 
+         "its tokens/skip/kv differ"),
         ((doc.get("provenance") or {}).get("tree") == tree, "it measured another patched tree"),
         (not ids_mismatches(doc.get("runs") or []), "its variants generated different ids (exit 1 is its result)"),
         (list(settings.get("variants") or VARIANTS) == list(variant_names(args)), "it ran other variants (--auto)"),
@@ -291,7 +279,8 @@ def document_fields(args: argparse.Namespace, model: dict[str, Any], points: lis
         "settings": {
             "tokens": args.tokens, "skip": args.skip, "repeats": args.repeats, "kv_tokens": args.kv_tokens,
             "batch": 1, "cuda_graph_decode": True, "moe_strategy": "offload",
-            "sampling": "greedy (temperature 0), ignore_eos", "prompt_sha256": hashlib.sha256(PROMPT.encode()).hexdigest(),
+            "sampling": "greedy (temperature 0), ignore_eos",
+            "prompt_sha256": hashlib.sha256(PROMPT.encode()).hexdigest(),
             "warmup_tokens": WARMUP_TOKENS, "variants": settings(names),
             "order": ORDER,  # suite.rounds' order of each (repeat, point): the runs are listed as they ran
             "serve_equivalent": [serve_equivalent("MODEL", p["slots"]) for p in points],

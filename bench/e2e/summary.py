@@ -13,7 +13,7 @@ from suite.stats import fresh_processes, median, relative_range
 #: auto (what each process's start-up probe chose).
 VARIANTS = (Kernel.UPSTREAM, Kernel.TMA)
 #: each variant's switch (None: unset)
-VARIANT_ENV: dict[str, str | None] = {Kernel.UPSTREAM: None, Kernel.TMA: Kernel.TMA.value, Kernel.AUTO: Kernel.AUTO.value}
+VARIANT_ENV: dict[str, str | None] = {k: k.env.get(SWITCH_ENV) for k in (Kernel.UPSTREAM, Kernel.TMA, Kernel.AUTO)}
 
 
 def settings(names: Sequence[str]) -> dict[str, dict[str, str | None]]:
@@ -40,9 +40,10 @@ def summarize_variant(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "step_ms_p90": [(r.get("step_ms") or {}).get("p90") for r in runs],
         "ttft_s": col("ttft_s"), "ttft_s_median": median(col("ttft_s")),
         "misses_per_token": col("misses_per_token"), "misses_per_token_median": median(col("misses_per_token")),
-        "miss_rate": col("miss_rate"), "miss_rate_median": median(col("miss_rate")), "misses_total": col("misses_total"),
-        "vram_peak_reserved_bytes": most("vram_peak_reserved_bytes"), "vram_device_used_bytes": most("vram_device_used_bytes"),
-        "ids_sha256": col("ids_sha256"), "copy_kernel": sorted({k for k in col("copy_kernel") if k}), "load_s": col("load_s"),
+        "miss_rate": col("miss_rate"), "miss_rate_median": median(col("miss_rate")),
+        "misses_total": col("misses_total"), "vram_peak_reserved_bytes": most("vram_peak_reserved_bytes"),
+        "vram_device_used_bytes": most("vram_device_used_bytes"), "ids_sha256": col("ids_sha256"),
+        "copy_kernel": sorted({k for k in col("copy_kernel") if k}), "load_s": col("load_s"),
     }  # fmt: skip
 
 
@@ -62,7 +63,8 @@ def summarize_point(
     mine = [r for r in runs if r["point"] == index]
     variants = {v: summarize_variant([r for r in mine if r["variant"] == v]) for v in names}
     rates = {v: {r["repeat"]: r["tokens_per_s"] for r in mine if r["variant"] == v} for v in names}
-    complete = [r for r in sorted({x["repeat"] for x in mine}) if {x["variant"] for x in mine if x["repeat"] == r} >= set(names)]
+    complete = [r for r in sorted({x["repeat"] for x in mine})
+                if {x["variant"] for x in mine if x["repeat"] == r} >= set(names)]  # fmt: skip
     counts = [{x["variant"]: x.get("misses_total") for x in mine if x["repeat"] == r} for r in complete]
     return {
         **point, "variants": variants,

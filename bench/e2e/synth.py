@@ -94,7 +94,8 @@ class SynthSpec:
         rows = "a multiple of 256 (16-byte NVFP4 scale rows)"
         checks = {"layers": (self.layers >= 1, "at least 1"), "experts": (self.experts >= 2, "at least 2"),
                   "top_k": (1 <= self.top_k <= self.experts, f"1..experts ({self.experts})"),
-                  "hidden": (self.hidden % 256 == 0, rows), "moe_intermediate": (self.moe_intermediate % 256 == 0, rows),
+                  "hidden": (self.hidden % 256 == 0, rows),
+                  "moe_intermediate": (self.moe_intermediate % 256 == 0, rows),
                   "vocab": (self.vocab >= 259, "at least 259 (256 bytes + 3 special tokens)"),
                   "zipf": (self.zipf >= 0, ">= 0"), "linear_head_dim": (self.linear_head_dim > 0, "> 0")}  # fmt: skip
         for name, (ok, allowed) in checks.items():
@@ -113,7 +114,8 @@ class SynthSpec:
 
     @property
     def layer_types(self) -> list[str]:
-        return ["full_attention" if (i + 1) % FULL_ATTENTION_INTERVAL == 0 else "linear_attention" for i in range(self.layers)]
+        every = FULL_ATTENTION_INTERVAL
+        return ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(self.layers)]
 
     @property
     def linear_key_dim(self) -> int:

@@ -213,7 +213,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     layers = cache.num_layers
     free, total = torch.cuda.mem_get_info()
     result = {
-        "variant_env": env_gather, "copy_kernel": kernel, "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
+        "variant_env": env_gather, "copy_kernel": kernel,
+        "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
         "copy_grid": copy_grid(cache), "auto": auto_choice(cache), "slots": args.slots, "moe_layers": layers,
         "num_experts": cache.num_experts, "prefill_overlap": bool(cache.prefill_overlap), "graph_bs": graph_bs,
         "prompt_tokens": len(llm.tokenizer.encode(PROMPT)), "generated_tokens": len(ids), "skip": args.skip,

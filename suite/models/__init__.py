@@ -10,8 +10,9 @@ there); ``model.to_doc()`` is the JSON a writer saves.
 from suite.commands import MEASUREMENTS
 from suite.models.base import Document, Model
 from suite.models.bench import BenchRun, CaseRow, StepRow
-from suite.models.docs import (AutoStability, AutoSummary, Contention, E2E, E2EPoint, Gpu, Sanitize, SeriesBench, SeriesGeometry,
-                               SeriesRow, StepBreakdown, StepPdl, Sweep, SweepRow, SweepSummary)  # fmt: skip
+from suite.models.docs import (AutoStability, AutoSummary, Contention, E2E, E2EPoint, Gpu, Sanitize, SeriesBench,
+                               SeriesGeometry, SeriesRow, StepBreakdown, StepPdl, Sweep, SweepRow,
+                               SweepSummary)  # fmt: skip
 from suite.models.paired import Paired, paired
 
 #: the model of each measurement of :data:`suite.commands.MEASUREMENTS` that has one (``Measurement.model``)

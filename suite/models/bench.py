@@ -108,7 +108,8 @@ def _step(kernels: Mapping[str, Mapping[str, Any]], layers: int) -> StepRow:
     keep = {f.name for f in dataclasses.fields(StepRow)} & set(p.extra)
     return StepRow(
         layers=layers, bytes_per_step=ex.get("bytes"), rounds=p.rounds, us_per_step=p.median_us,
-        rounds_us=p.rounds_us, ratio=p.ratio, benchmark=_per_kernel(kernels, 1), **{k: p.extra[k] for k in sorted(keep)},
+        rounds_us=p.rounds_us, ratio=p.ratio, benchmark=_per_kernel(kernels, 1),
+        **{k: p.extra[k] for k in sorted(keep)},
     )  # fmt: skip
 
 
@@ -157,7 +158,8 @@ class BenchRun(Model):
                 gather.append(_case(regime, layers, n, kernels, ceiling))
         kernel = info.get("kernel") or {}
         return {
-            "schema": pb.get("schema"), "store": pb.get("store"), "synthetic": bool(pb.get("synthetic")), "generated_at": pb.get("datetime"),
+            "schema": pb.get("schema"), "store": pb.get("store"), "synthetic": bool(pb.get("synthetic")),
+            "generated_at": pb.get("datetime"),
             "machine": {**((pb.get("machine_info") or {}).get("gpu") or {})}, "provenance": pb.get("provenance") or {},
             "tma_default_ring": kernel.get("tma_default_ring"), "upstream_kernel": kernel.get(Kernel.UPSTREAM) or {},
             "geometry": info.get("geometry") or {}, "ceiling": info.get("ceiling") or {},

@@ -94,7 +94,8 @@ class E2EPoint(Model):
         ratio, its per-repeat ratios and verdict, the repeats' range from the arms' own."""
         if "versus_upstream" not in doc and isinstance(doc.get("ratio"), dict):
             return doc
-        top = {k: doc.pop(k, None) for k in ("ratio", "ratio_paired", "ratio_paired_min", "ratio_paired_max", "verdict")}
+        top = {k: doc.pop(k, None) for k in ("ratio", "ratio_paired", "ratio_paired_min", "ratio_paired_max",
+                                             "verdict")}  # fmt: skip
         arms, ranges = doc.pop("versus_upstream", None) or {Kernel.TMA: top}, doc.get("variants") or {}
         base = (ranges.get(Kernel.UPSTREAM) or {}).get("tokens_per_s_range")
         noise = {a: [x for x in (base, (ranges.get(a) or {}).get("tokens_per_s_range")) if x is not None] for a in arms}
