@@ -4,7 +4,7 @@
     python -m report.compare --device h200    # one device
     python -m report.compare --csv            # the same rows as CSV, on stdout
 
-A thin layer over the store (``results/<device>/bench.json``, :mod:`report.benchmarks`): the
+A thin layer over the store (``results/<device>/bench.json``, :class:`suite.models.BenchRun`): the
 times are pytest-benchmark's own medians of each kernel (device clock) in µs per layer (per step for the
 decode step): ``pytest-benchmark compare FILE --group-by=param:regime,param:layers,param:n`` prints the
 same medians per round, the whole graph of ``layers`` layers (:data:`UNITS`); the columns added are the
@@ -24,7 +24,6 @@ from pathlib import Path
 from suite import results
 from suite.models import BenchRun
 from suite.kernels import AA, BASE, CANDIDATE
-from report import benchmarks
 from report.gather import decode_step_view, gather_row
 from suite.geometry import regime_key
 
@@ -91,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", action="store_true", help="CSV on stdout (device first) instead of the tables")
     args = ap.parse_args(argv)
     base = args.results or results.root()
-    found = {slug: benchmarks.load(slug, base) for slug in args.device or results.devices(base)}
+    found = {slug: BenchRun.load(slug, base) for slug in args.device or results.devices(base)}
     benches = {slug: doc for slug, doc in found.items() if doc and (doc.gather or doc.decode_step)}
     if not benches:
         print(f"[compare] no benchmark run under {base} for {', '.join(found) or 'any device'}", file=sys.stderr)

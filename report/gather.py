@@ -1,5 +1,5 @@
 """The benchmark's views: per-layer gather tables, the decode step and the proposal's targets, from the
-rows :mod:`report.benchmarks` reads out of the store (kernels named by the switch). Gather rows carry a
+rows :class:`suite.models.BenchRun` reads out of the store (kernels named by the switch). Gather rows carry a
 ``regime`` (``decode`` or ``replay``): the decode regime's tables come first and make the headline."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The report's model: the result documents (:mod:`suite.results`) turned into what the templates lay out.
 
 Nothing here writes Markdown. :func:`context` assembles, per device, the views of :mod:`report.gather`
-(the benchmark, read from its store by :mod:`report.benchmarks`), :mod:`report.views` (the other
+(the benchmark, read from its store by :class:`suite.models.BenchRun`), :mod:`report.views` (the other
 documents) and :mod:`report.repeats` (earlier runs of the same tree), and the series (:mod:`report.series`).
 """
 
@@ -12,7 +12,6 @@ from typing import Any, Mapping
 
 from freetoken_overlay.series import series_hash
 from suite.results import machine_line
-from report import benchmarks
 from report.gather import decode_step_view, gather_view, targets_view
 from report.geometries import pasted_markdown
 from report.repeats import current_ratios, decode_losses, repeats_view
@@ -21,7 +20,7 @@ from report.views import (auto_view, contention_view, e2e_view, gpu_view, saniti
                           step_pdl_view, sweep_view)  # fmt: skip
 from suite import results
 from suite.commands import MEASUREMENTS
-from suite.models import MODELS, Document, Model
+from suite.models import MODELS, BenchRun, Document, Model
 
 
 def machine_of(docs: Mapping[str, Model], tree: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -58,7 +57,7 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
     """One device's views, from its documents under ``base``; ``series`` (the pages' series hash) decides
     which runs are of the current tree (:func:`runs_by_tree`)."""
     raw = results.load_device(slug, base)
-    bench = benchmarks.load(slug, docs=raw)  # the store's rows, from the documents read once
+    bench = BenchRun.load(slug, docs=raw)  # the store's rows, from the documents read once
     docs: dict[str, Model] = {**({"bench": bench} if bench else {}), **models_of(raw)}
     trees = runs_by_tree(docs, series)
     machine, prov = machine_of(docs, trees["full"])

@@ -186,10 +186,8 @@ def test_committed_pages_are_the_rendering_of_the_committed_json():
 
 
 def _committed_benchmark() -> dict:
-    """The committed H200 benchmark as the views read it (pytest-benchmark's store, report.benchmarks)."""
-    from report import benchmarks
-
-    return benchmarks.load("h200", RESULTS)
+    """The committed H200 benchmark as the views read it (pytest-benchmark's store, suite.models.BenchRun)."""
+    return BenchRun.load("h200", RESULTS)
 
 
 def test_committed_figures_equal_the_json():

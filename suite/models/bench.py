@@ -143,6 +143,14 @@ class BenchRun(Model):
         return cls.from_doc({**doc, "store": store})
 
     @classmethod
+    def load(cls, slug: str, base: Any = None, docs: Mapping[str, Any] | None = None) -> BenchRun | None:
+        """Device ``slug``'s rows, from its store under ``base`` (or from ``docs``, its documents already read)."""
+        from suite import results
+
+        doc = docs.get("bench") if docs is not None else results.load("bench", slug, base)
+        return cls.read(doc, f"{slug}/{MEASUREMENTS['bench'].file}")
+
+    @classmethod
     def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
         return cls._from_pytest_benchmark(doc) if "benchmarks" in doc else doc  # pytest-benchmark's store
 
