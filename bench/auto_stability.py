@@ -1,14 +1,9 @@
-"""Does ``FREETOKEN_DECODE_GATHER=auto`` decide the same way every time? N fresh processes.
-
-Each run is a new ``python -m bench.auto_stability --worker`` process: it allocates the model's
-host banks as FreeToken's host_banks does (NVFP4, 40 layers x 256 experts, 18 GB pinned;
-``--gib`` scales the layers down), builds a real ``OffloadMoeCache`` with ``auto`` (its probe runs
-inside ``set_bank_sources``) and records what it chose, the figures it chose by and the probe's
-cost. It then probes the same cache once more directly (``choose_decode_gather``) and checks that
-the probe allocates nothing that outlives it and leaves the slot bytes, slot map and LRU state as
-they were. One ``auto_stability`` document (suite.results) holds every run and the summary.
-
-``python -m bench.auto_stability [--runs 5] [--slots 3164] [--gib G] [--out DIR]``
+"""Does ``FREETOKEN_DECODE_GATHER=auto`` decide the same way every time? ``python -m bench.auto_stability
+[--runs 5] [--slots 3164] [--gib G]``: each run a fresh ``--worker`` process allocates the model's host banks as
+FreeToken does (``--gib`` scales the layers down), builds a real ``OffloadMoeCache`` with ``auto`` (its probe
+runs inside ``set_bank_sources``), records what it chose and the probe's cost, then probes the same cache once
+more and checks the probe allocates nothing that outlives it and leaves the slot bytes, slot map and LRU
+state as they were.
 
 Exit codes: 0 every run completed, the cache left as found; 1 a probe changed the cache or left
 memory allocated; 2 a run failed or a setting is invalid.

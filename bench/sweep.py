@@ -5,19 +5,11 @@
     python -m bench.sweep --ctas 8,16,32 --rings 4x8K,4x16K --ldg-blocks 8 --ce-sizes 64M
     python -m bench.sweep --dry-run          # CPU: synthetic numbers -> JSON + PNG in a temp dir
 
-Three ways to move the bytes, every copy verified word-exact against a device copy of the source:
-
-* copy engine   one pinned->VRAM ``copy_`` of each size in ``--ce-sizes`` (the DMA ceiling)
-* LDG grid      upstream's kernel (1024 threads x ``--ldg-blocks`` blocks per bank, one 16-byte load in
-                flight per thread): "flat" = one bank of 1 MiB rows copied in order (``src_indices=None``),
-                "gather" = the NVFP4 six banks, ``--gather-n`` random experts
-* TMA ring      the series' kernel at (ctas, stages, chunk_bytes) over ``--ctas`` x ``--rings``
-                (STAGESxCHUNK per CTA), flat and gather as above
-
-Bytes in flight: a ring's by :attr:`suite.geometry.Ring.bytes_in_flight`; LDG = blocks x 1024 threads x 16 B
-per bank. Rings above the module's shared-memory cap (``MAX_RING_BYTES``) are skipped. All JIT modules are
-built up front in ``--workers`` threads. Writes sweep.json and sweep.png (:func:`suite.results.save`;
-the figure is :mod:`bench.sweep_figure`'s).
+Three ways to move the bytes, every copy verified word-exact: the copy engine (``--ce-sizes``, the DMA
+ceiling), upstream's LDG grid (1024 threads x ``--ldg-blocks`` per bank) and the series' TMA ring (``--ctas``
+x ``--rings``), each "flat" (one bank of 1 MiB rows in order) and "gather" (the NVFP4 six banks, ``--gather-n``
+random experts). Bytes in flight: :attr:`suite.geometry.Ring.bytes_in_flight`; LDG = blocks x 1024 x 16 B per
+bank. Rings over ``MAX_RING_BYTES`` are skipped. Writes sweep.json and sweep.png (:mod:`bench.sweep_figure`).
 """
 
 from __future__ import annotations

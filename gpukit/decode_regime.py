@@ -1,22 +1,11 @@
-"""The decode regime: per-layer gather timings as a decode step meets them.
+"""The decode regime: per-layer gather timings as a decode step meets them (bench/README.md).
 
-A decode step misses different experts every token, over every MoE layer of a bank set far larger
-than any cache on the GPU. Replaying ONE miss list warms what a step finds cold (the host pages'
-address translations, above all) and flatters a kernel that pays for cold rows. So here:
-
-* the banks have the model's footprint (default: the proposal's 40 layers x 256 experts x NVFP4
-  rows, 18.2 GB) and are allocated as FreeToken allocates them by default
-  (``freetoken.moe.host_banks.HostBank``: a lazy anonymous mmap per layer and bank, filled, then
-  ``cudaHostRegister``);
-* a captured graph copies ``n`` rows in every layer, each layer from its own banks with its own
-  device miss list;
-* ``regime="decode"``: before EVERY replay a new miss list is written into the captured index
-  tensors (every layer draws the next rows of its own seeded permutation of the experts, so a row
-  comes back only after ``experts / n`` replays, and fresh distinct slots);
-  ``regime="replay"``: one list, replayed (the flattering figure, labelled as such);
-* every replay is timed alone between two device events and then verified byte-exact against a
-  device copy of the banks (torch indexing); the rows it wrote are poisoned again, and after each
-  set the whole slot cache must hold the poison (nothing else was written).
+A decode step misses different experts every token over a bank set far larger than any cache; replaying ONE
+miss list warms what a step finds cold (the host pages' address translations, above all). So here the banks
+have the model's footprint, allocated as FreeToken's ``HostBank`` does (mmap, fill, ``cudaHostRegister``); a
+captured graph copies ``n`` rows in every layer from its own banks and miss list; ``regime="decode"`` writes a
+new list before EVERY replay (each layer's next rows of its own permutation, fresh slots), ``"replay"`` replays
+one (the flattering figure, labelled); every replay is timed alone, verified byte-exact and poisoned again.
 """
 
 from __future__ import annotations

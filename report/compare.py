@@ -4,14 +4,10 @@
     python -m report.compare --device h200    # one device
     python -m report.compare --csv            # the same rows as CSV, on stdout
 
-A thin layer over the store (``results/<device>/bench.json``, :class:`suite.models.BenchRun`): the
-times are pytest-benchmark's own medians of each kernel (device clock) in µs per layer (per step for the
-decode step): ``pytest-benchmark compare FILE --group-by=param:regime,param:layers,param:n`` prints the
-same medians per round, the whole graph of ``layers`` layers (:data:`UNITS`); the columns added are the
-case's paired alternating-rounds result measured in the same session:
-ratio = upstream / tma (> 1: tma faster), the A/A spread and the verdict (a tie within the spread,
-:mod:`suite.stats`). A device whose only run predates the pytest-benchmark store shows that run's paired
-medians instead, and says so. Stdlib only: nox runs it in its own Python.
+A thin layer over the store (``results/<device>/bench.json``, :class:`suite.models.BenchRun`): pytest-benchmark's
+own medians of each kernel in µs per layer (per step for the decode step; ``pytest-benchmark compare`` prints
+one round, the whole graph: :data:`UNITS`), beside the case's paired result measured in the same session (its
+:class:`suite.stats.Comparison`: ratio upstream / tma, A/A spread, verdict). Stdlib only.
 """
 
 from __future__ import annotations

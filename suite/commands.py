@@ -1,13 +1,9 @@
-"""The one table of measurements, and every other command the documentation, the report templates and
-the noxfile name.
+"""The one table of measurements, and every other command the documentation, the report and the noxfile name.
 
-Each measurement is one row of :data:`MEASUREMENTS` under one name, which is at once its nox session
-(``nox -s NAME``), its document kind (``suite.results.save(NAME, ...)``), its file stem
-(``results/<device>/[<folder>/]NAME.json``) and its schema id (``freetoken-decode-gather-NAME/<version>``,
-``_`` written ``-``); its command is ``python -m bench NAME`` where it is a module of ``bench/``
-(``bench/__main__.py``), else what its session runs. A command is an argument list (what nox runs) that
-prints as one shell line (what the docs and the report show), so the two cannot drift apart.
-Stdlib only: the noxfile imports this module from nox's own Python.
+Each measurement is one row of :data:`MEASUREMENTS` under one name, at once its nox session, its document
+kind (``suite.results.save(NAME, ...)``), its file stem and its schema id (``freetoken-decode-gather-NAME/<v>``);
+the row also names its model, its words on the pages, what its session needs and which module runs it. A
+command is an argument list (what nox runs) that prints as one shell line (what the pages show). Stdlib only.
 """
 
 from __future__ import annotations

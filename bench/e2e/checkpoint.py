@@ -2,16 +2,11 @@
 
 ``python -m bench.e2e make-checkpoint DIR [--layers N --experts E --seed S --device cuda|cpu --tiny]``
 
-Weights are generated on the GPU when there is one (the full model is ~23 GB; drawing that on the
-CPU takes many minutes), one shard per decoder layer plus one for the embedding and the LM head,
-written as they are made, with progress lines. Every tensor is drawn from a generator seeded by
-``(seed, tensor name)``, so the same seed on the same device type writes the same bytes (CUDA and
-CPU generators differ, hence ``generated_on`` in the sidecar). Nothing here is committed: the
-directory is made at run time, outside the repository.
-
-The safetensors files are written directly (the format is an 8-byte header length, a JSON header
-and the raw bytes) so a layer's 256 experts go out as slices of a few stacked arrays rather than
-thousands of separate tensors.
+Weights are drawn on the GPU when there is one (~23 GB for the full model), one shard per decoder layer plus
+one for the embedding and LM head, written as they are made. Every tensor's generator is seeded by ``(seed,
+tensor name)``: the same seed on the same device type writes the same bytes (``generated_on`` in the sidecar).
+The safetensors files are written directly (8-byte header length, JSON header, raw bytes), so a layer's
+experts go out as slices of a few stacked arrays. Nothing here is committed.
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """One fresh-process run of FreeToken's engine: load, warm up, decode, measure, write one JSON.
 
-The harness (:mod:`bench.e2e.harness`) starts this as ``python -m bench.e2e worker ...`` with
-``FREETOKEN_DECODE_GATHER`` set or unset; nothing here knows which variant it is, it only reports
-which copy kernel the cache actually chose (and refuses a run whose choice does not match the
-request, so a silent fallback can never be timed as ``tma``).
+The harness starts it with the switch set or unset; it reports which copy kernel the cache chose, and refuses
+a run whose choice does not match the request (a silent fallback is never timed as ``tma``). The engine is
+``freetoken.llm.LLM``, the ``Scheduler`` ``ft serve`` runs, in-process for what HTTP does not expose (the
+token ids, the cache's miss counters), with ``ft serve --moe-strategy offload``'s settings at batch 1.
 
-Serving path: ``freetoken.llm.LLM`` is FreeToken's offline entry and a subclass of the very
-``Scheduler`` that ``ft serve`` runs behind its HTTP front end: same engine, CUDA-graph decode,
-overlap scheduling, offload cache. It is used in-process because the evidence needs what the HTTP
-API does not expose: the token ids (compared between variants) and the cache's own miss counters.
-The settings are those of ``ft serve --moe-strategy offload --moe-cache-size K
---max-running-requests 1 --cuda-graph-max-bs 1 --moe-collect-stats --text-model-only``.
-
-Method. One warm-up generation (another prompt, so the prefix cache cannot shorten the measured
-prefill; it compiles and autotunes whatever the first request needs), then the measured greedy
-generation of ``skip + tokens + 1`` tokens with ``ignore_eos``. Every token's arrival on the host is
-time-stamped (``offline_send_result``, once per scheduler step at batch 1). TTFT is generate() to the
-first token. Each prefill borrows the first ``2 x experts`` slots of the unified pool as staging,
-so decode starts with part of the cache gone; the first ``skip`` decode tokens refill it and are
-left out: tokens/s is ``tokens / (t[skip + tokens] - t[skip])`` and the cache's counters are zeroed
-(on the engine stream, between graph replays, as the scheduler's own stats line does) when token
-``skip`` arrives, so misses per token cover the same steady-state window.
+Method: one warm-up generation of another prompt, then ``skip + tokens + 1`` greedy tokens, every token's
+arrival stamped on the host. A prefill borrows ``2 x experts`` slots as staging, so the first ``skip`` tokens
+refill the cache and are left out: tokens/s is ``tokens / (t[skip + tokens] - t[skip])``, and the cache's
+counters are zeroed (on the engine stream) when token ``skip`` arrives, so misses cover the same window.
 """
 
 from __future__ import annotations
