@@ -109,9 +109,7 @@ class LaunchCounter:
 
     def __init__(self, decode_gather, fast_index_copy):
         self.ring_module, self.upstream_module = decode_gather, fast_index_copy  # the counts have the short names
-        self.decode_gather = 0
-        self.upstream = 0
-        self.decode_gather_jit_calls = 0
+        self.decode_gather = self.upstream = self.decode_gather_jit_calls = 0
         self._saved: list[tuple[Any, str, Any]] = []
 
     def _wrap_factory(self, mod, attr: str, counter: str) -> None:

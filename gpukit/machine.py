@@ -56,17 +56,11 @@ def nvcc_version() -> str | None:
 
 
 def freetoken_version() -> str | None:
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
         return version("freetoken")
-    except Exception:
-        pass
-    try:
-        import freetoken
-
-        return getattr(freetoken, "__version__", None)
-    except Exception:
+    except PackageNotFoundError:
         return None
 
 
@@ -107,16 +101,10 @@ def machine_info() -> dict[str, Any]:
         info["torch_cuda"] = torch.version.cuda
         if torch.cuda.is_available():
             p = torch.cuda.get_device_properties(0)
-            info["device_name"] = p.name
-            info["device_slug"] = device_slug()
-            info["capability"] = f"{p.major}.{p.minor}"
-            info["sm_count"] = p.multi_processor_count
-            info["total_memory_bytes"] = p.total_memory
-            info.update(cuda_versions())
+            info.update(device_name=p.name, device_slug=device_slug(), capability=f"{p.major}.{p.minor}",
+                        sm_count=p.multi_processor_count, total_memory_bytes=p.total_memory, **cuda_versions())
     info.update(nvidia_smi(gpu_smi_id() if torch is not None and torch.cuda.is_available() else None))
-    info["nvcc"] = nvcc_version()
-    info["freetoken"] = freetoken_version()
-    info["decode_gather_defaults"] = decode_gather_defaults()
+    info.update(nvcc=nvcc_version(), freetoken=freetoken_version(), decode_gather_defaults=decode_gather_defaults())
     return info
 
 

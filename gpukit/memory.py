@@ -18,14 +18,11 @@ PINNED_ENV = "GATHER_PINNED"  # register (default) | torch | freetoken
 class PinnedBuffer:
     """One GPU-mapped host allocation of ``nbytes`` whose LAST byte is the last byte of its mapping.
 
-    ``register`` (default): an anonymous mmap rounded up to whole pages, registered with
-    ``cudaHostRegister(PORTABLE | MAPPED)`` (the path FreeToken's pin-after-fill banks take), the
-    tensor placed so it ends exactly at the end of the registered range, followed by one
-    ``PROT_NONE`` page that is never registered: a GPU read one byte past the end faults instead
-    of reading a neighbour. ``freetoken``: ``freetoken.kernel.pinned.alloc_pinned_tensor`` (exact
-    cudaHostAlloc). ``torch``: ``torch.empty(pin_memory=True)`` (the caching host allocator rounds
-    the block up, so the end is not the allocation's end; ``end_exact`` is False).
-    """
+    ``register`` (default): a page-rounded anonymous mmap registered with ``cudaHostRegister(PORTABLE |
+    MAPPED)`` (FreeToken's pin-after-fill path), the tensor ending exactly at the end of the registered range,
+    then one ``PROT_NONE`` page: a GPU read one byte past the end faults. ``freetoken``: its exact
+    ``alloc_pinned_tensor``; ``torch``: ``pin_memory=True`` (rounded up by the caching allocator: not
+    ``end_exact``)."""
 
     def __init__(self, nbytes: int, *, method: str | None = None, guard: bool = True):
         import torch

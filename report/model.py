@@ -1,9 +1,6 @@
-"""The report's model: the result documents (:mod:`suite.results`) turned into what the templates lay out.
-
-Nothing here writes Markdown. :func:`context` assembles, per device, the views of :mod:`report.gather`
-(the benchmark, read from its store by :class:`suite.models.BenchRun`), :mod:`report.views` (the other
-documents) and :mod:`report.repeats` (earlier runs of the same tree), and the series (:mod:`report.series`).
-"""
+"""The report's model: :func:`context` assembles, per device, the views of :mod:`report.gather` (the benchmark),
+:mod:`report.views` (the other documents) and :mod:`report.repeats` (earlier runs of the same tree), and the
+series (:mod:`report.series`): what the templates lay out (nothing here writes Markdown)."""
 
 from __future__ import annotations
 

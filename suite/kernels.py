@@ -6,10 +6,9 @@
     Kernel.AUTO            the start-up probe keeps the faster (``auto``)
     Kernel.COPY_ENGINE     a cudaMemcpyAsync of the same bytes: the ceiling
 
-A :class:`Kernel` is a ``str`` (its word), so it is the key of every per-kernel map a document holds.
-What a variant launches with is a field, never a part of a label: :class:`Variant` holds the kernel
-and its ring (``tma``) or its blocks per bank (``upstream``); :func:`launched` reads both from the
-launcher the switch made (a ``functools.partial`` of the kernel's entry point). Stdlib only.
+A :class:`Kernel` is a ``str`` (its word), the key of every per-kernel map a document holds. What a variant
+launches with is a field, never part of a label: :class:`Variant` (the ring of ``tma``, the blocks per bank
+of ``upstream``), read from the switch's launcher by :func:`launched`. Stdlib only.
 """
 
 from __future__ import annotations
