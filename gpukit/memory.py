@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-import os
 from typing import Any, Callable, Sequence
 
 from suite.geometry import BankGeom, align_up
 from gpukit.runtime import device_pointer, host_register, host_unregister
 
-PINNED_ENV = "GATHER_PINNED"  # register (default) | torch | freetoken
 
 
 class PinnedBuffer:
@@ -20,15 +18,14 @@ class PinnedBuffer:
 
     ``register`` (default): a page-rounded anonymous mmap registered with ``cudaHostRegister(PORTABLE |
     MAPPED)`` (FreeToken's pin-after-fill path), the tensor ending exactly at the end of the registered range,
-    then one ``PROT_NONE`` page: a GPU read one byte past the end faults. ``freetoken``: its exact
-    ``alloc_pinned_tensor``; ``torch``: ``pin_memory=True`` (rounded up by the caching allocator: not
-    ``end_exact``)."""
+    then one ``PROT_NONE`` page: a GPU read one byte past the end faults. ``torch`` (where registration fails):
+    ``pin_memory=True``, rounded up by the caching allocator (not ``end_exact``); ``host``: the CPU self-test's."""
 
     def __init__(self, nbytes: int, *, method: str | None = None, guard: bool = True):
         import torch
 
         self.nbytes = int(nbytes)
-        self.method = method or os.environ.get(PINNED_ENV, "register")
+        self.method = method or "register"
         self.fallback_reason: str | None = None
         self._registered: int | None = None
         self._mm: mmap.mmap | None = None
@@ -43,14 +40,8 @@ class PinnedBuffer:
             except Exception as e:  # recorded in the conformance summary
                 self.fallback_reason = f"register failed: {e!r}"
                 self.method = "torch"
-        if self.method == "freetoken":
-            from freetoken.kernel.pinned import alloc_pinned_tensor
-
-            self.tensor = alloc_pinned_tensor(self.nbytes, dtype=torch.uint8)
-            self.end_exact = True
-            return
         if self.method != "torch":
-            raise ValueError(f"{PINNED_ENV}={self.method!r}: expected register, freetoken, torch (or host on a CPU)")
+            raise ValueError(f"method={self.method!r}: expected register, torch (or host on a CPU)")
         self.tensor = torch.empty(self.nbytes, dtype=torch.uint8, pin_memory=True)
 
     def _init_register(self, guard: bool, register: bool = True) -> None:

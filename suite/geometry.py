@@ -116,9 +116,7 @@ class Ring(NamedTuple):
         parts = text.lower().split("x")
         if len(parts) != 3:
             raise ValueError(f"ring {text!r}: expected CTASxSTAGESxCHUNK, e.g. 16x4x8K")
-        chunk = parts[2]
-        mult = 1024 if chunk.endswith("k") else 1
-        return cls(int(parts[0]), int(parts[1]), int(chunk.rstrip("kb")) * mult)
+        return cls(int(parts[0]), int(parts[1]), int(parts[2].rstrip("kb")) * (1024 if parts[2].endswith("k") else 1))
 
 
 # Rings the conformance tier exercises besides the module default: one CTA, a 32 KiB ring of two
@@ -138,10 +136,7 @@ def fmt_bytes(n: float) -> str:
     """1024 -> '1 KiB', 1572864 -> '1.5 MiB', 1069056000 -> '1020 MiB'."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
-            if unit == "B" or abs(n) >= 100:
-                return f"{n:.0f} {unit}"
-            return f"{n:.3g} {unit}"
+            return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.3g} {unit}"
         n /= 1024
-    return f"{n} B"
 
 

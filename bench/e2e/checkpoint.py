@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.e2e.synth import (EPS, ROOT, SIDECAR, SIDECAR_SCHEMA, SynthSpec, _sub_seed, config_json, miss_table,
                              read_sidecar, router_bias)  # fmt: skip
@@ -67,26 +67,23 @@ def write_tokenizer(out: Path, vocab_size: int) -> int:
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tok.save(str(out / "tokenizer.json"))
     eos = vocab[SPECIAL_TOKENS[0]]
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": SPECIAL_TOKENS[0],
-        "pad_token": SPECIAL_TOKENS[0],
-        "bos_token": None,
-        "model_max_length": 1 << 20,
-        # a template of its own, so nothing looks for chat_template.json on the Hub
-        "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
-    }, indent=1) + "\n")  # fmt: skip
+    # a chat template of its own, so nothing looks for chat_template.json on the Hub
+    eot = SPECIAL_TOKENS[0]
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eot, "pad_token": eot, "bos_token": None,
+              "model_max_length": 1 << 20,
+              "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}  # fmt: skip
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos, "do_sample": False}) + "\n")
     return eos
 
 
-class Entry:
+class Entry(NamedTuple):
     """One tensor of a shard: name, safetensors dtype, shape, and its bytes (a uint8 numpy array)."""
 
-    __slots__ = ("data", "dtype", "name", "shape")
-
-    def __init__(self, name: str, dtype: str, shape: tuple[int, ...], data) -> None:
-        self.name, self.dtype, self.shape, self.data = name, dtype, tuple(shape), data
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    data: Any
 
 
 def write_safetensors(path: Path, entries: list[Entry]) -> int:

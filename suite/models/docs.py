@@ -144,14 +144,11 @@ class AutoStability(Document):
     """What ``FREETOKEN_DECODE_GATHER=auto`` chose in fresh processes (``python -m bench.auto_stability``)."""
 
     settings: dict[str, Any] = field({})
-    summary: AutoSummary = field(None)
+    summary: AutoSummary = dataclasses.field(default_factory=AutoSummary)
     runs: list[dict[str, Any]] = field([])  # per process: choice, again (each a probe's choice), timings
     errors: list[str] = field([])
 
     NESTED = {"summary": AutoSummary}
-
-    def __post_init__(self) -> None:
-        self.summary = self.summary if self.summary is not None else AutoSummary()
 
 
 @dataclasses.dataclass
