@@ -77,34 +77,27 @@ def resolve_points(model: str, slots: Sequence[int] | None, miss_rates: Sequence
         return [{"slots": int(k), "target_miss_rate": None,
                  "predicted_miss_rate": synth.predicted_miss_rate(table, int(k)) if table else None} for k in slots]  # fmt: skip
     if not table:
-        raise ValueError(
-            f"--model {model} has no {synth.SIDECAR} (it was not made by `python -m bench.e2e make-checkpoint`), "
-            "so --miss-rate cannot be turned into slots: pass --slots K [K ...], slot counts of the unified "
-            "expert cache (the proposal ran Qwen3.6-35B-A3B NVFP4 with --slots 3164 at ~0.1 misses per lookup)"
-        )
-    rates = list(miss_rates or DEFAULT_MISS_RATES)
-    points = []
-    for r in rates:
-        k = synth.slots_for_miss_rate(table, r)
-        points.append({"slots": k, "target_miss_rate": r, "predicted_miss_rate": synth.predicted_miss_rate(table, k)})
-    return points
+        raise ValueError(f"--model {model} has no {synth.SIDECAR} (not made by `python -m bench.e2e make-checkpoint`), "
+                         "so --miss-rate cannot be turned into slots: pass --slots K [K ...], slot counts of the "
+                         "unified expert cache (the proposal ran Qwen3.6-35B-A3B NVFP4 with --slots 3164 at ~0.1 "
+                         "misses per lookup)")  # fmt: skip
+    ks = [(r, synth.slots_for_miss_rate(table, r)) for r in miss_rates or DEFAULT_MISS_RATES]
+    return [{"slots": k, "target_miss_rate": r, "predicted_miss_rate": synth.predicted_miss_rate(table, k)}
+            for r, k in ks]  # fmt: skip
 
 
 def check_points(points: list[dict[str, Any]], num_experts: int) -> None:
     for p in points:
         if p["slots"] < num_experts:
-            raise ValueError(
-                f"--slots {p['slots']}: the offload cache needs at least num_experts={num_experts} slots "
-                f"(allowed: {num_experts} .. layers x {num_experts})"
-            )
+            raise ValueError(f"--slots {p['slots']}: the offload cache needs at least num_experts={num_experts} slots "
+                             f"(allowed: {num_experts} .. layers x {num_experts})")
     seen = [p["slots"] for p in points]
     if len(set(seen)) != len(seen):
         raise ValueError(f"slot points {seen} repeat a slot count; give distinct points")
 
 
 def model_info(model: str) -> dict[str, Any]:
-    cfg_path = Path(model) / "config.json"
-    raw = cfg_path.read_bytes()
+    raw = (Path(model) / "config.json").read_bytes()
     cfg = json.loads(raw)
     text = cfg.get("text_config") or cfg
     sidecar = synth.read_sidecar(model)
