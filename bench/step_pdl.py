@@ -1,17 +1,10 @@
 """Where a captured decode step's time goes, and the PDL builds the decode-step A/B can add.
 
-On the real ``OffloadMoeCache`` (``gpukit.decode_step``: Qwen3.6-35B-A3B NVFP4, 40 layers, top-8
-Zipf routing at a ~10% LRU miss rate), over the same pinned banks and trace:
-
-* ``upstream`` and ``upstream_aa`` (fast_index_copy_multi; the second is the A/A control), ``tma``
-  (decode_gather as the series ships it);
-* ``tma_pdl``: decode_gather with ``griddepcontrol.wait`` after its descriptor loads (the miss
-  count and indices are read after it) and ``launch_dependents`` right after, launched with
-  ``cudaLaunchAttributeProgrammaticStreamSerialization``;
-* ``upstream_pdl``: fast_index_copy_multi with ``griddepcontrol.wait`` first, launched with PDL.
-
-The two PDL builds are derived from the installed headers by textual edits (the headers are
-upstream's and the series', not copied here); they are measurement probes, not proposals.
+On the real ``OffloadMoeCache`` (``gpukit.decode_step``): ``upstream``, ``upstream_aa`` (the A/A control),
+``tma``; ``tma_pdl``, the series' kernel with ``griddepcontrol.wait`` after its descriptor loads and
+``launch_dependents`` right after, launched with programmatic stream serialization; ``upstream_pdl``, upstream's
+with ``griddepcontrol.wait`` first, launched with PDL. The PDL builds are textual edits of the installed
+headers (not copied here): measurement probes, not proposals.
 
 The decode step's A/B is the benchmark's (``BENCH_STEP_PDL=1`` adds :func:`pdl_variants` to
 ``bench/test_bench_gather.py::test_decode_step``). Here: a torch.profiler breakdown of replayed steps per

@@ -1,16 +1,8 @@
-"""The captured decode step through the real OffloadMoeCache, ready to time from a few lines.
-
-One :class:`DecodeStep` holds, for each :class:`StepVariant`, one real ``OffloadMoeCache`` (NVFP4
-banks, the model's 40 layers, 256 experts) on the same pinned banks, the same top-8 Zipf routing
-trace (exponent calibrated with the LRU model for a ~10 % miss rate), a static routing buffer,
-and one captured CUDA graph of a decode step (``ensure_experts`` + ``copy_missing`` for every
-layer). Each variant's cache is built with its ``FREETOKEN_*`` settings and, optionally, a JIT
-module that replaces decode_gather's (a kernel variant)::
-
-    from gpukit.decode_step import DecodeStep, DEFAULT_VARIANTS
-    step = DecodeStep(DEFAULT_VARIANTS)       # upstream, upstream_aa (A/A), tma; warmed up and captured
-    us = step.time_block("tma", 0, 10)        # µs per step over trace steps [warm, warm + 10)
-    assert step.state_diff("upstream", "tma") is None
+"""The captured decode step through the real OffloadMoeCache: one :class:`DecodeStep` holds, per
+:class:`StepVariant` (its switch settings, optionally a JIT module that replaces a kernel's), one real
+``OffloadMoeCache`` (NVFP4, the model's 40 layers x 256 experts) on the same pinned banks and top-8 Zipf trace
+(calibrated with the LRU model for a ~10 % miss rate), and one captured graph of a decode step
+(``ensure_experts`` + ``copy_missing`` per layer): ``step.time_block("tma", 0, 10)`` is µs per step.
 
 ``bench/test_bench_gather.py`` (the one decode-step A/B) and ``bench.step_pdl`` (the breakdown) build on it.
 """
