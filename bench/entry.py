@@ -1,10 +1,6 @@
-"""The one preamble of every ``python -m bench NAME`` (``suite.commands.MEASUREMENTS``): logging, the
-parser (its prog, its help line from the table, ``--out`` and, where the measurement has one, ``--dry-run``)
-and the save, so each measurement's ``main`` holds only what it measures.
-
-    args = entry.parser("step_pdl").parse_args(argv)      # + the measurement's own arguments
-    entry.save("step_pdl", args, StepPdl(...))            # results/<device>/step_pdl.json (suite.results)
-"""
+"""The one preamble of every ``python -m bench NAME``: logging, the parser (its prog and help line from the table,
+``--out``, ``--dry-run`` where the measurement has one) and the thin entry to :func:`suite.results.save` (the
+machine, the ``--out``, the log line), so each measurement's ``main`` holds only what it measures."""
 
 from __future__ import annotations
 

@@ -51,21 +51,18 @@ FILTERS = {"num": num, "ratio": ratio, "pm": pm, "bytes": nbytes, "pct": pct, "n
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )  # fmt: skip
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True, trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)  # fmt: skip
     env.filters.update(FILTERS)
-    env.globals["cmd"] = commands  # every command a page prints
-    env.globals["measure"] = commands.MEASUREMENTS  # every measurement by its name (its session, command, file)
+    # every command a page prints, and every measurement by its name (its session, command, file)
+    env.globals.update(cmd=commands, measure=commands.MEASUREMENTS)
     return env
 
 
 def render(base: Path, patches: Path | None = None) -> dict[str, str]:
     """{page name: text} of the three pages, from the documents under ``base`` and the series in
     ``patches`` (default: the checkout's patches/)."""
-    env = environment()
-    ctx = context(base, patches)
+    env, ctx = environment(), context(base, patches)
     return {name: _tidy(env.get_template(t).render(ctx)) for name, t in PAGES.items()}
 
 

@@ -349,6 +349,4 @@ def machine_line(info: dict[str, Any]) -> str:
     labels = {"driver": "driver {}", "torch": "torch {} (CUDA " + str(info.get("torch_cuda")) + ")", "nvcc": "nvcc {}",
               "freetoken": "freetoken {}", "series_hash": "series {}"}  # fmt: skip
     parts += [label.format(info[key]) for key, label in labels.items() if info.get(key)]
-    if info.get("tree"):
-        parts.append(f"tree {info['tree'][:12]}")
-    return ", ".join(parts)
+    return ", ".join(parts + ([f"tree {info['tree'][:12]}"] if info.get("tree") else []))

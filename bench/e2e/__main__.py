@@ -67,17 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue an interrupted e2e.json at --out (same checkpoint, points, settings, patched tree)")
     run.add_argument("--budget-s", type=float, default=None,
                      help="start no run that would end after this many seconds; the JSON says complete: false")
-
-    w = sub.add_parser("worker", help=argparse.SUPPRESS, add_help=False)
-    w.add_argument("rest", nargs=argparse.REMAINDER)
-    return ap
+    return ap  # ``worker`` (what ``run`` starts per run) is dispatched before parsing: main()
 
 
 def make_checkpoint(args: argparse.Namespace) -> int:
     from bench.e2e.checkpoint import make_checkpoint as make
 
     over = {k: getattr(args, k) for k in ("layers", "experts", "vocab", "zipf") if getattr(args, k) is not None}
-    over["seed"] = args.seed
+    over["seed"] = args.seed  # (the default vocabulary scales with --layers)
     if not args.tiny and "vocab" not in over and "layers" in over:
         over["vocab"] = synth.default_vocab(over["layers"])
     try:

@@ -167,10 +167,7 @@ class SeriesRow(Model):
 
     @classmethod
     def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        """The series' row ({variant: ratio}, ``verdict`` beside it) as Comparisons; a row of before ``verified``
-        counts its timed copies as ``verified_sets``; no regime: ``replay``."""
-        if "verified" not in doc and "verified_sets" in doc:
-            doc["verified"] = doc.pop("verified_sets")
+        """The series' row ({variant: ratio}, ``verdict`` beside it) as Comparisons; no regime: ``replay``."""
         ratio = comparisons(doc)
         return {**doc, "ratio": ratio, "regime": doc.get("regime") or "replay"}
 
@@ -198,12 +195,7 @@ class SeriesBench(Document):
 
     benchmark_schema: str | None = None
     args: dict[str, Any] = field({})
-    expert_bytes: int | None = None
-    footprint_bytes: int | None = None
-    full_footprint: bool | None = None
     decides: str | None = None
-    copy_engine_gbps: list[float] = field([])
-    rows: list[SeriesRow] = field([])  # one geometry's, before the benchmark's schema /2
     geometries: list[SeriesGeometry] | None = None  # schema /2: one per --model geometry, each with its rows
     failures: list[Any] = field([])
     exit_code: int | None = None
@@ -216,9 +208,9 @@ class SeriesBench(Document):
     rings: list[dict[str, Any]] | None = None
     errors: list[Any] | None = None
 
-    NESTED = {"rows": (list, SeriesRow), "geometries": (list, SeriesGeometry)}
-    OPTIONAL = ("benchmark_schema", "footprint_bytes", "full_footprint", "decides", "exit_code", "geometries",
-                "tma_ring", "host", "verified", "ring_choice", "rings", "errors")
+    NESTED = {"geometries": (list, SeriesGeometry)}  # a run of schema /1 keeps its one geometry's rows in extra
+    OPTIONAL = ("benchmark_schema", "decides", "exit_code", "geometries", "tma_ring", "host", "verified", "ring_choice",
+                "rings", "errors")
 
 
 @dataclasses.dataclass
