@@ -299,7 +299,7 @@ def make_checkpoint(out: Path, spec: SynthSpec, *, device: str | None = None, fo
 
     emit(0, "embedding, LM head, final norm", gen.head_entries())
     for layer in range(spec.layers):
-        emit(layer + 1, f"layer {layer} {spec.layer_types[layer]}", 
+        emit(layer + 1, f"layer {layer} {spec.layer_types[layer]}",
              [*gen.layer_entries(layer), *gen.expert_entries(layer)])
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=1) + "\n")

@@ -223,7 +223,7 @@ def resume_mismatch(doc: dict[str, Any], model: dict[str, Any], args: argparse.N
         (not doc.get("complete"), "it is complete"),
         ((doc.get("model") or {}).get("config_sha256") == model["config_sha256"], "it measured another checkpoint"),
         ([p.get("slots") for p in doc.get("points") or []] == [p["slots"] for p in points], "its slot points differ"),
-        (all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")), 
+        (all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")),
          "its tokens/skip/kv differ"),
         ((doc.get("provenance") or {}).get("tree") == tree, "it measured another patched tree"),
         (not ids_mismatches(doc.get("runs") or []), "its variants generated different ids (exit 1 is its result)"),
