@@ -269,13 +269,11 @@ def _run_patched(session: nox.Session, cmd: commands.Measurement) -> None:
                     external=True)  # fmt: skip
 
 
-def _needs_model(session: nox.Session) -> None:
-    if not any(a == "--model" or a.startswith("--model=") for a in session.posargs):
-        session.error("usage: nox -s e2e -- --model CHECKPOINT_DIR [--slots K ... | --miss-rate R ...] [--repeats N]")
-
-
-#: what a measurement's session checks before it runs: {name: fn(session)}
-_BEFORE = {"e2e": _needs_model}
+def _needs(session: nox.Session, cmd: commands.Measurement) -> None:
+    """Refuse to run without the argument the measurement needs (``Measurement.needs``: its usage)."""
+    first = cmd.needs.split()[0] if cmd.needs else None
+    if first and not any(a == first or a.startswith(first + "=") for a in session.posargs):
+        session.error(f"usage: nox -s {cmd.name} -- {cmd.needs}")
 
 
 def _gpu_session(cmd: commands.Measurement) -> None:
@@ -283,7 +281,7 @@ def _gpu_session(cmd: commands.Measurement) -> None:
 
     def run(session: nox.Session) -> None:
         _require_gpu(session, cmd.gpus)  # first: without its GPUs every GPU session skips alike (e2e before its usage)
-        _BEFORE.get(cmd.name, lambda s: None)(session)
+        _needs(session, cmd)
         _run_patched(session, cmd)
 
     run.__doc__ = cmd.doc
@@ -291,9 +289,19 @@ def _gpu_session(cmd: commands.Measurement) -> None:
     nox.session(run, name=cmd.name, tags=["gpu"], default=False, python=None if GPUS >= cmd.gpus else False)
 
 
+def _cpu_session(cmd: commands.Measurement) -> None:
+    """The session ``nox -s NAME`` of a measurement that needs no GPU: its command in the patched venv."""
+
+    def run(session: nox.Session) -> None:
+        session.run(_in_patched(session), "-m", *cmd.args, *session.posargs, external=True)
+
+    run.__doc__ = cmd.doc
+    nox.session(run, name=cmd.name, python=False, requires=["patched"])
+
+
 for _m in commands.MEASUREMENTS.values():
-    if _m.session and _m.gpu:
-        _gpu_session(_m)
+    if _m.session:
+        (_gpu_session if _m.gpu else _cpu_session)(_m)
 
 
 @nox.session
@@ -301,13 +309,6 @@ def report(session: nox.Session) -> None:
     """Render results/README.md, REPORT.md, PR-1.md and PR-2.md from the committed JSON with the templates (no GPU)."""
     session.install(*_group("report"))
     session.run("python", "-m", *commands.REPORT.args, *session.posargs)
-
-
-@nox.session(python=False, requires=_PATCHED_VENV)
-def sass(session: nox.Session) -> None:
-    """Compile-only SASS gate of the patched kernel for sm_80..sm_120 -> results/sass.json (nvcc, no GPU)."""
-    python = _in_patched(session, kernel_cache=False)  # nvcc only: no kernel cache read
-    session.run(python, "-m", *commands.MEASUREMENTS["sass"].args, *session.posargs, external=True)
 
 
 @nox.session(python=False)  # stdlib only

@@ -13,7 +13,7 @@ from suite.log import configure
 
 def modules() -> dict[str, str]:
     """{name: module} of the measurements ``python -m bench NAME`` runs."""
-    return {m.name: f"bench.{m.name}" for m in MEASUREMENTS.values() if m.args[:2] == ("bench", m.name)}
+    return {m.name: m.entry or f"bench.{m.name}" for m in MEASUREMENTS.values() if m.args[:2] == ("bench", m.name)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,8 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv[:1] in ([], ["-h"], ["--help"]) else 2
     name, rest = argv[0], argv[1:]
     sys.argv = [f"python -m bench {name}", *rest]  # what a module that reads sys.argv sees (and records)
-    entry = importlib.import_module(known[name] + (".__main__" if name == "e2e" else "")).main
-    return entry(rest)
+    return importlib.import_module(known[name]).main(rest)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,9 @@
-"""Does ``FREETOKEN_DECODE_GATHER=auto`` decide the same way every time? N fresh processes.
-
-Each run is a new ``python -m bench.auto_stability --worker`` process: it allocates the model's
-host banks as FreeToken's host_banks does (NVFP4, 40 layers x 256 experts, 18 GB pinned;
-``--gib`` scales the layers down), builds a real ``OffloadMoeCache`` with ``auto`` (its probe runs
-inside ``set_bank_sources``) and records what it chose, the figures it chose by and the probe's
-cost. It then probes the same cache once more directly (``choose_decode_gather``) and checks that
-the probe allocates nothing that outlives it and leaves the slot bytes, slot map and LRU state as
-they were. One ``auto_stability`` document (suite.results) holds every run and the summary.
-
-``python -m bench.auto_stability [--runs 5] [--slots 3164] [--gib G] [--out DIR]``
+"""Does ``FREETOKEN_DECODE_GATHER=auto`` decide the same way every time? ``python -m bench.auto_stability
+[--runs 5] [--slots 3164] [--gib G]``: each run a fresh ``--worker`` process allocates the model's host banks as
+FreeToken does (``--gib`` scales the layers down), builds a real ``OffloadMoeCache`` with ``auto`` (its probe
+runs inside ``set_bank_sources``), records what it chose and the probe's cost, then probes the same cache once
+more and checks the probe allocates nothing that outlives it and leaves the slot bytes, slot map and LRU
+state as they were.
 
 Exit codes: 0 every run completed, the cache left as found; 1 a probe changed the cache or left
 memory allocated; 2 a run failed or a setting is invalid.
@@ -31,8 +26,8 @@ from typing import Any
 from gpukit.decode_step import choice_fields
 from suite.models import AutoStability, AutoSummary
 from bench import entry
+from suite.kernels import SWITCH_ENV, Kernel
 
-GATHER_ENV = "FREETOKEN_DECODE_GATHER"
 EXIT_OK, EXIT_CHANGED, EXIT_FAILED = 0, 1, 2
 #: the proposal's decode run held 3164 experts in VRAM
 DEFAULT_SLOTS = 3164
@@ -41,19 +36,14 @@ DEFAULT_SLOTS = 3164
 log = logging.getLogger("bench.auto_stability").info  # the messages (named: the module runs as __main__); main() sets their format
 
 
-# ---------------------------------------------------------------------------------- worker
-
-
 def _typed_sources(banks, geoms) -> dict[str, list[Any]]:
     """The nvfp4 schema's typed ``[experts, *shape]`` views of every layer's host banks."""
     fp = banks.fp
-    return {
-        g.name: [
-            banks.host[layer][k].tensor.view(fp.experts, fp.row_bytes[k]).view(g.torch_dtype()).view(fp.experts, *g.shape)
-            for layer in range(fp.layers)
-        ]
-        for k, g in enumerate(geoms)
-    }
+    def typed(layer: int, k: int, g) -> Any:
+        rows = banks.host[layer][k].tensor.view(fp.experts, fp.row_bytes[k])
+        return rows.view(g.torch_dtype()).view(fp.experts, *g.shape)
+
+    return {g.name: [typed(layer, k, g) for layer in range(fp.layers)] for k, g in enumerate(geoms)}
 
 
 def _cache_state(cache) -> dict[str, Any]:
@@ -78,7 +68,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     banks = ModelBanks(fp, device, seed=args.seed, progress=log)
     banks.ref = []  # the device copy of the banks is not needed here: free its VRAM before the cache
     torch.cuda.empty_cache()
-    with gather_env({GATHER_ENV: "auto"}):
+    with gather_env(Kernel.AUTO.env):
         cache = OffloadMoeCache(num_layers=fp.layers, num_experts=fp.experts, cache_size=args.slots, device=device,
                                 prefill_overlap=False, quant_format="nvfp4")  # fmt: skip
         t0 = time.perf_counter()
@@ -86,7 +76,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         set_s = time.perf_counter() - t0
     first = cache.decode_gather_auto
     if first is None:
-        raise RuntimeError(f"{GATHER_ENV}=auto built a cache without decode_gather_auto: the series lacks auto")
+        raise RuntimeError(f"{SWITCH_ENV}=auto built a cache without decode_gather_auto: the series lacks auto")
     torch.cuda.synchronize(device)
     before, allocated = _cache_state(cache), torch.cuda.memory_allocated(device)
     t0 = time.perf_counter()
@@ -97,24 +87,13 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     leaked = torch.cuda.memory_allocated(device) - allocated
     after = _cache_state(cache)
     changed = [name for name, value in before.items() if not torch.equal(value, after[name])]
-    out = {
-        "pid": os.getpid(),
-        "footprint": fp.describe(),
-        "slots": args.slots,
-        "choice": choice_fields(first),
-        "set_bank_sources_s": set_s,
-        "again": choice_fields(again),
-        "again_wall_s": again_s,
-        "again_allocated_bytes": leaked,
-        "again_changed": changed,
-    }
+    out = {"pid": os.getpid(), "footprint": fp.describe(), "slots": args.slots, "choice": choice_fields(first),
+           "set_bank_sources_s": set_s, "again": choice_fields(again), "again_wall_s": again_s,
+           "again_allocated_bytes": leaked, "again_changed": changed}  # fmt: skip
     if args.machine:
         out["machine"] = machine_info()
     banks.close()
     return out
-
-
-# ---------------------------------------------------------------------------------- runner
 
 
 def run_one(index: int, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
@@ -124,7 +103,7 @@ def run_one(index: int, args: argparse.Namespace, log_dir: Path) -> dict[str, An
     cmd = [sys.executable, "-m", "bench.auto_stability", "--worker", "--result", str(result), "--slots",
            str(args.slots), "--seed", str(args.seed + index)] + (["--gib", str(args.gib)] if args.gib else []) + (
            ["--machine"] if index == 0 else [])  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != GATHER_ENV} | {"PYTHONUNBUFFERED": "1"}
+    env = {k: v for k, v in os.environ.items() if k != SWITCH_ENV} | {"PYTHONUNBUFFERED": "1"}
     return run_worker(f"run {index}", cmd, env, result, log_path, args.timeout_s)
 
 
@@ -135,23 +114,16 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     probe_ms = [r["choice"]["probe_s"] * 1e3 for r in runs] + [r["again"]["probe_s"] * 1e3 for r in runs]
     load_ms = [r["choice"]["load_s"] * 1e3 for r in runs]
     counts = {label: (chosen + again).count(label) for label in dict.fromkeys(chosen + again)}
+    probes = [r[k] for r in runs for k in ("choice", "again")]
     return {
-        "runs": len(runs),
-        "chosen": chosen,
-        "chosen_again": again,
-        "counts": counts,
-        "same_every_time": len(counts) == 1,
-        "default": runs[0]["choice"]["default"] if runs else None,
-        "kept_default_every_time": bool(runs) and all(
-            r[k]["label"] == r[k]["default"] for r in runs for k in ("choice", "again")),  # fmt: skip
-        "probe_ms_min": min(probe_ms, default=None),
-        "probe_ms_median": statistics.median(probe_ms) if probe_ms else None,
-        "probe_ms_max": max(probe_ms, default=None),
-        "load_ms_max": max(load_ms, default=None),
-        "spread_max": max((r[k]["spread"] for r in runs for k in ("choice", "again") if r[k]["spread"] is not None),
-                          default=None),  # fmt: skip
+        "runs": len(runs), "chosen": chosen, "chosen_again": again, "counts": counts,
+        "same_every_time": len(counts) == 1, "default": runs[0]["choice"]["default"] if runs else None,
+        "kept_default_every_time": bool(runs) and all(p["label"] == p["default"] for p in probes),
+        "probe_ms_min": min(probe_ms, default=None), "probe_ms_max": max(probe_ms, default=None),
+        "probe_ms_median": statistics.median(probe_ms) if probe_ms else None, "load_ms_max": max(load_ms, default=None),
+        "spread_max": max((p["spread"] for p in probes if p["spread"] is not None), default=None),
         "cache_left_as_found": all(not r["again_changed"] and r["again_allocated_bytes"] == 0 for r in runs),
-    }
+    }  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

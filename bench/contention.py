@@ -1,15 +1,8 @@
-"""Two links at once: each GPU gathers from its own pinned banks while the other does too.
-
-A server runs one FreeToken rank per GPU, each feeding its slot cache over its own PCIe link
-from the same host memory. Here one process per GPU builds a real ``OffloadMoeCache`` per kernel
-(unset: fast_index_copy_multi; ``tma``: decode_gather) over its own pinned NVFP4 banks, stages
-a miss list of n experts per layer, and replays a captured 40-layer ``copy_missing`` graph.
-Every round times, for each kernel and n, GPU 0 alone, GPU 1 alone, then both at once (started
-together at a barrier); each timed set is byte-verified against the host banks. The result is
-each GPU's concurrent rate against its solo rate, and the NUMA node of each GPU and of the pages
-of its banks (``/proc/self/numa_maps``).
-
-Run on a machine with two CUDA GPUs and the patched freetoken: ``python -m bench.contention``.
+"""Two links at once (``python -m bench.contention``, two CUDA GPUs): one process per GPU, as a server runs one
+FreeToken rank per GPU, builds a real ``OffloadMoeCache`` per kernel over its own pinned NVFP4 banks and replays
+a captured 40-layer ``copy_missing`` graph of n experts per layer. Every round times, per kernel and n, GPU 0
+alone, GPU 1 alone, then both at once (started at a barrier), every set byte-verified: each GPU's concurrent
+rate against its solo rate, with the NUMA node of each GPU and of its banks' pages (``/proc/self/numa_maps``).
 """
 
 from __future__ import annotations
@@ -24,7 +17,7 @@ from pathlib import Path
 from bench import entry
 from suite.kernels import Kernel
 
-KERNELS = ("upstream", "tma")
+KERNELS = (Kernel.UPSTREAM, Kernel.TMA)
 POISON = 0x5A
 
 
@@ -76,7 +69,7 @@ def worker(rank: int, args, barrier, queue) -> None:
                      for f in NVFP4_ROW_BYTES])
     caches = {}
     for kernel in KERNELS:
-        with gather_env({"FREETOKEN_DECODE_GATHER": "tma"} if kernel == Kernel.TMA else {}):
+        with gather_env(kernel.env):
             c = OffloadMoeCache(num_layers=layers, num_experts=experts, cache_size=experts, device=dev,
                                 quant_format="nvfp4", prefill_overlap=False)
         c.set_bank_sources({name: [host[layer % args.sources][k] for layer in range(layers)]

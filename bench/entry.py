@@ -1,10 +1,6 @@
-"""The one preamble of every ``python -m bench NAME`` (``suite.commands.MEASUREMENTS``): logging, the
-parser (its prog, its help line from the table, ``--out`` and, where the measurement has one, ``--dry-run``)
-and the save, so each measurement's ``main`` holds only what it measures.
-
-    args = entry.parser("step_pdl").parse_args(argv)      # + the measurement's own arguments
-    entry.save("step_pdl", args, StepPdl(...))            # results/<device>/step_pdl.json (suite.results)
-"""
+"""The one preamble of every ``python -m bench NAME``: logging, the parser (its prog and help line from the table,
+``--out``, ``--dry-run`` where the measurement has one) and the thin entry to :func:`suite.results.save` (the
+machine, the ``--out``, the log line), so each measurement's ``main`` holds only what it measures."""
 
 from __future__ import annotations
 
@@ -32,14 +28,15 @@ def parser(name: str, *, dry_run: str | None = None, **kwargs: Any) -> argparse.
     return ap
 
 
-def save(name: str, args: argparse.Namespace, doc: Any, machine: dict[str, Any] | None = None) -> Path:
-    """Save ``doc`` (a model of :mod:`suite.models`, or its fields) as measurement ``name``'s document, in
-    ``--out`` or results/ (the document it replaces kept in the history), with this machine's facts."""
+def save(name: str, args: argparse.Namespace, doc: Any, machine: dict[str, Any] | None = None, **how: Any) -> Path:
+    """Save ``doc`` (a model of :mod:`suite.models`, or its fields) as measurement ``name``'s document through
+    :func:`suite.results.save` (``how``: its ``device``, ``keep_replaced``, ``markdown``), in ``--out`` or
+    results/, with this machine's facts unless ``machine`` gives them."""
     if machine is None:
         from gpukit.machine import machine_info
 
         machine = machine_info()
     fields = doc.to_doc() if hasattr(doc, "to_doc") else dict(doc)
-    path = results.save(name, machine=machine, out_dir=getattr(args, "out", None), **fields)
+    path = results.save(name, machine=machine, out_dir=getattr(args, "out", None), **how, **fields)
     logging.getLogger(f"bench.{name}").info("wrote %s", path)
     return path

@@ -12,7 +12,7 @@ its first line an HTML comment with the provenance (invisible once pasted).
 
 from __future__ import annotations
 
-import re
+import logging
 import subprocess
 import sys
 import tempfile
@@ -21,11 +21,10 @@ from pathlib import Path
 from bench import entry
 from freetoken_overlay.series import work_repo
 from freetoken_overlay.util import Workdir
-from gpukit.machine import machine_info
 from suite import results
-from suite.models import SeriesBench
 
 SCRIPT = Path("benchmarks") / "bench_decode_gather.py"
+log = logging.getLogger("bench.series_bench")
 
 
 def fields_of(raw: dict, **extra) -> dict:
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = ap.parse_known_args(argv)
     script = work_repo(Workdir.from_env()) / SCRIPT
     if not script.is_file():
-        print(f"[series_bench] {script} is missing: run `nox -s apply` first", file=sys.stderr)
+        log.error("%s is missing: run `nox -s apply` first", script)
         return 2
     with tempfile.TemporaryDirectory(prefix="upstream-bench-") as tmp:
         raw_path, md_path = Path(tmp) / "raw.json", Path(tmp) / "comment.md"
@@ -48,41 +47,12 @@ def main(argv: list[str] | None = None) -> int:
         raw = results.read_json(raw_path)
         comment = md_path.read_text() if md_path.is_file() else None
     if raw is None:
-        print(f"[series_bench] the benchmark wrote no JSON (exit {rc})", file=sys.stderr)
+        log.error("the benchmark wrote no JSON (exit %d)", rc)
         return rc or 1
-    info = machine_info()
-    doc = SeriesBench.from_doc(fields_of(raw, exit_code=rc))  # the benchmark's JSON read into the model
-    out = results.save("series_bench", machine=info, out_dir=args.out, **doc.to_doc())
-    print(f"[series_bench] wrote {out} (benchmark exit {rc})")
+    entry.save("series_bench", args, fields_of(raw, exit_code=rc), markdown=comment)  # the comment beside it: .md
     if comment is not None:
         print(comment)
-        md_out = save_comment(out, comment)
-        print(f"[series_bench] wrote {md_out}")
     return rc
-
-
-def save_comment(json_path: Path, comment: str) -> Path:
-    """The comment beside its document, first line the document's provenance as an HTML comment."""
-    doc = results.read_json(json_path) or {}
-    p = doc.get("provenance") or {}
-    head = (f"<!-- {json_path.name} of {doc.get('generated_at')}: series {p.get('series_hash')} "
-            f"({p.get('series_from')}), tree {p.get('tree')}, patch-id {p.get('patch_id')} -->")  # fmt: skip
-    target = json_path.with_suffix(".md")
-    _keep_replaced(target, head + "\n" + comment)
-    target.write_text(head + "\n" + comment)
-    return target
-
-
-def _keep_replaced(target: Path, new: str) -> Path | None:
-    """Move the comment ``target`` holds to the history beside its document's, ``history/tree-<id>/`` of the
-    tree its first line names (as :func:`suite.results.supersede` does the JSON); never overwrites."""
-    if not target.is_file() or target.read_text() == new:
-        return None
-    tree = re.search(r", tree ([0-9a-f]{12})", target.read_text().partition("\n")[0])
-    folder = target.parent / results.HISTORY / (f"tree-{tree[1]}" if tree else "tree-unknown")
-    n = max((int(p.suffixes[-2][1:]) for p in folder.glob(f"{target.stem}.*{target.suffix}")
-             if len(p.suffixes) > 1 and p.suffixes[-2][1:].isdigit()), default=0) + 1  # fmt: skip
-    return results.move_new(target, folder / f"{target.stem}.{n}{target.suffix}")
 
 
 if __name__ == "__main__":

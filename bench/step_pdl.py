@@ -1,25 +1,15 @@
 """Where a captured decode step's time goes, and the PDL builds the decode-step A/B can add.
 
-On the real ``OffloadMoeCache`` (``gpukit.decode_step``: Qwen3.6-35B-A3B NVFP4, 40 layers, top-8
-Zipf routing at a ~10% LRU miss rate), over the same pinned banks and trace:
+On the real ``OffloadMoeCache`` (``gpukit.decode_step``): ``upstream``, ``upstream_aa`` (the A/A control),
+``tma``; ``tma_pdl``, the series' kernel with ``griddepcontrol.wait`` after its descriptor loads and
+``launch_dependents`` right after, launched with programmatic stream serialization; ``upstream_pdl``, upstream's
+with ``griddepcontrol.wait`` first, launched with PDL. The PDL builds are textual edits of the installed
+headers (not copied here): measurement probes, not proposals.
 
-* ``upstream`` and ``upstream_aa`` (fast_index_copy_multi; the second is the A/A control), ``tma``
-  (decode_gather as the series ships it);
-* ``tma_pdl``: decode_gather with ``griddepcontrol.wait`` after its descriptor loads (the miss
-  count and indices are read after it) and ``launch_dependents`` right after, launched with
-  ``cudaLaunchAttributeProgrammaticStreamSerialization``;
-* ``upstream_pdl``: fast_index_copy_multi with ``griddepcontrol.wait`` first, launched with PDL.
-
-The two PDL builds are derived from the installed headers by textual edits (the headers are
-upstream's and the series', not copied here); they are measurement probes, not proposals.
-
-The decode step's A/B is the benchmark's (``bench/test_bench_gather.py::test_decode_step``, one harness:
-``BENCH_STEP_PDL=1`` adds :func:`pdl_variants` to it as pytest-benchmark records with the paired verdict).
-Here: a torch.profiler breakdown of a block of replayed steps per variant (per layer: the ensure kernel,
-the gap to the copy kernel, the copy kernel), and the per-layer copy alone (``copy_missing`` with a staged
-miss list of n experts, 40 layers per graph, in paired alternating rounds, every timed set byte-verified).
-
-``python -m bench.step_pdl`` on a CUDA machine with the patched freetoken installed.
+The decode step's A/B is the benchmark's (``BENCH_STEP_PDL=1`` adds :func:`pdl_variants` to
+``bench/test_bench_gather.py::test_decode_step``). Here: a torch.profiler breakdown of replayed steps per
+variant (per layer: the ensure kernel, the gap, the copy kernel), and the per-layer copy alone (40 layers
+per graph, paired rounds, every timed set byte-verified). ``python -m bench.step_pdl`` on a CUDA machine.
 """
 
 from __future__ import annotations
@@ -31,25 +21,16 @@ import time
 
 import torch
 
-from gpukit.decode_step import (
-    DEFAULT_VARIANTS,
-    DecodeStep,
-    StepConfig,
-    StepVariant,
-    copy_all_layers,
-    expected_slots,
-    gather_env,
-    stage_misses,
-    variant_modules,
-)
+from gpukit.decode_step import (DEFAULT_VARIANTS, DecodeStep, StepConfig, StepVariant, copy_all_layers, expected_slots,
+                                gather_env, stage_misses, variant_modules)  # fmt: skip
 from suite.geometry import MODEL, nvfp4_banks
 from gpukit.kernels import probe_headers
 from gpukit.memory import cache_rows
-from suite.models import Paired, StepBreakdown, StepPdl, paired
-from suite.rounds import Rounds, run_rounds
+from suite.models import StepBreakdown, StepPdl, paired
+from suite.rounds import run_rounds
 from gpukit.timing import bench
 from bench import entry
-from suite.kernels import Kernel
+from suite.kernels import TMA_KERNEL, UPSTREAM_KERNEL, Kernel
 
 POISON = 0x5A
 
@@ -85,7 +66,7 @@ def pdl_probes():
         "DecodeGatherKernel", make_cpp_args(*decode_gather.default_ring()),
     )  # fmt: skip
     upstream = _probe_module(
-        "fast_index_copy.cuh", "fast_index_copy_multi_pdl_probe",
+        "fast_index_copy.cuh", f"{UPSTREAM_KERNEL}_pdl_probe",
         [("const __grid_constant__ MultiIndexCopyParams p\n) {\n",
           "const __grid_constant__ MultiIndexCopyParams p\n) {\n    device::PDL::wait<true>();\n"),
          ("device.unwrap())(kernel, params);", "device.unwrap()).with_attr(true)(kernel, params);")],
@@ -97,20 +78,12 @@ def pdl_probes():
 def pdl_variants(probes=None) -> list[StepVariant]:
     """``tma_pdl`` and ``upstream_pdl`` as decode-step variants (``probes``: :func:`pdl_probes`' modules)."""
     ours_pdl, upstream_pdl = probes or pdl_probes()
-    return [StepVariant("tma_pdl", {"FREETOKEN_DECODE_GATHER": "tma"}, module=ours_pdl),
+    return [StepVariant("tma_pdl", Kernel.TMA.env, module=ours_pdl),
             StepVariant("upstream_pdl", upstream_module=upstream_pdl)]  # fmt: skip
 
 
 def variants(probes) -> list[StepVariant]:
     return [*DEFAULT_VARIANTS, *pdl_variants(probes)]
-
-
-def summarize(r: Rounds, **extra) -> Paired:
-    """Medians, the A/A spread of upstream against upstream_aa and, per other variant, the ratio upstream/variant
-    (>1: variant faster) and its verdict (``suite.stats``: a tie is within the A/A spread): the benchmark's
-    paired shape (:func:`suite.models.paired`)."""
-    candidates = [k for k in r.values if k not in (r.base, r.aa)]
-    return paired(r.values, candidates, base=r.base, aa=r.aa, **extra)
 
 
 def profile_block(step: DecodeStep, name: str, start: int, count: int) -> dict:
@@ -129,7 +102,7 @@ def profile_block(step: DecodeStep, name: str, start: int, count: int) -> dict:
     )
     calls, ensure = [], []
     for start_us, end_us, kname in kernels:
-        if "decode_gather" in kname or "fast_index_copy_multi" in kname:
+        if TMA_KERNEL in kname or UPSTREAM_KERNEL in kname:
             if ensure:
                 e0, e1 = ensure[0][0], max(e for _, e, _ in ensure)
                 calls.append({"ensure_us": e1 - e0, "gap_us": start_us - e1, "copy_us": end_us - start_us})
@@ -212,7 +185,7 @@ def per_layer(args, probes) -> dict:
 
         timed = {v.name: functools.partial(timed_set, v.name) for v in vs}
         rounds = run_rounds(timed, args.rounds, base="upstream", aa="upstream_aa")
-        out[str(n)] = summarize(rounds, verified_sets=args.rounds * len(vs))
+        out[str(n)] = paired(rounds, verified_sets=args.rounds * len(vs))
         log(f"per layer n={n}: " + ", ".join(f"{k} {v:.2f} us" for k, v in out[str(n)].median_us.items()))
         graphs.clear()
     banks.close()

@@ -59,7 +59,7 @@ from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, pois
 from gpukit import timing
 from gpukit.timing import copy_engine_ceiling, device_clock, reps_for
 from suite import results
-from suite.rounds import run_rounds
+from suite.rounds import Rounds, run_rounds
 from suite.models import paired as paired_result
 from suite.kernels import AA, BASE, CANDIDATE, Kernel
 
@@ -91,7 +91,7 @@ EXPERTS = MODEL["experts"]
 GATHER_KERNELS = (BASE, AA, CANDIDATE)  # round order; the replay regime adds copy_engine where n > 0
 #: the step's caches: upstream, its A/A control, tma, and auto (FREETOKEN_DECODE_GATHER=auto: the cache's
 #: start-up probe picks the kernel; the choice goes to the step's extra_info)
-STEP_VARIANTS = (*DEFAULT_VARIANTS, StepVariant("auto", {"FREETOKEN_DECODE_GATHER": "auto"}))
+STEP_VARIANTS = (*DEFAULT_VARIANTS, StepVariant(Kernel.AUTO, Kernel.AUTO.env))
 STEP_KERNELS = tuple(v.name for v in STEP_VARIANTS) + (("tma_pdl", "upstream_pdl") if STEP_PDL else ())
 STEP_BLOCK = 10  # trace steps per paired round of the decode step
 
@@ -99,7 +99,7 @@ STEP_BLOCK = 10  # trace steps per paired round of the decode step
 def _params(regime: str, cases: list[tuple[int, int]]) -> list[Any]:
     out = []
     for layers, n in cases:
-        kernels = GATHER_KERNELS + (("copy_engine",) if regime == "replay" and n > 0 else ())
+        kernels = GATHER_KERNELS + ((Kernel.COPY_ENGINE,) if regime == "replay" and n > 0 else ())
         out += [pytest.param(regime, layers, n, k, id=f"{regime}-L{layers}-n{n}-{k}") for k in kernels]
     return out
 
@@ -110,11 +110,11 @@ GATHER_PARAMS = _params("decode", [(40, n) for n in N_DECODE]) + _params(
 STEP_PARAMS = [pytest.param("step", MODEL["moe_layers"], "zipf", k, id=f"step-L40-zipf-{k}") for k in STEP_KERNELS]
 
 
-def paired(rounds_us: dict[str, list[float]], candidates: list[str], **extra: Any) -> dict[str, Any]:
-    """The paired alternating-rounds result of one case (:func:`suite.models.paired`, the one shape
-    ``bench/step_pdl.py`` writes too): ratio upstream/candidate per candidate (> 1: the candidate faster),
-    the A/A ratios and spread, the verdicts, medians and every round (``rounds_us``)."""
-    return paired_result(rounds_us, candidates, base=BASE, aa=AA, **extra).to_doc()
+def paired(rounds: Rounds, **extra: Any) -> dict[str, Any]:
+    """The paired-rounds result of one case (:func:`suite.models.paired`, the one shape ``bench/step_pdl.py``
+    writes too): per candidate its :class:`suite.stats.Comparison` against upstream, the A/A ratios and spread,
+    medians and every round."""
+    return paired_result(rounds, **extra).to_doc()
 
 
 class Case:
@@ -196,7 +196,7 @@ class Bench:
             return lambda layer: call(module, cache, banks.src_ptrs[layer % SOURCES], misses.dst, misses.src, misses.num)
 
         fns = {BASE: launcher(call_upstream, self.fast_index_copy), AA: launcher(call_upstream, self.fast_index_copy),
-               "tma": launcher(call_tma, self.decode_gather)}  # fmt: skip
+               Kernel.TMA: launcher(call_tma, self.decode_gather)}  # fmt: skip
         for layer in range(layers):  # eager warm-up; decode_gather checks every source descriptor here
             fns[BASE](layer), fns[Kernel.TMA](layer)
         torch.cuda.synchronize()
@@ -209,7 +209,7 @@ class Bench:
         if n > 0:
             from gpukit.runtime import memcpy_h2d_async
 
-            graphs["copy_engine"] = g = torch.cuda.CUDAGraph()
+            graphs[Kernel.COPY_ENGINE] = g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 stream = torch.cuda.current_stream().cuda_stream
                 for layer in range(layers):
@@ -244,9 +244,9 @@ class Bench:
 
             return set_us
 
-        names = [k for k in (*GATHER_KERNELS, "copy_engine") if k in graphs]
-        rounds_us = run_rounds({k: timed(k) for k in names}, ROUNDS, base=BASE, aa=AA).values
-        case = Case("replay", layers, n, layers * n * NVFP4_EXPERT_BYTES, paired(rounds_us, names[2:], reps=reps), reps)
+        names = [k for k in (*GATHER_KERNELS, Kernel.COPY_ENGINE) if k in graphs]
+        rounds = run_rounds({k: timed(k) for k in names}, ROUNDS, base=BASE, aa=AA)
+        case = Case("replay", layers, n, layers * n * NVFP4_EXPERT_BYTES, paired(rounds, reps=reps), reps)
         case.verified, case.paired_sets = verified, verified["sets"]
         for name in names:
             case.plans[name] = {"target": graphs[name].replay, "iterations": reps, "rounds": ROUNDS,
@@ -266,14 +266,13 @@ class Bench:
         banks, slots = self.model_banks
         rg = RegimeGraphs(banks, slots, n, layers=layers)
         launch = {BASE: functools.partial(call_upstream, self.fast_index_copy), AA: functools.partial(call_upstream, self.fast_index_copy),
-                  "tma": functools.partial(call_tma, self.decode_gather)}  # fmt: skip
+                  Kernel.TMA: functools.partial(call_tma, self.decode_gather)}  # fmt: skip
         for name, fn in launch.items():
             rg.capture(name, fn)
         reps = replays_per_set(n)
-        rounds_us = rg.rounds(list(GATHER_KERNELS), "decode", ROUNDS, reps, base=BASE, aa=AA).values
-        footprint = banks.fp.describe()
+        rounds = rg.rounds(list(GATHER_KERNELS), "decode", ROUNDS, reps, base=BASE, aa=AA)
         case = Case("decode", rg.layers, n, rg.layers * n * NVFP4_EXPERT_BYTES,
-                    paired(rounds_us, [Kernel.TMA], reps=reps, footprint=footprint), 1)  # fmt: skip
+                    paired(rounds, reps=reps, footprint=banks.fp.describe()), 1)  # fmt: skip
         case.verified = rg_sets = {"sets": rg.verified}
         case.paired_sets = rg.verified
 
@@ -314,9 +313,9 @@ class Bench:
                 assert err is None, f"block {r}: {err}"
 
         timed = {k: (lambda r, k=k: step.time_block(k, r * STEP_BLOCK, STEP_BLOCK)) for k in names}
-        rounds_us = run_rounds(timed, ROUNDS, base=BASE, aa=AA, after_round=states_agree).values
+        rounds = run_rounds(timed, ROUNDS, base=BASE, aa=AA, after_round=states_agree)
         same_misses(step)
-        err = step.reference_diff("tma")
+        err = step.reference_diff(Kernel.TMA)
         assert err is None, f"decode step: {err}"
         stats = step.miss_stats()[Kernel.TMA]
         misses = stats["missing_per_layer"] * config.layers
@@ -325,7 +324,7 @@ class Bench:
                  "cache_slots": config.cache_slots, "top_k": config.top_k, "batch": config.batch,
                  "ideal_copy_us_per_step": misses * NVFP4_EXPERT_BYTES / (self.ceiling["start"]["gbps"] * 1e9) * 1e6,
                  "auto_choice": results.scrub(choice_fields(step.caches[Kernel.AUTO].decode_gather_auto))}  # fmt: skip
-        case = Case("step", config.layers, "zipf", round(misses * NVFP4_EXPERT_BYTES), paired(rounds_us, names[2:], **extra))
+        case = Case("step", config.layers, "zipf", round(misses * NVFP4_EXPERT_BYTES), paired(rounds, **extra))
         counter = {k: start for k in names}
 
         def next_step(name: str) -> tuple[tuple[int], dict]:

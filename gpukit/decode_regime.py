@@ -1,22 +1,11 @@
-"""The decode regime: per-layer gather timings as a decode step meets them.
+"""The decode regime: per-layer gather timings as a decode step meets them (bench/README.md).
 
-A decode step misses different experts every token, over every MoE layer of a bank set far larger
-than any cache on the GPU. Replaying ONE miss list warms what a step finds cold (the host pages'
-address translations, above all) and flatters a kernel that pays for cold rows. So here:
-
-* the banks have the model's footprint (default: the proposal's 40 layers x 256 experts x NVFP4
-  rows, 18.2 GB) and are allocated as FreeToken allocates them by default
-  (``freetoken.moe.host_banks.HostBank``: a lazy anonymous mmap per layer and bank, filled, then
-  ``cudaHostRegister``);
-* a captured graph copies ``n`` rows in every layer, each layer from its own banks with its own
-  device miss list;
-* ``regime="decode"``: before EVERY replay a new miss list is written into the captured index
-  tensors (every layer draws the next rows of its own seeded permutation of the experts, so a row
-  comes back only after ``experts / n`` replays, and fresh distinct slots);
-  ``regime="replay"``: one list, replayed (the flattering figure, labelled as such);
-* every replay is timed alone between two device events and then verified byte-exact against a
-  device copy of the banks (torch indexing); the rows it wrote are poisoned again, and after each
-  set the whole slot cache must hold the poison (nothing else was written).
+A decode step misses different experts every token over a bank set far larger than any cache; replaying ONE
+miss list warms what a step finds cold (the host pages' address translations, above all). So here the banks
+have the model's footprint, allocated as FreeToken's ``HostBank`` does (mmap, fill, ``cudaHostRegister``); a
+captured graph copies ``n`` rows in every layer from its own banks and miss list; ``regime="decode"`` writes a
+new list before EVERY replay (each layer's next rows of its own permutation, fresh slots), ``"replay"`` replays
+one (the flattering figure, labelled); every replay is timed alone, verified byte-exact and poisoned again.
 """
 
 from __future__ import annotations
@@ -49,13 +38,8 @@ class Footprint:
         return self.layers * self.experts * sum(self.row_bytes)
 
     def describe(self) -> dict:
-        return {
-            "layers": self.layers,
-            "experts": self.experts,
-            "row_bytes": list(self.row_bytes),
-            "bytes": self.nbytes,
-            "full": self == Footprint(),
-        }
+        return {"layers": self.layers, "experts": self.experts, "row_bytes": list(self.row_bytes), "bytes": self.nbytes,
+                "full": self == Footprint()}  # fmt: skip
 
     @classmethod
     def scaled(cls, gib: float | None) -> "Footprint":
@@ -69,21 +53,15 @@ class Footprint:
 
 
 class ModelBanks:
-    """Host banks of ``fp`` as FreeToken's host_banks allocates them (mmap, fill, register), plus a
+    """Host banks of ``fp`` as FreeToken's host_banks allocates them (mmap, fill, then register), plus a
     device reference ``ref[b]`` of shape ``[layers, experts, row]`` per bank and the per-layer
-    int64 descriptor ``src_ptrs[layer]`` of source bases. ``make_bank(experts, row_bytes)`` puts
-    every bank elsewhere (an object with ``tensor``, ``pin()``, ``unpin()``; experiments' 2 MiB-page
-    banks), same order: fill, then pin; ``backing`` names it in the progress lines."""
+    int64 descriptor ``src_ptrs[layer]`` of source bases."""
 
-    def __init__(self, fp: Footprint, device, *, seed: int = 1, make_bank: Callable | None = None,
-                 backing: str = "hostbank", progress: Callable[[str], None] = print):  # fmt: skip
+    def __init__(self, fp: Footprint, device, *, seed: int = 1, progress: Callable[[str], None] = print):
         import torch
         from freetoken.moe.host_banks import HostBank
 
-        if make_bank is None:
-            def make_bank(experts: int, row: int):
-                return HostBank((experts, row), torch.uint8, backing="mmap")
-        self.fp, self.device, self.backing = fp, torch.device(device), backing
+        self.fp, self.device = fp, torch.device(device)
         g = torch.Generator(device=self.device)
         g.manual_seed(seed)
         self.ref = [torch.empty((fp.layers, fp.experts, r), dtype=torch.uint8, device=self.device) for r in fp.row_bytes]
@@ -92,14 +70,14 @@ class ModelBanks:
         for layer in range(fp.layers):
             banks = []
             for b, r in enumerate(fp.row_bytes):
-                hb = make_bank(fp.experts, r)
+                hb = HostBank((fp.experts, r), torch.uint8, backing="mmap")
                 self.ref[b][layer].random_(0, 256, generator=g)
                 hb.tensor.view(fp.experts, r).copy_(self.ref[b][layer])  # fill, then pin (pin-after-fill)
                 hb.pin()
                 banks.append(hb)
             self.host.append(banks)
             if (layer + 1) % 10 == 0 or layer + 1 == fp.layers:
-                progress(f"banks ({backing}): {layer + 1}/{fp.layers} layers, {fmt_bytes((layer + 1) * fp.nbytes / fp.layers)} "
+                progress(f"banks: {layer + 1}/{fp.layers} layers, {fmt_bytes((layer + 1) * fp.nbytes / fp.layers)} "
                          f"filled and registered in {time.perf_counter() - t0:.0f}s")  # fmt: skip
         self.src_ptrs = [
             torch.tensor([hb.tensor.data_ptr() for hb in banks], dtype=torch.int64, device=self.device)
@@ -160,20 +138,18 @@ class RegimeGraphs:
         self.verified = 0
         self.next_list()
 
-    def next_list(self, *, rows: bool = True, slots: bool = True) -> None:
-        """Write the next miss list into the captured index tensors (device copies, stream-ordered):
-        new host rows, new slots, or (the default) both."""
+    def next_list(self) -> None:
+        """Write the next miss list into the captured index tensors (device copies, stream-ordered): new host
+        rows, new slots."""
         import torch
 
         fp, n = self.banks.fp, self.n
         if n == 0:
             return
-        if rows:
-            cols = (torch.arange(n, device=self._perm.device) + self.step * n) % fp.experts
-            self.src[:, :n] = self._perm[:, cols].to(torch.int32)
-        if slots:
-            new = torch.randperm(self.slots.slots, generator=self._gen)[: self.layers * n]
-            self.dst[:, :n] = new.view(self.layers, n).to(device=self.dst.device, dtype=torch.int32)
+        cols = (torch.arange(n, device=self._perm.device) + self.step * n) % fp.experts
+        self.src[:, :n] = self._perm[:, cols].to(torch.int32)
+        new = torch.randperm(self.slots.slots, generator=self._gen)[: self.layers * n]
+        self.dst[:, :n] = new.view(self.layers, n).to(device=self.dst.device, dtype=torch.int32)
         self.step += 1
 
     def capture(self, name: str, launch: Launch) -> None:
@@ -213,34 +189,24 @@ class RegimeGraphs:
         if err is not None:
             raise AssertionError(f"{name}: n={self.n}: written outside the miss lists: {err}")
 
-    #: the regimes :meth:`time_set` takes; a subclass that adds one says how it moves on (:meth:`advance`)
-    regimes: tuple[str, ...] = REGIMES
-
-    def advance(self, regime: str) -> None:
-        """Before each timed replay in ``regime``: the decode regime's new miss list (replay: none)."""
-        if regime == "decode":
-            self.next_list()
-
-    def time_set(self, name: str, regime: str, reps: int, *, prepare: Callable[["RegimeGraphs"], None] | None = None) -> float:
+    def time_set(self, name: str, regime: str, reps: int) -> float:
         """Median device µs per LAYER over ``reps`` replays of ``name``'s graph, each timed alone and
-        verified; ``regime='decode'`` writes a new miss list before each replay. ``prepare(self)`` runs
-        after the list is written and before the clock starts (a probe's page touch)."""
-        if regime not in self.regimes:
-            raise ValueError(f"regime={regime!r}: expected one of {self.regimes}")
+        verified; ``regime='decode'`` writes a new miss list before each replay."""
+        if regime not in REGIMES:
+            raise ValueError(f"regime={regime!r}: expected one of {REGIMES}")
         g = self.graphs[name]
         times = []
         for _ in range(reps):
-            self.advance(regime)
-            if prepare is not None:
-                prepare(self)
+            if regime == "decode":
+                self.next_list()
             times.append(bench(g.replay)[0] * 1e6 / self.layers)  # the list's writes land before the clock
             self.verify(name)
         self.check_clean(name)
         return statistics.median(times)
 
     def rounds(self, names: Sequence[str], regime: str, rounds: int, reps: int, *, base: str | None = None,
-               aa: str | None = None, prepare: Callable[["RegimeGraphs"], None] | None = None) -> Rounds:  # fmt: skip
+               aa: str | None = None) -> Rounds:  # fmt: skip
         """``rounds`` paired alternating rounds of the named graphs (:func:`suite.rounds.run_rounds`);
         ``.values`` are µs per layer per round."""
-        sets = {k: (lambda _r, k=k: self.time_set(k, regime, reps, prepare=prepare)) for k in names}
+        sets = {k: (lambda _r, k=k: self.time_set(k, regime, reps)) for k in names}
         return run_rounds(sets, rounds, base=base, aa=aa)

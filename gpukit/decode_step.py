@@ -1,20 +1,10 @@
-"""The captured decode step through the real OffloadMoeCache, ready to time from a few lines.
+"""The captured decode step through the real OffloadMoeCache: one :class:`DecodeStep` holds, per
+:class:`StepVariant` (its switch settings, optionally a JIT module that replaces a kernel's), one real
+``OffloadMoeCache`` (NVFP4, the model's 40 layers x 256 experts) on the same pinned banks and top-8 Zipf trace
+(calibrated with the LRU model for a ~10 % miss rate), and one captured graph of a decode step
+(``ensure_experts`` + ``copy_missing`` per layer): ``step.time_block("tma", 0, 10)`` is µs per step.
 
-One :class:`DecodeStep` holds, for each :class:`StepVariant`, one real ``OffloadMoeCache`` (NVFP4
-banks, the model's 40 layers, 256 experts) on the same pinned banks, the same top-8 Zipf routing
-trace (exponent calibrated with the LRU model for a ~10 % miss rate), a static routing buffer,
-and one captured CUDA graph of a decode step (``ensure_experts`` + ``copy_missing`` for every
-layer). Each variant's cache is built with its ``FREETOKEN_*`` settings and, optionally, a JIT
-module that replaces decode_gather's (a kernel variant)::
-
-    from gpukit.decode_step import DecodeStep, DEFAULT_VARIANTS
-    step = DecodeStep(DEFAULT_VARIANTS)       # upstream, upstream_aa (A/A), tma; warmed up and captured
-    us = step.time_block("tma", 0, 10)        # µs per step over trace steps [warm, warm + 10)
-    assert step.state_diff("upstream", "tma") is None
-
-``bench/test_bench_gather.py`` (the one decode-step A/B: pytest-benchmark records with the paired
-verdict), ``bench.step_pdl`` (the per-layer breakdown) and ``experiments/`` build on it; so can a
-two-GPU contention run (``device=``).
+``bench/test_bench_gather.py`` (the one decode-step A/B) and ``bench.step_pdl`` (the breakdown) build on it.
 """
 
 from __future__ import annotations
@@ -28,8 +18,9 @@ from suite.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
 from gpukit.memory import HostBanks, cache_reference_diff, cache_rows
 from gpukit.routing import calibrate_zipf, zipf_routing_trace
 from gpukit.timing import bench
+from suite.kernels import RING_ENV, SWITCH_ENV, TMA_FACTORY, UPSTREAM_FACTORY, Kernel
 
-GATHER_ENV = ("FREETOKEN_DECODE_GATHER", "FREETOKEN_DECODE_GATHER_RING")
+GATHER_ENV = (SWITCH_ENV, RING_ENV)
 
 
 def choice_fields(choice) -> dict[str, Any]:
@@ -43,17 +34,13 @@ class StepVariant:
     name: str
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # FREETOKEN_* while the cache is built
     module: Any = None  # a JIT module that replaces decode_gather's for this cache's launches
-    upstream_module: Any = None  # likewise for fast_index_copy_multi's (a variant of upstream's kernel)
-    copy: bool = True  # False: ensure_experts only (the routing/bookkeeping share of a step)
+    upstream_module: Any = None  # likewise for upstream's (a variant of upstream's kernel)
 
 
 #: ``upstream`` (FREETOKEN_DECODE_GATHER unset), ``upstream_aa`` (a second such cache: the A/A control)
 #: and ``tma`` (decode_gather): the switch's own words.
-DEFAULT_VARIANTS = (
-    StepVariant("upstream"),
-    StepVariant("upstream_aa"),
-    StepVariant("tma", {"FREETOKEN_DECODE_GATHER": "tma"}),
-)
+DEFAULT_VARIANTS = (StepVariant(Kernel.UPSTREAM), StepVariant(Kernel.UPSTREAM_AA),
+                    StepVariant(Kernel.TMA, Kernel.TMA.env))  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +86,7 @@ def variant_modules(v: StepVariant) -> Iterator[None]:
     from freetoken.kernel import decode_gather
     from freetoken.kernel import fast_index_copy
 
-    swaps = [(decode_gather, "decode_gather_module", v.module), (fast_index_copy, "_jit_fast_index_copy_multi_module", v.upstream_module)]
+    swaps = [(decode_gather, TMA_FACTORY, v.module), (fast_index_copy, UPSTREAM_FACTORY, v.upstream_module)]
     saved = [(mod, attr, getattr(mod, attr)) for mod, attr, module in swaps if module is not None]
     try:
         for mod, attr, module in swaps:
@@ -145,15 +132,8 @@ def expected_slots(sources: Sequence[Any], slots: int, dst, src, poison: int) ->
 class DecodeStep:
     """Caches, trace and captured step graphs of ``variants`` (see the module docstring)."""
 
-    def __init__(
-        self,
-        variants: Sequence[StepVariant] = DEFAULT_VARIANTS,
-        config: StepConfig = StepConfig(),
-        *,
-        device=None,
-        banks: HostBanks | None = None,
-        log: Callable[[str], None] | None = None,
-    ):
+    def __init__(self, variants: Sequence[StepVariant] = DEFAULT_VARIANTS, config: StepConfig = StepConfig(), *,
+                 device=None, banks: HostBanks | None = None, log: Callable[[str], None] | None = None):  # fmt: skip
         import torch
 
         self.torch, self.config, self.variants = torch, config, list(variants)
@@ -177,10 +157,8 @@ class DecodeStep:
             batch=cfg.batch, seed=cfg.trace_seed,
         ).to(self.device)  # fmt: skip
         self.caches = {v.name: self._make_cache(v) for v in self.variants}
-        self.static = {
-            v.name: torch.empty((cfg.layers, cfg.batch, cfg.top_k), dtype=torch.int32, device=self.device)
-            for v in self.variants
-        }
+        self.static = {v.name: torch.empty((cfg.layers, cfg.batch, cfg.top_k), dtype=torch.int32, device=self.device)
+                       for v in self.variants}  # fmt: skip
         self.graphs: dict[str, Any] = {}
         self.warm_up()
         self.capture()
@@ -206,8 +184,7 @@ class DecodeStep:
         with variant_modules(v):
             for layer in range(self.config.layers):
                 cache.ensure_experts(layer, ids[layer])
-                if v.copy:
-                    cache.copy_missing()
+                cache.copy_missing()
 
     def warm_up(self) -> None:
         """``config.warm`` eager steps per variant (JIT builds, descriptor checks), then fresh stats."""
@@ -257,9 +234,8 @@ class DecodeStep:
     def reference_diff(self, name: str) -> str | None:
         """None when every resident slot of ``name``'s cache holds its source row (see cache_reference_diff)."""
         src = self.banks.layers
-        return cache_reference_diff(
-            self.caches[name], lambda layer: self.banks.dev[layer % src], self.geoms, self.config.experts
-        )
+        dev = self.banks.dev
+        return cache_reference_diff(self.caches[name], lambda layer: dev[layer % src], self.geoms, self.config.experts)
 
     def miss_stats(self) -> dict[str, Any]:
         return {name: c.decode_miss_stats() for name, c in self.caches.items()}

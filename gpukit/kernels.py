@@ -1,5 +1,5 @@
 """Kernel handles: the installed decode_gather and fast_index_copy modules, their calls on a slot-cache
-descriptor, parallel JIT builds (extra kernels welcome), and a launch counter."""
+descriptor, parallel JIT builds and a launch counter."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from suite.geometry import UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS, Ring
 from gpukit.memory import SlotCache
+from suite.kernels import TMA_FACTORY, UPSTREAM_FACTORY
 
 
 def load_kernels():
@@ -57,17 +58,10 @@ def default_ring(decode_gather) -> Ring:
     return Ring(int(decode_gather.DEFAULT_CTAS), int(decode_gather.DEFAULT_STAGES), int(decode_gather.DEFAULT_CHUNK_BYTES))
 
 
-def precompile(
-    decode_gather,
-    fast_index_copy,
-    rings: Iterable[Ring],
-    upstream_blocks: Iterable[int] = (UPSTREAM_BLOCKS_PER_BANK,),
-    workers: int = 8,
-    progress: Callable[[str], None] | None = None,
-    extra: Mapping[str, Callable[[], Any]] | None = None,
-) -> dict[str, str]:
-    """JIT-build every ring and upstream width, plus ``extra`` ({name: zero-argument builder}, e.g. a
-    kernel variant's JIT module), in parallel threads (nvcc runs as subprocesses); returns
+def precompile(decode_gather, fast_index_copy, rings: Iterable[Ring],
+               upstream_blocks: Iterable[int] = (UPSTREAM_BLOCKS_PER_BANK,), workers: int = 8,
+               progress: Callable[[str], None] | None = None) -> dict[str, str]:  # fmt: skip
+    """JIT-build every ring and upstream width in parallel threads (nvcc runs as subprocesses); returns
     {name: error} for the builds that failed."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -75,10 +69,8 @@ def precompile(
     for r in dict.fromkeys(rings):
         jobs[f"ring {r.tag}"] = functools.partial(decode_gather.decode_gather_module, **r.kwargs())
     for b in dict.fromkeys(upstream_blocks):
-        jobs[f"upstream {UPSTREAM_THREADS}x{b}"] = functools.partial(
-            fast_index_copy._jit_fast_index_copy_multi_module, num_threads=UPSTREAM_THREADS, blocks_per_bank=b
-        )
-    jobs.update(extra or {})
+        build = functools.partial(getattr(fast_index_copy, UPSTREAM_FACTORY), num_threads=UPSTREAM_THREADS)
+        jobs[f"upstream {UPSTREAM_THREADS}x{b}"] = functools.partial(build, blocks_per_bank=b)
     errors: dict[str, str] = {}
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max(1, workers)) as ex:
@@ -117,9 +109,7 @@ class LaunchCounter:
 
     def __init__(self, decode_gather, fast_index_copy):
         self.ring_module, self.upstream_module = decode_gather, fast_index_copy  # the counts have the short names
-        self.decode_gather = 0
-        self.upstream = 0
-        self.decode_gather_jit_calls = 0
+        self.decode_gather = self.upstream = self.decode_gather_jit_calls = 0
         self._saved: list[tuple[Any, str, Any]] = []
 
     def _wrap_factory(self, mod, attr: str, counter: str) -> None:
@@ -151,9 +141,9 @@ class LaunchCounter:
     def _install(self) -> LaunchCounter:
         # the lru-cached factories and the loader under them (a module cached by a caller at
         # construction still goes through one of these first); a module is wrapped once
-        for attr in ("decode_gather_module", "load_decode_gather_module"):
+        for attr in (TMA_FACTORY, f"load_{TMA_FACTORY}"):
             self._wrap_factory(self.ring_module, attr, "decode_gather")
-        self._wrap_factory(self.upstream_module, "_jit_fast_index_copy_multi_module", "upstream")
+        self._wrap_factory(self.upstream_module, UPSTREAM_FACTORY, "upstream")
         orig = self.ring_module._decode_gather_jit
         owner = self
 
@@ -182,18 +172,9 @@ def call_tma(decode_gather, cache: SlotCache, src_ptrs, dst, src, num, ring: Rin
     decode_gather._decode_gather_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)
 
 
-def call_upstream(
-    fast_index_copy, cache: SlotCache, src_ptrs, dst, src, num, blocks_per_bank: int = UPSTREAM_BLOCKS_PER_BANK
-) -> None:
-    """Upstream fast_index_copy_multi_jit on the same descriptor (the cache's default grid: 1024 x 8 per bank)."""
-    fast_index_copy.fast_index_copy_multi_jit(
-        cache.dst_ptrs,
-        src_ptrs,
-        cache.feat,
-        dst,
-        src,
-        num,
-        num_threads=UPSTREAM_THREADS,
-        blocks_per_bank=blocks_per_bank,
-    )
+def call_upstream(fast_index_copy, cache: SlotCache, src_ptrs, dst, src, num,
+                  blocks_per_bank: int = UPSTREAM_BLOCKS_PER_BANK) -> None:  # fmt: skip
+    """Upstream's kernel on the same descriptor (the cache's default grid: 1024 x 8 per bank)."""
+    kw = {"num_threads": UPSTREAM_THREADS, "blocks_per_bank": blocks_per_bank}
+    fast_index_copy.fast_index_copy_multi_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)
 

@@ -27,14 +27,8 @@ def _run(cmd: Sequence[str], timeout: float = 20.0) -> str | None:
 
 def nvidia_smi(gpu_id: str | None = None) -> dict[str, Any]:
     """Driver, PCIe link generation/width (current and max) of one GPU, from nvidia-smi."""
-    fields = [
-        "name",
-        "driver_version",
-        "pcie.link.gen.current",
-        "pcie.link.width.current",
-        "pcie.link.gen.max",
-        "pcie.link.width.max",
-    ]
+    fields = ["name", "driver_version", "pcie.link.gen.current", "pcie.link.width.current", "pcie.link.gen.max",
+              "pcie.link.width.max"]  # fmt: skip
     exe = shutil.which("nvidia-smi")
     if not exe:
         return {}
@@ -47,10 +41,8 @@ def nvidia_smi(gpu_id: str | None = None) -> dict[str, Any]:
     vals = [v.strip() for v in out.splitlines()[0].split(",")]
     if len(vals) != len(fields):
         return {"nvidia_smi_raw": out}
-    d = dict(
-        zip(["smi_name", "driver", "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max"], vals)
-    )
-    return d
+    return dict(zip(["smi_name", "driver", "pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max"],
+                    vals))  # fmt: skip
 
 
 def nvcc_version() -> str | None:
@@ -64,17 +56,11 @@ def nvcc_version() -> str | None:
 
 
 def freetoken_version() -> str | None:
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
         return version("freetoken")
-    except Exception:
-        pass
-    try:
-        import freetoken
-
-        return getattr(freetoken, "__version__", None)
-    except Exception:
+    except PackageNotFoundError:
         return None
 
 
@@ -83,12 +69,9 @@ def decode_gather_defaults() -> dict[str, Any] | None:
         from freetoken.kernel import decode_gather
     except Exception:
         return None
-    return {
-        "ctas": getattr(decode_gather, "DEFAULT_CTAS", None),
-        "stages": getattr(decode_gather, "DEFAULT_STAGES", None),
-        "chunk_bytes": getattr(decode_gather, "DEFAULT_CHUNK_BYTES", None),
-        "max_banks": getattr(decode_gather, "MAX_BANKS", None),
-    }
+    names = {"ctas": "DEFAULT_CTAS", "stages": "DEFAULT_STAGES", "chunk_bytes": "DEFAULT_CHUNK_BYTES",
+             "max_banks": "MAX_BANKS"}  # fmt: skip
+    return {k: getattr(decode_gather, attr, None) for k, attr in names.items()}
 
 
 def gpu_smi_id() -> str | None:
@@ -118,16 +101,10 @@ def machine_info() -> dict[str, Any]:
         info["torch_cuda"] = torch.version.cuda
         if torch.cuda.is_available():
             p = torch.cuda.get_device_properties(0)
-            info["device_name"] = p.name
-            info["device_slug"] = device_slug()
-            info["capability"] = f"{p.major}.{p.minor}"
-            info["sm_count"] = p.multi_processor_count
-            info["total_memory_bytes"] = p.total_memory
-            info.update(cuda_versions())
+            info.update(device_name=p.name, device_slug=device_slug(), capability=f"{p.major}.{p.minor}",
+                        sm_count=p.multi_processor_count, total_memory_bytes=p.total_memory, **cuda_versions())
     info.update(nvidia_smi(gpu_smi_id() if torch is not None and torch.cuda.is_available() else None))
-    info["nvcc"] = nvcc_version()
-    info["freetoken"] = freetoken_version()
-    info["decode_gather_defaults"] = decode_gather_defaults()
+    info.update(nvcc=nvcc_version(), freetoken=freetoken_version(), decode_gather_defaults=decode_gather_defaults())
     return info
 
 

@@ -1,40 +1,31 @@
 """Memory under test: exact-end pinned host banks, guarded slot caches, trap-tailed miss lists, and the
-byte-exact reference checks (torch indexing) every timed set and every conformance call goes through.
-
-Long on purpose (~380 lines): one allocation model, one poison/verify protocol; splitting it would
-put the layout and its checks in different files.
-"""
+byte-exact reference checks (torch indexing) every timed set and every conformance call goes through (one
+allocation model and its poison/verify protocol, together)."""
 
 from __future__ import annotations
 
 import ctypes
 import mmap
-import os
 from typing import Any, Callable, Sequence
 
 from suite.geometry import BankGeom, align_up
 from gpukit.runtime import device_pointer, host_register, host_unregister
 
-PINNED_ENV = "GATHER_PINNED"  # register (default) | torch | freetoken
 
 
 class PinnedBuffer:
     """One GPU-mapped host allocation of ``nbytes`` whose LAST byte is the last byte of its mapping.
 
-    ``register`` (default): an anonymous mmap rounded up to whole pages, registered with
-    ``cudaHostRegister(PORTABLE | MAPPED)`` (the path FreeToken's pin-after-fill banks take), the
-    tensor placed so it ends exactly at the end of the registered range, followed by one
-    ``PROT_NONE`` page that is never registered: a GPU read one byte past the end faults instead
-    of reading a neighbour. ``freetoken``: ``freetoken.kernel.pinned.alloc_pinned_tensor`` (exact
-    cudaHostAlloc). ``torch``: ``torch.empty(pin_memory=True)`` (the caching host allocator rounds
-    the block up, so the end is not the allocation's end; ``end_exact`` is False).
-    """
+    ``register`` (default): a page-rounded anonymous mmap registered with ``cudaHostRegister(PORTABLE |
+    MAPPED)`` (FreeToken's pin-after-fill path), the tensor ending exactly at the end of the registered range,
+    then one ``PROT_NONE`` page: a GPU read one byte past the end faults. ``torch`` (where registration fails):
+    ``pin_memory=True``, rounded up by the caching allocator (not ``end_exact``); ``host``: the CPU self-test's."""
 
     def __init__(self, nbytes: int, *, method: str | None = None, guard: bool = True):
         import torch
 
         self.nbytes = int(nbytes)
-        self.method = method or os.environ.get(PINNED_ENV, "register")
+        self.method = method or "register"
         self.fallback_reason: str | None = None
         self._registered: int | None = None
         self._mm: mmap.mmap | None = None
@@ -49,14 +40,8 @@ class PinnedBuffer:
             except Exception as e:  # recorded in the conformance summary
                 self.fallback_reason = f"register failed: {e!r}"
                 self.method = "torch"
-        if self.method == "freetoken":
-            from freetoken.kernel.pinned import alloc_pinned_tensor
-
-            self.tensor = alloc_pinned_tensor(self.nbytes, dtype=torch.uint8)
-            self.end_exact = True
-            return
         if self.method != "torch":
-            raise ValueError(f"{PINNED_ENV}={self.method!r}: expected register, freetoken, torch (or host on a CPU)")
+            raise ValueError(f"method={self.method!r}: expected register, torch (or host on a CPU)")
         self.tensor = torch.empty(self.nbytes, dtype=torch.uint8, pin_memory=True)
 
     def _init_register(self, guard: bool, register: bool = True) -> None:
@@ -65,9 +50,8 @@ class PinnedBuffer:
         page = mmap.PAGESIZE
         span = align_up(max(self.nbytes, 1), page)
         total = span + (page if guard else 0)
-        self._mm = mmap.mmap(
-            -1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE
-        )
+        self._mm = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE)  # fmt: skip
         full = torch.frombuffer(self._mm, dtype=torch.uint8)
         base = full.data_ptr()
         if guard:
@@ -119,17 +103,8 @@ class HostBanks:
     end of the allocation; plus a device copy of every source (the reference) and one int64
     ``[num_banks]`` device tensor of source base addresses per layer."""
 
-    def __init__(
-        self,
-        layers: int,
-        experts: int,
-        row_bytes: Sequence[int],
-        device,
-        *,
-        seed: int = 0,
-        align: int = 256,
-        pinned_method: str | None = None,
-    ):
+    def __init__(self, layers: int, experts: int, row_bytes: Sequence[int], device, *, seed: int = 0, align: int = 256,
+                 pinned_method: str | None = None):  # fmt: skip
         import torch
 
         self.layers, self.experts, self.row_bytes = layers, experts, list(row_bytes)
@@ -145,16 +120,12 @@ class HostBanks:
         self.total_bytes = pos
         self.buf = PinnedBuffer(pos, method=pinned_method or ("host" if self.device.type == "cpu" else None))
         flat = self.buf.tensor
-        self.host = [
-            [flat[o : o + experts * r].view(experts, r) for o, r in zip(offs, self.row_bytes)] for offs in offsets
-        ]
-        self.dev = [
-            [torch.empty((experts, r), dtype=torch.uint8, device=self.device) for r in self.row_bytes]
-            for _ in range(layers)
-        ]
-        self.src_ptrs = [
-            torch.tensor([t.data_ptr() for t in layer], dtype=torch.int64, device=self.device) for layer in self.host
-        ]
+        self.host = [[flat[o : o + experts * r].view(experts, r) for o, r in zip(offs, self.row_bytes)]
+                     for offs in offsets]  # fmt: skip
+        self.dev = [[torch.empty((experts, r), dtype=torch.uint8, device=self.device) for r in self.row_bytes]
+                    for _ in range(layers)]  # fmt: skip
+        self.src_ptrs = [torch.tensor([t.data_ptr() for t in layer], dtype=torch.int64, device=self.device)
+                         for layer in self.host]  # fmt: skip
         self.fill(seed)
 
     @property
@@ -176,9 +147,8 @@ class HostBanks:
 
     def typed(self, layer: int, banks: Sequence[BankGeom]) -> dict[str, Any]:
         """Layer ``layer``'s host sources as the nvfp4 schema's typed ``[experts, *shape]`` tensors."""
-        return {
-            b.name: self.host[layer][k].view(b.torch_dtype()).view(self.experts, *b.shape) for k, b in enumerate(banks)
-        }
+        rows = self.host[layer]
+        return {b.name: rows[k].view(b.torch_dtype()).view(self.experts, *b.shape) for k, b in enumerate(banks)}
 
     @property
     def bytes_per_expert(self) -> int:
@@ -276,10 +246,8 @@ def check_slot_cache(cache: SlotCache, poison: int, writes: Sequence[tuple[Any, 
             rows_bad = diff[:8].tolist()
             written = set(torch.cat([s for s, _, _ in norm]).tolist()) if norm else set()
             kinds = ["written" if x in written else "untouched" for x in rows_bad]
-            return (
-                f"bank {b} ({d.shape[1]} B rows): {diff.numel()} slot rows differ from the reference, "
-                f"first {list(zip(rows_bad, kinds))} (poison {poison:#04x})"
-            )
+            return (f"bank {b} ({d.shape[1]} B rows): {diff.numel()} slot rows differ from the reference, "
+                    f"first {list(zip(rows_bad, kinds))} (poison {poison:#04x})")  # fmt: skip
     return cache.guard_error()
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 
-def zipf_routing_trace(
-    steps: int, layers: int, experts: int, top_k: int, exponent: float, *, batch: int = 1, seed: int = 0
-):
+def zipf_routing_trace(steps: int, layers: int, experts: int, top_k: int, exponent: float, *, batch: int = 1,
+                       seed: int = 0):  # fmt: skip
     """``int32 [steps, layers, batch, top_k]`` CPU tensor of expert ids: every layer has its own
     popularity order (a seeded permutation), ids ~ Zipf(exponent) over ranks, distinct per token."""
     import torch
@@ -17,9 +16,7 @@ def zipf_routing_trace(
     rows = steps * layers * batch
     picks = torch.multinomial(weights.expand(rows, experts), top_k, replacement=False, generator=g)
     picks = picks.view(steps, layers, batch, top_k)
-    layer_idx = torch.arange(layers).view(1, layers, 1, 1).expand_as(picks)
-    ids = perm[layer_idx, picks]
-    return ids.to(torch.int32).contiguous()
+    return perm[torch.arange(layers).view(1, layers, 1, 1).expand_as(picks), picks].to(torch.int32).contiguous()
 
 
 def lru_miss_rate(trace, experts: int, cache_size: int, warm_steps: int = 0) -> float:
@@ -47,21 +44,9 @@ def lru_miss_rate(trace, experts: int, cache_size: int, warm_steps: int = 0) -> 
     return misses / active if active else 0.0
 
 
-def calibrate_zipf(
-    target: float,
-    *,
-    steps: int,
-    layers: int,
-    experts: int,
-    top_k: int,
-    cache_size: int,
-    warm_steps: int,
-    batch: int = 1,
-    seed: int = 0,
-    lo: float = 0.0,
-    hi: float = 4.0,
-    iters: int = 14,
-) -> tuple[float, float]:
+def calibrate_zipf(target: float, *, steps: int, layers: int, experts: int, top_k: int, cache_size: int,
+                   warm_steps: int, batch: int = 1, seed: int = 0, lo: float = 0.0, hi: float = 4.0,
+                   iters: int = 14) -> tuple[float, float]:  # fmt: skip
     """Bisect the Zipf exponent so the LRU model's miss rate is ``target``; returns (exponent, rate)."""
     best = (hi, 0.0)
     for _ in range(iters):

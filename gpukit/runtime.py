@@ -20,10 +20,8 @@ def runtime():
     try:
         from cupy.cuda import runtime as rt
     except ImportError as e:
-        raise RuntimeError(
-            f"the CUDA runtime is reached through cupy, which is not importable ({e}); "
-            "install the cupy wheel of the CUDA major torch was built for (e.g. pip install cupy-cuda13x)"
-        ) from e
+        raise RuntimeError(f"the CUDA runtime is reached through cupy, which is not importable ({e}); install the "
+                           "cupy wheel of the CUDA major torch was built for (e.g. pip install cupy-cuda13x)") from e
     return rt
 
 

@@ -3,15 +3,10 @@ and the copy-engine ceiling.
 
     seconds = bench(graph.replay, warmup=1, reps=20, rounds=7, before=poison, after=verify)
 
-    python -m pytest bench/test_bench_gather.py --benchmark-timer=gpukit.timing.device_clock
-
-:data:`device_clock` is a clock in seconds read off CUDA events on the timing stream (the current
-stream at each read): each read records an event, waits for it (so the GPU has finished everything
-queued before it) and adds the device time since the previous read to a running float64 total.
-pytest-benchmark takes the difference of two reads around the target, which is therefore the device
-time between the two events (the events' own resolution, ~0.5 µs, not a float32 offset from the start
-of the session). :data:`RESOLUTION_S` is what ``bench/conftest.py`` gives pytest-benchmark as this
-timer's precision, so its calibration never spins on the clock.
+:data:`device_clock` (``--benchmark-timer=gpukit.timing.device_clock``) reads seconds off CUDA events on the
+current stream: each read records an event, waits for it and adds the device time since the previous read to
+a float64 total, so the difference of two reads around a target is the device time between two events (their
+~0.5 µs resolution, :data:`RESOLUTION_S`, which bench/conftest.py gives pytest-benchmark as its precision).
 """
 
 from __future__ import annotations
@@ -62,17 +57,9 @@ class DeviceClock:
 device_clock = DeviceClock()
 
 
-def bench(
-    fn: Callable[[], Any],
-    warmup: int = 0,
-    reps: int = 1,
-    rounds: int = 1,
-    *,
-    before: Callable[[int], Any] | None = None,
-    after: Callable[[int], Any] | None = None,
-    events: Callable[[], Any] | None = None,
-    sync: Callable[[], None] | None = None,
-) -> list[float]:
+def bench(fn: Callable[[], Any], warmup: int = 0, reps: int = 1, rounds: int = 1, *,
+          before: Callable[[int], Any] | None = None, after: Callable[[int], Any] | None = None,
+          events: Callable[[], Any] | None = None, sync: Callable[[], None] | None = None) -> list[float]:  # fmt: skip
     """Per-round device seconds of ``fn`` (a graph replay, a kernel call): ``warmup`` calls first, then
     ``rounds`` rounds, each ``before(i)``, ``reps`` calls between two events recorded from an idle GPU,
     ``after(i)`` (e.g. poison the slots, then verify them). A round's figure is the device time of its
@@ -127,16 +114,8 @@ def copy_engine_ceiling(nbytes: int = 256 << 20, reps: int = 10, device="cuda") 
     load = pcie_under_load(keep_link_busy)
     med = statistics.median(times)
     buf.close()
-    return {
-        "bytes": nbytes,
-        "reps": reps,
-        "seconds": times,
-        "median_s": med,
-        "gbps": nbytes / med / 1e9,
-        "verified": ok,
-        "pinned": buf.describe(),
-        **load,
-    }
+    return {"bytes": nbytes, "reps": reps, "seconds": times, "median_s": med, "gbps": nbytes / med / 1e9,
+            "verified": ok, "pinned": buf.describe(), **load}  # fmt: skip
 
 
 def reps_for(target_s: float, est_s: float, lo: int, hi: int) -> int:

@@ -5,6 +5,6 @@ pull-request texts), rendered from the result documents.
     python -m report --check               # exit 1 when a committed page is not the rendering of the JSON
     python -m report.compare               # upstream vs decode_gather per (regime, layers, n); stdlib only
 
-``model`` turns the documents (``suite.results``) into figures, ``words`` chooses every word that
-states a conclusion, ``render`` lays them out with the jinja2 templates in ``report/templates/``.
+``model`` turns the documents into views, ``words`` chooses every word of a conclusion, ``render`` lays them
+out with the jinja2 templates in ``report/templates/``.
 """

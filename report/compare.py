@@ -4,14 +4,10 @@
     python -m report.compare --device h200    # one device
     python -m report.compare --csv            # the same rows as CSV, on stdout
 
-A thin layer over the store (``results/<device>/bench.json``, :mod:`report.benchmarks`): the
-times are pytest-benchmark's own medians of each kernel (device clock) in µs per layer (per step for the
-decode step): ``pytest-benchmark compare FILE --group-by=param:regime,param:layers,param:n`` prints the
-same medians per round, the whole graph of ``layers`` layers (:data:`UNITS`); the columns added are the
-case's paired alternating-rounds result measured in the same session:
-ratio = upstream / tma (> 1: tma faster), the A/A spread and the verdict (a tie within the spread,
-:mod:`suite.stats`). A device whose only run predates the pytest-benchmark store shows that run's paired
-medians instead, and says so. Stdlib only: nox runs it in its own Python.
+A thin layer over the store (``results/<device>/bench.json``, :class:`suite.models.BenchRun`): pytest-benchmark's
+own medians of each kernel in µs per layer (per step for the decode step; ``pytest-benchmark compare`` prints
+one round, the whole graph: :data:`UNITS`), beside the case's paired result measured in the same session (its
+:class:`suite.stats.Comparison`: ratio upstream / tma, A/A spread, verdict). Stdlib only.
 """
 
 from __future__ import annotations
@@ -24,8 +20,8 @@ from pathlib import Path
 from suite import results
 from suite.models import BenchRun
 from suite.kernels import AA, BASE, CANDIDATE
-from report import benchmarks
-from report.gather import decode_step_view, gather_row, regime_key
+from report.gather import decode_step_view, gather_row
+from suite.geometry import regime_key
 
 COLUMNS = ("regime", "layers", "n", "upstream µs", "upstream_aa µs", "tma µs", "paired upstream/tma", "A/A spread",
            "verdict")  # fmt: skip
@@ -44,11 +40,15 @@ def records(bench: BenchRun) -> list[tuple]:
     """The rows as figures, numerically ordered by (regime, layers, n); the decode step last (n: misses per step)."""
     rows = sorted((gather_row(r) for r in bench.gather),
                   key=lambda r: (regime_key(r["regime"]), r["layers"], r["n"]))  # fmt: skip
-    out = [(r["regime"], r["layers"], r["n"], *_times(r), r["ratio"], r["spread"], r["verdict"]) for r in rows]
+    out = [(r["regime"], r["layers"], r["n"], *_times(r), *_decided(r["ratio"])) for r in rows]
     s = decode_step_view(bench)
     if s:
-        out.append(("decode step", s["layers"], s["misses_per_step"], *_times(s), s["ratio"], s["spread"], s["verdict"]))
+        out.append(("decode step", s["layers"], s["misses_per_step"], *_times(s), *_decided(s["ratio"])))
     return out
+
+
+def _decided(c) -> tuple:
+    return c.ratio, c.aa_spread, c.verdict
 
 
 def cells(rec: tuple) -> list[str]:
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", action="store_true", help="CSV on stdout (device first) instead of the tables")
     args = ap.parse_args(argv)
     base = args.results or results.root()
-    found = {slug: benchmarks.load(slug, base) for slug in args.device or results.devices(base)}
+    found = {slug: BenchRun.load(slug, base) for slug in args.device or results.devices(base)}
     benches = {slug: doc for slug, doc in found.items() if doc and (doc.gather or doc.decode_step)}
     if not benches:
         print(f"[compare] no benchmark run under {base} for {', '.join(found) or 'any device'}", file=sys.stderr)

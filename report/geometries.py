@@ -13,7 +13,7 @@ from typing import Any
 
 from suite.kernels import Kernel
 from suite.models import SeriesBench, SeriesGeometry
-from suite.stats import verdict
+from suite.stats import Comparison
 from report import words
 
 #: auto's INFO line: "speed vs <default>: <candidate> <x>x, ...; A/A bar <x>x"
@@ -36,10 +36,9 @@ def auto_speeds(line: str | None) -> dict[str, Any] | None:
 
 
 def geometry_row(g: SeriesGeometry, r: Any) -> dict[str, Any]:
-    ratio = r.ratio.get(Kernel.TMA)
     return {"model": g.model, "n": r.n, "regime": r.regime, "upstream_us": r.median_us.get(Kernel.UPSTREAM),
-            "gbps": r.gbps.get(Kernel.UPSTREAM), "ratio": ratio, "spread": r.aa_spread,
-            "verdict": verdict(ratio, r.aa_spread), "verified": r.verified}  # fmt: skip
+            "gbps": r.gbps.get(Kernel.UPSTREAM), "ratio": r.ratio.get(Kernel.TMA) or Comparison(),
+            "verified": r.verified}  # fmt: skip
 
 
 def geometry_view(g: SeriesGeometry) -> dict[str, Any]:
@@ -56,9 +55,9 @@ def verdict_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for n in sorted({r["n"] for r in rows}):
         sel = [r for r in rows if r["n"] == n]
-        counts = {v: sum(r["verdict"] == v for r in sel) for v in words.VERDICTS}
+        counts = {v: sum(r["ratio"].verdict == v for r in sel) for v in words.VERDICTS}
         out.append({"n": n, "rows": len(sel), "counts": {v: c for v, c in counts.items() if c},
-                    "slower": [r for r in sel if r["verdict"] == "slower"]})  # fmt: skip
+                    "slower": [r for r in sel if r["ratio"].verdict == "slower"]})  # fmt: skip
     return out
 
 
@@ -115,39 +114,26 @@ def geometries_view(doc: SeriesBench) -> dict[str, Any]:
     """The view of a ``--model`` run (``doc.geometries`` set)."""
     geos = [geometry_view(g) for g in doc.geometries or []]
     rows = [r for g in geos for r in g["rows"] if r["regime"] == (doc.decides or r["regime"])]
+    slower = [r for r in rows if r["ratio"].verdict == "slower"]
     verified = doc.verified or {}
     return {
-        "doc": doc,
-        "format": "geometries",
-        "args": doc.args,
-        "tma_ring": doc.tma_ring,
-        "geometries": geos,
-        "measured": [g for g in geos if g["rows"]],
-        "skipped": [g for g in geos if not g["rows"]],
+        "doc": doc, "args": doc.args, "tma_ring": doc.tma_ring, "geometries": geos,
+        "measured": [g for g in geos if g["rows"]], "skipped": [g for g in geos if not g["rows"]],
         "decides": doc.decides,
-        "counts": verdict_counts(rows),
-        "slower": [r for r in rows if r["verdict"] == "slower"],
-        "slower_ns": sorted({r["n"] for r in rows if r["verdict"] == "slower"}),
-        "rows_total": len(rows),
-        "auto": auto_summary(geos),
+        "counts": verdict_counts(rows), "slower": slower, "slower_ns": sorted({r["n"] for r in slower}),
+        "rows_total": len(rows), "auto": auto_summary(geos),
         "rings": ring_view(doc.ring_choice or ring_choice(doc.geometries or [], doc.tma_ring)),
-        "replays": verified.get("replays"),
-        "copies": verified.get("copies"),
-        "wrong": len(doc.failures),
+        "replays": verified.get("replays"), "copies": verified.get("copies"), "wrong": len(doc.failures),
         "errors": doc.errors or [],
-        "losses": [{**{k: r[k] for k in ("n", "ratio", "spread")}, "where": f"the series' benchmark, {r['model']}"}
-                   for r in rows if r["verdict"] == "slower"],
+        "losses": [{"n": r["n"], "ratio": r["ratio"], "where": f"the series' benchmark, {r['model']}"} for r in slower],
     }
 
 
-def first_geometry_ratios(view: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """{n: {ratio, spread, verdict}} of the run's first geometry (the default one: what a run of another
-    ``--model`` run of the same tree compares with), decode regime."""
+def first_geometry_ratios(view: dict[str, Any]) -> dict[int, Comparison]:
+    """{n: Comparison} of the run's first geometry (the default one: what a run of another ``--model`` run of
+    the same tree compares with), decode regime."""
     geos = view["measured"]
-    if not geos:
-        return {}
-    return {r["n"]: {"ratio": r["ratio"], "spread": r["spread"], "verdict": r["verdict"]}
-            for r in geos[0]["rows"] if r["regime"] == "decode"}  # fmt: skip
+    return {r["n"]: r["ratio"] for r in geos[0]["rows"] if r["regime"] == "decode"} if geos else {}
 
 
 def pasted_markdown(path: Path, generated_at: str | None = None) -> dict[str, Any] | None:

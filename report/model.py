@@ -1,9 +1,6 @@
-"""The report's model: the result documents (:mod:`suite.results`) turned into what the templates lay out.
-
-Nothing here writes Markdown. :func:`context` assembles, per device, the views of :mod:`report.gather`
-(the benchmark, read from its store by :mod:`report.benchmarks`), :mod:`report.views` (the other
-documents) and :mod:`report.repeats` (earlier runs of the same tree), and the series (:mod:`report.series`).
-"""
+"""The report's model: :func:`context` assembles, per device, the views of :mod:`report.gather` (the benchmark),
+:mod:`report.views` (the other documents) and :mod:`report.repeats` (earlier runs of the same tree), and the
+series (:mod:`report.series`): what the templates lay out (nothing here writes Markdown)."""
 
 from __future__ import annotations
 
@@ -12,25 +9,15 @@ from typing import Any, Mapping
 
 from freetoken_overlay.series import series_hash
 from suite.results import machine_line
-from report import benchmarks
 from report.gather import decode_step_view, gather_view, targets_view
 from report.geometries import pasted_markdown
 from report.repeats import current_ratios, decode_losses, repeats_view
 from report.series import commit_adding, pull_requests, series_commits, series_footprint
-from report.views import (
-    auto_view,
-    sweep_view,
-    gpu_view,
-    contention_view,
-    e2e_view,
-    sanitize_view,
-    sass_view,
-    step_pdl_view,
-    series_bench_view,
-)
+from report.views import (auto_view, contention_view, e2e_view, gpu_view, sanitize_view, sass_view, series_bench_view,
+                          step_pdl_view, sweep_view)  # fmt: skip
 from suite import results
 from suite.commands import MEASUREMENTS
-from suite.models import MODELS, Document, Model
+from suite.models import MODELS, BenchRun, Document, Model
 
 
 def machine_of(docs: Mapping[str, Model], tree: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -42,13 +29,6 @@ def machine_of(docs: Mapping[str, Model], tree: str | None = None) -> tuple[dict
     return {}, {}
 
 
-#: what each kind of document is, in the words of the pages
-RUN_WORDS = {"bench": "the project benchmark (per-layer gather, decode step)", "step_pdl": "the decode-step breakdown",
-             "series_bench": "the series' benchmark", "e2e": "end to end", "sweep": "the ceiling sweep",
-             "contention": "the two-GPU run", "gpu": "the GPU tier", "sanitize": "the sanitizers",
-             "auto_stability": "auto's stability runs"}  # fmt: skip
-
-
 def runs_by_tree(docs: Mapping[str, Model], series: str | None) -> dict[str, Any]:
     """Which patched tree each run is of. The current tree is that of the runs of ``series`` (the series in
     patches/, by its hash): runs of it are ``current``, runs of any other tree ``older`` (not re-run on
@@ -58,8 +38,8 @@ def runs_by_tree(docs: Mapping[str, Model], series: str | None) -> dict[str, Any
     out: dict[str, Any] = {"tree": tree[:12] if tree else None, "full": tree, "series": series,
                            "current": [], "older": []}  # fmt: skip
     for kind, doc in docs.items():
-        if kind in RUN_WORDS and doc.tree:
-            run = {"kind": kind, "what": RUN_WORDS[kind], "tree": doc.tree[:12],
+        if MEASUREMENTS[kind].words and doc.tree:
+            run = {"kind": kind, "what": MEASUREMENTS[kind].words, "tree": doc.tree[:12],
                    "series": (doc.provenance or {}).get("series_hash")}  # fmt: skip
             out["current" if doc.tree == tree else "older"].append(run)
     return out
@@ -67,14 +47,14 @@ def runs_by_tree(docs: Mapping[str, Model], series: str | None) -> dict[str, Any
 
 def models_of(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, Document]:
     """The device's documents (:func:`suite.results.load_device`) as their models (the kinds that have one)."""
-    return {kind: MODELS[kind].from_doc(doc) for kind, doc in raw.items() if kind in MODELS}
+    return {kind: MODELS[kind].from_doc(doc) for kind, doc in raw.items() if kind in MODELS and kind != "bench"}
 
 
 def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, Any]:
     """One device's views, from its documents under ``base``; ``series`` (the pages' series hash) decides
     which runs are of the current tree (:func:`runs_by_tree`)."""
     raw = results.load_device(slug, base)
-    bench = benchmarks.load(slug, docs=raw)  # the store's rows, from the documents read once
+    bench = BenchRun.load(slug, docs=raw)  # the store's rows, from the documents read once
     docs: dict[str, Model] = {**({"bench": bench} if bench else {}), **models_of(raw)}
     trees = runs_by_tree(docs, series)
     machine, prov = machine_of(docs, trees["full"])
@@ -82,46 +62,33 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
     gpus = MEASUREMENTS["contention"].gpus
     gather = gather_view(bench)
     png = (base / slug / MEASUREMENTS["sweep"].file).with_suffix(".png")
-    ceiling = sweep_view(
-        docs.get("sweep"), png.relative_to(base).as_posix() if png.is_file() else None, gather["ring"] if gather else None
-    )
+    ceiling = sweep_view(docs.get("sweep"), png.relative_to(base).as_posix() if png.is_file() else None,
+                         gather["ring"] if gather else None)  # fmt: skip
     bench_prov = bench.provenance if bench else {}
     ubench = series_bench_view(docs.get("series_bench"))
     current = current_ratios(gather, ubench)
     repeats = repeats_view(base, slug, docs, current)
     return {
-        "slug": slug,
-        "name": f"{gpus} x {name}" if slug.endswith(f"x{gpus}") else name,
+        "slug": slug, "name": f"{gpus} x {name}" if slug.endswith(f"x{gpus}") else name,
         "machine": machine_line({**machine, **{k: v for k, v in prov.items() if v}}),
         "link": machine.get("pcie_gen_under_load") or machine.get("pcie_gen_current"),
         "series": bench_prov.get("series_hash") or machine.get("series_hash"),
-        "readme": (base / slug / "README.md").is_file(),
-        "history": (base / slug / results.HISTORY).is_dir(),
-        "gather": gather,
-        "step": decode_step_view(bench),
-        "ceiling": ceiling,
-        "series_bench": ubench,
+        "readme": (base / slug / "README.md").is_file(), "history": (base / slug / results.HISTORY).is_dir(),
+        "gather": gather, "step": decode_step_view(bench), "ceiling": ceiling, "series_bench": ubench,
         "series_markdown": pasted_markdown((base / slug / MEASUREMENTS["series_bench"].file).with_suffix(".md"),
                                            ubench["doc"].generated_at if ubench else None),
-        "step_pdl": step_pdl_view(docs.get("step_pdl"), gather),
-        "contention": contention_view(docs.get("contention")),
-        "conformance": gpu_view(docs.get("gpu")),
-        "sanitizer": sanitize_view(docs.get("sanitize")),
-        "targets": targets_view(gather, ceiling),
-        "e2e": e2e_view(docs.get("e2e")),
-        "auto": auto_view(docs.get("auto_stability")),
-        "trees": trees,
-        "repeats": repeats,
+        "step_pdl": step_pdl_view(docs.get("step_pdl")), "contention": contention_view(docs.get("contention")),
+        "conformance": gpu_view(docs.get("gpu")), "sanitizer": sanitize_view(docs.get("sanitize")),
+        "targets": targets_view(gather, ceiling), "e2e": e2e_view(docs.get("e2e")),
+        "auto": auto_view(docs.get("auto_stability")), "trees": trees, "repeats": repeats,
         "losses": _losses(current, repeats, ubench),
-    }
+    }  # fmt: skip
 
 
-def _losses(
-    current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict[str, Any] | None
-) -> list[dict[str, Any]]:
-    """Every decode-regime figure where tma is slower beyond A/A (:func:`decode_losses`); of a ``--model``
-    run of the series' benchmark, every geometry's (named), not only the first's."""
-    if not ubench or ubench["format"] != "geometries":
+def _losses(current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict[str, Any] | None) -> list[Any]:
+    """Every decode-regime figure where tma is slower beyond A/A (:func:`decode_losses`); of the series'
+    benchmark, every geometry's (named), not only the first's."""
+    if not ubench:
         return decode_losses(current, repeats)
     return decode_losses({**current, "series_bench": {}}, repeats) + ubench["losses"]
 
@@ -133,13 +100,10 @@ def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
     devices = [device_view(slug, base, series) for slug in results.devices(base)]
     commits = series_commits(patches)
     return {
-        "devices": devices,
-        "measured": [d for d in devices if d["gather"]],
-        "sass": sass_view(results.load("sass", base=base)),
-        "commits": commits,
+        "devices": devices, "measured": [d for d in devices if d["gather"]], "series_hash": series,
+        "sass": sass_view(results.load("sass", base=base)), "commits": commits,
         "sass_test": commit_adding(commits, "tests/kernels/test_bulk_copy_sass.py"),
         "footprint": series_footprint(patches),
         "prs": [{"number": i, "commits": part, "footprint": series_footprint(patches, {c["number"] for c in part})}
-                for i, part in enumerate(pull_requests(commits), 1)],  # fmt: skip
-        "series_hash": series,
-    }
+                for i, part in enumerate(pull_requests(commits), 1)],
+    }  # fmt: skip

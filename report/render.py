@@ -9,6 +9,7 @@ import jinja2
 
 from suite import commands
 from suite.geometry import fmt_bytes
+from report import words
 from report.model import context
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -25,10 +26,12 @@ def num(x: Any, digits: int = 2, unit: str = "") -> str:
 
 
 def ratio(x: Any) -> str:
-    return num(x, 3)
+    """A ratio, or a :class:`suite.stats.Comparison`'s, to 3 decimals."""
+    return num(getattr(x, "ratio", x), 3)
 
 
-def spread(x: Any, digits: int = 3) -> str:
+def pm(x: Any, digits: int = 3) -> str:
+    """A noise figure as ``±x`` (the A/A spread)."""
     return "–" if x is None else "±" + num(x, digits)
 
 
@@ -44,25 +47,22 @@ def ns(xs: Any) -> str:
     return ", ".join(str(x) for x in xs)
 
 
-FILTERS = {"num": num, "ratio": ratio, "spread": spread, "bytes": nbytes, "pct": pct, "ns": ns}
+FILTERS = {"num": num, "ratio": ratio, "pm": pm, "bytes": nbytes, "pct": pct, "ns": ns, **words.FILTERS}
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )  # fmt: skip
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True, trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)  # fmt: skip
     env.filters.update(FILTERS)
-    env.globals["cmd"] = commands  # every command a page prints
-    env.globals["measure"] = commands.MEASUREMENTS  # every measurement by its name (its session, command, file)
+    # every command a page prints, and every measurement by its name (its session, command, file)
+    env.globals.update(cmd=commands, measure=commands.MEASUREMENTS)
     return env
 
 
 def render(base: Path, patches: Path | None = None) -> dict[str, str]:
     """{page name: text} of the three pages, from the documents under ``base`` and the series in
     ``patches`` (default: the checkout's patches/)."""
-    env = environment()
-    ctx = context(base, patches)
+    env, ctx = environment(), context(base, patches)
     return {name: _tidy(env.get_template(t).render(ctx)) for name, t in PAGES.items()}
 
 

@@ -13,29 +13,20 @@ from suite.models import BenchRun, Model, SeriesBench
 from report.gather import gather_view, main_rows
 from report.geometries import first_geometry_ratios
 from report.views import series_bench_view
-from suite.kernels import Kernel
+from suite.stats import Comparison
 
 
-def bench_decode_ratios(gather: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
-    """{n: {ratio, spread, verdict}} of tma against upstream's default kernel in the decode regime of
-    one project benchmark run: its :func:`gather_view` (the largest graph per n)."""
-    if not gather:
-        return {}
-    rows = [r for r in gather["all_rows"] if r["regime"] == "decode"]
-    return {r["n"]: {"ratio": r["ratio"], "spread": r["spread"], "verdict": r["verdict"]} for r in main_rows(rows)}
+def bench_decode_ratios(gather: dict[str, Any] | None) -> dict[int, Comparison]:
+    """{n: Comparison} of tma against upstream's default kernel in the decode regime of one project benchmark
+    run: its :func:`gather_view` (the largest graph per n)."""
+    rows = [r for r in (gather or {}).get("all_rows", []) if r["regime"] == "decode"]
+    return {r["n"]: r["ratio"] for r in main_rows(rows)}
 
 
-def series_decode_ratios(ubench: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
-    """{n: {ratio, spread, verdict}} of tma against upstream's default kernel in the decode regime of
-    one run of the series' benchmark: its :func:`series_bench_view` (the ``tma`` column; of a ``--model`` run,
-    its first geometry's)."""
-    if ubench and ubench.get("format") == "geometries":
-        return first_geometry_ratios(ubench)
-    if not ubench or Kernel.TMA not in ubench["names"]:
-        return {}
-    i = ubench["names"].index(Kernel.TMA)
-    return {r["n"]: {"ratio": r["cells"][i]["ratio"], "spread": r["spread"], "verdict": r["cells"][i]["verdict"]}
-            for r in ubench["rows"] if r["regime"] == "decode"}  # fmt: skip
+def series_decode_ratios(ubench: dict[str, Any] | None) -> dict[int, Comparison]:
+    """{n: Comparison} of tma against upstream's default kernel in the decode regime of one run of the series'
+    benchmark: its :func:`series_bench_view`'s first geometry."""
+    return first_geometry_ratios(ubench) if ubench else {}
 
 
 #: The runs a repeat table compares, with the words the report uses for them.
@@ -66,6 +57,7 @@ def _same_series_format(old: Any, doc: SeriesBench) -> SeriesBench | None:
 #: runs (suite.models.BenchRun), the series' benchmark's of the current schema and format.
 READERS = {"bench": lambda old, doc, name: BenchRun.read(old, name),
            "series_bench": lambda old, doc, name: _same_series_format(old, doc)}  # fmt: skip
+
 
 def repeats_view(
     base: Path, slug: str, docs: Mapping[str, Model], current: Mapping[str, dict[int, dict[str, Any]]]
@@ -100,20 +92,17 @@ def repeats_view(
 
 
 def decode_losses(
-    current: Mapping[str, dict[int, dict[str, Any]]], repeats: list[dict[str, Any]] | None = None
+    current: Mapping[str, dict[int, Comparison]], repeats: list[dict[str, Any]] | None = None
 ) -> list[dict[str, Any]]:
     """Every decode-regime figure where tma is slower beyond its run's A/A spread: in the
     current runs (``current``: {kind: its decode ratios}; the project benchmark's per-layer rows,
     the series' benchmark's ``tma`` column) and in the earlier runs of the same tree in ``repeats``
     (:func:`repeats_view`)."""
-    out = []
-    for kind, where in REPEAT_KINDS.items():
-        out += [{"n": n, "ratio": c["ratio"], "spread": c["spread"], "where": where}
-                for n, c in sorted(current.get(kind, {}).items()) if c["verdict"] == "slower"]  # fmt: skip
+    out = [{"n": n, "ratio": c, "where": where} for kind, where in REPEAT_KINDS.items()
+           for n, c in sorted(current.get(kind, {}).items()) if c.verdict == "slower"]  # fmt: skip
     for rep in repeats or []:
         for run in rep["runs"][1:]:
-            for n, c in sorted(run["ratios"].items()):
-                if c["verdict"] == "slower":
-                    out.append({"n": n, "ratio": c["ratio"], "spread": c["spread"],
-                                "where": f"an earlier run of {rep['where']} on the same tree (`{run['file']}`)"})  # fmt: skip
+            where = f"an earlier run of {rep['where']} on the same tree (`{run['file']}`)"
+            out += [{"n": n, "ratio": c, "where": where}
+                    for n, c in sorted(run["ratios"].items()) if c.verdict == "slower"]  # fmt: skip
     return out

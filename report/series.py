@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from freetoken_overlay.series import patch_files
+from suite.kernels import SWITCH_ENV, Kernel
 
 
 def series_commits(patches: Path | None = None) -> list[dict[str, Any]]:
@@ -29,7 +30,7 @@ def commit_adding(commits: list[dict[str, Any]], suffix: str) -> dict[str, Any] 
 
 
 #: the subject words of the first patch of the second pull request (``auto``, stacked on the first)
-SECOND_PR_STARTS = "FREETOKEN_DECODE_GATHER=auto"
+SECOND_PR_STARTS = f"{SWITCH_ENV}={Kernel.AUTO}"
 
 
 def pull_requests(commits: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -70,10 +71,6 @@ def series_footprint(patches: Path | None = None, numbers: Any = None) -> dict[s
         if f["new"]:
             f["added"], f["removed"] = f["added"] - f["removed"], 0
     rows = sorted(files.values(), key=lambda f: f["path"])
-    return {
-        "existing": [f for f in rows if f["path"] not in created],
-        "series": [f for f in rows if f["path"] in created and not f["new"]],
-        "new": [f for f in rows if f["new"]],
-        "added": sum(f["added"] for f in rows),
-        "removed": sum(f["removed"] for f in rows),
-    }
+    return {"existing": [f for f in rows if f["path"] not in created],
+            "series": [f for f in rows if f["path"] in created and not f["new"]], "new": [f for f in rows if f["new"]],
+            "added": sum(f["added"] for f in rows), "removed": sum(f["removed"] for f in rows)}  # fmt: skip

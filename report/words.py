@@ -1,36 +1,43 @@
-"""The report's vocabulary: every word that states a conclusion is chosen here, from the figures.
+"""The report's vocabulary: every word that states a conclusion is chosen here.
 
-One rule decides *faster*, *tie* and *slower* (:func:`suite.stats.verdict`): a ratio upstream/tma
-(> 1: decode_gather faster) within the A/A spread of its own run is a tie, above it faster, below it
-slower. The other words follow from that rule (what PDL did, whether a modelled effect is within the
-noise) or from a plain comparison of two figures as the pages print them (targets, gaps, status).
+*faster*, *tie* and *slower* are the verdicts the writers stored (:class:`suite.stats.Comparison`, by the
+rule it names); the words here restate them (:func:`within`, :func:`settled`) or compare two figures as the
+pages print them (targets, gaps, status). The jinja2 filters of the same names are these functions.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
-from suite.stats import stands_out, verdict
+from suite.stats import Comparison
 
 VERDICTS = ("faster", "tie", "slower", "n/a")
 
 
-def groups(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """``{verdict: [n, ...]}`` in the order faster, tie, slower, n/a (verdicts with no row left out)."""
+def groups(pairs: Iterable[tuple[Any, str]]) -> dict[str, list[Any]]:
+    """``{verdict: [n, ...]}`` of ``(n, verdict)`` pairs, in the order faster, tie, slower, n/a (verdicts with
+    no row left out)."""
     out: dict[str, list[Any]] = {v: [] for v in VERDICTS}
-    for r in rows:
-        out.setdefault(r["verdict"] or "n/a", []).append(r["n"])
+    for n, v in pairs:
+        out.setdefault(v or "n/a", []).append(n)
     return {v: ns for v, ns in out.items() if ns}
 
 
-def effect(ratio: float | None, spread: float | None) -> str:
-    """What a change did, from the ratio time without / time with it: helped, made no difference, hurt."""
-    return {"faster": "helped", "tie": "made no difference to", "slower": "hurt"}.get(verdict(ratio, spread), "n/a")
+def within(c: Comparison) -> str:
+    """Whether the ratio is inside the noise of its rule (a tie) or beyond it."""
+    return "within" if c.verdict == "tie" else "beyond"
 
 
-def within(ratio: float | None, spread: float | None) -> str:
-    """Whether ``ratio`` is inside the A/A spread (a tie) or beyond it."""
-    return "within" if verdict(ratio, spread) == "tie" else "beyond"
+def settled(c: Comparison) -> str:
+    """Whether a ratio of fresh-process runs stands out of the repeats' range (the rule ``repeats``)."""
+    if c.ratio is None or c.repeat_range is None:
+        return "n/a"
+    return "stands out of" if abs(c.ratio - 1.0) > c.repeat_range else "does not stand out of"
+
+
+def phrase(verdict: str) -> str:
+    """A verdict in a sentence: "a tie", else the verdict."""
+    return "a tie" if verdict == "tie" else verdict
 
 
 def met(ok: bool) -> str:
@@ -55,18 +62,5 @@ def above(value: float, point: float) -> str:
     return "above" if value > point else "below" if value < point else "at"
 
 
-def resolved(lo: float, hi: float) -> str:
-    """Whether a range of paired per-round ratios stays on one side of 1.0."""
-    return "resolved" if lo > 1 or hi < 1 else "not resolved: the range spans 1.0"
-
-
-#: how a probe's bank backing (gpukit.memory.BACKINGS) reads in the report
-PAGE_WORDS = {"hostbank": "FreeToken's HostBank pages (4 KiB)", "thp": "transparent 2 MiB pages",
-              "hugetlb": "hugetlbfs 2 MiB pages"}  # fmt: skip
-
-
-def e2e_settled(ratio: float | None, spreads: Iterable[float | None]) -> str:
-    """Whether an end-to-end tokens/s ratio (tma / upstream) stands out of the repeats' own noise
-    (suite.stats.stands_out: the end-to-end stand-in for an A/A spread)."""
-    out = stands_out(ratio, spreads)
-    return "n/a" if out is None else ("stands out of" if out else "does not stand out of")
+#: the words the templates take as filters
+FILTERS = {"within": within, "settled": settled, "phrase": phrase}

@@ -1,19 +1,17 @@
-"""The one table of measurements, and every other command the documentation, the report templates and
-the noxfile name.
+"""The one table of measurements, and every other command the documentation, the report and the noxfile name.
 
-Each measurement is one row of :data:`MEASUREMENTS` under one name, which is at once its nox session
-(``nox -s NAME``), its document kind (``suite.results.save(NAME, ...)``), its file stem
-(``results/<device>/[<folder>/]NAME.json``) and its schema id (``freetoken-decode-gather-NAME/<version>``,
-``_`` written ``-``); its command is ``python -m bench NAME`` where it is a module of ``bench/``
-(``bench/__main__.py``), else what its session runs. A command is an argument list (what nox runs) that
-prints as one shell line (what the docs and the report show), so the two cannot drift apart.
-Stdlib only: the noxfile imports this module from nox's own Python.
+Each measurement is one row of :data:`MEASUREMENTS` under one name, at once its nox session, its document
+kind (``suite.results.save(NAME, ...)``), its file stem and its schema id (``freetoken-decode-gather-NAME/<v>``);
+the row also names its model, its words on the pages, what its session needs and which module runs it. A
+command is an argument list (what nox runs) that prints as one shell line (what the pages show). Stdlib only.
 """
 
 from __future__ import annotations
 
 import shlex
 from typing import NamedTuple
+
+from suite.kernels import SWITCH_ENV
 
 SCHEMA_PREFIX = "freetoken-decode-gather-"
 #: ``nox -s gpu`` sets it to 1: the GPU tier then writes its ``gpu`` document (suite.results).
@@ -36,7 +34,8 @@ class Command(NamedTuple):
 
 
 class Measurement(NamedTuple):
-    """One measurement: its name (session, kind, file stem, schema), what runs it, where its document goes."""
+    """One measurement: its name (session, kind, file stem, schema), what runs it, where its document goes,
+    the model that reads it and what it is in the pages' words."""
 
     name: str
     args: tuple[str, ...]  # what its session runs, after ``python -m`` (``()``: no session, its writer is elsewhere)
@@ -49,19 +48,20 @@ class Measurement(NamedTuple):
     groups: tuple[str, ...] = ()  # pyproject.toml dependency groups its session adds
     env: tuple[tuple[str, str], ...] = ()  # variables its session sets
     note: str = ""
-    has_file: bool = True  # False: its writer names each file (experiments' probes)
-    gpu: bool = True  # its session needs a CUDA GPU (a ``gpu``-tagged session)
+    gpu: bool = True  # its session needs a CUDA GPU (a ``gpu``-tagged session); else it runs in the patched venv
     upstream_tests: bool = False  # its session also runs the series' upstream tests (again with JIT disabled)
+    model: str = ""  # the class of suite.models that reads its document
+    words: str = ""  # what a run of it is, in the pages' words
+    needs: str = ""  # the arguments its session refuses to run without (their usage; the first is checked)
+    entry: str = ""  # the module ``python -m bench NAME`` runs (default: bench.NAME)
 
     @property
     def schema(self) -> str:
         return f"{SCHEMA_PREFIX}{self.name.replace('_', '-')}/{self.version}"
 
     @property
-    def file(self) -> str | None:
-        """Its file under results/<device>/ (results/ when not per device); None: its writer names it."""
-        if not self.has_file:
-            return None
+    def file(self) -> str:
+        """Its file under results/<device>/ (results/ when not per device)."""
         return f"{self.folder}/{self.name}.json" if self.folder else f"{self.name}.json"
 
     @property
@@ -87,39 +87,46 @@ def _bench(name: str, *more: str) -> tuple[str, ...]:
 
 
 _TABLE = (
-    Measurement("gpu", ("pytest", "-rs", "conformance/gpu"), folder="conformance",
+    Measurement("gpu", ("pytest", "-rs", "conformance/gpu"), folder="conformance", model="Gpu", words="the GPU tier",
                 doc="GPU tier only: conformance/gpu + the series' upstream tests (again with FREETOKEN_DISABLE_JIT=1), summary into "
                     "results/<device>/conformance/gpu.json.",
                 env=((CONFORMANCE_SUMMARY_ENV, "1"),), note=f"{CONFORMANCE_SUMMARY_ENV}=1", upstream_tests=True),
-    Measurement("sanitize", ("conformance.gpu.run_sanitizer",), folder="conformance",
+    Measurement("sanitize", ("conformance.gpu.run_sanitizer",), folder="conformance", model="Sanitize",
+                words="the sanitizers",
                 doc="GPU: compute-sanitizer memcheck, racecheck and synccheck on a small eager and graph case."),
     #: pytest-benchmark times every kernel with the device clock; --bench-store saves its JSON as the store
     #: (results/<device>/bench.json, bench/conftest.py).
     Measurement("bench", ("pytest", "-rs", "bench/test_bench_gather.py", "--benchmark-timer=gpukit.timing.device_clock",
-                          "--bench-store"), version=2,
+                          "--bench-store"), version=2, model="BenchRun",
+                words="the project benchmark (per-layer gather, decode step)",
                 doc="GPU: pytest-benchmark over upstream, A/A, tma (+ copy engine), device clock, paired verdicts "
                     "-> results/<device>/bench.json."),
-    Measurement("sweep", _bench("sweep"), groups=("sweep",), note="--quick: ~1 min",
+    Measurement("sweep", _bench("sweep"), groups=("sweep",), note="--quick: ~1 min", model="Sweep",
+                words="the ceiling sweep",
                 doc="GPU: host->device ceiling sweep (copy engine, LDG grids, TMA rings) -> results/<device>/sweep.json + .png."),
-    Measurement("series_bench", _bench("series_bench"), note="the series' benchmark",
+    Measurement("series_bench", _bench("series_bench"), note="the series' benchmark", model="SeriesBench",
+                words="the series' benchmark",
                 doc="GPU: the series' benchmarks/bench_decode_gather.py (per-layer copy, A/A, verdicts) -> results/<device>/."),
-    Measurement("step_pdl", _bench("step_pdl"), note="decode-step breakdown and PDL A/B",
+    Measurement("step_pdl", _bench("step_pdl"), note="decode-step breakdown and PDL A/B", model="StepPdl",
+                words="the decode-step breakdown",
                 doc="GPU: decode-step breakdown and per-layer PDL A/B (upstream, tma, tma+PDL, upstream+PDL) "
                     "-> results/<device>/step_pdl.json."),
-    Measurement("contention", _bench("contention"), gpus=2, note="needs two GPUs",
+    Measurement("contention", _bench("contention"), gpus=2, note="needs two GPUs", model="Contention",
+                words="the two-GPU run",
                 doc="GPU x2: both GPUs gathering at once against each one's solo rate -> results/<device>x2/contention.json."),
     #: The end-to-end A/B through FreeToken's engine; ``--model PATH`` comes from the caller.
-    Measurement("e2e", _bench("e2e", "run"), note="needs --model PATH",
+    Measurement("e2e", _bench("e2e", "run"), note="needs --model PATH", model="E2E", words="end to end",
+                needs="--model CHECKPOINT_DIR [--slots K ... | --miss-rate R ...] [--repeats N]",
+                entry="bench.e2e.__main__",
                 doc="GPU: end-to-end A/B through FreeToken's engine, upstream vs tma (--auto adds auto), fresh process "
                     "per run: nox -s e2e -- --model PATH."),
     Measurement("auto_stability", _bench("auto_stability"), note="what auto chose in N fresh processes",
-                doc="GPU: what FREETOKEN_DECODE_GATHER=auto chose in fresh processes, and the probe's cost "
+                model="AutoStability", words="auto's stability runs",
+                doc=f"GPU: what {SWITCH_ENV}=auto chose in fresh processes, and the probe's cost "
                     "-> results/<device>/auto_stability.json."),
     Measurement("sass", ("conformance.sass", "--arch", "80,90,100,120", "--save", "--check"), per_device=False,
                 timestamped=False, version=2, gpu=False,
                 doc="Compile-only SASS gate of the patched kernel for sm_80..sm_120 -> results/sass.json (nvcc, no GPU)."),
-    #: experiments/harness.save: $OUT/<name per probe>, kept by hand under experiments/results/<device>/tree-<id>/
-    Measurement("probe", (), per_device=False, has_file=False, gpu=False),
 )  # fmt: skip
 
 #: every measurement by its name
@@ -127,8 +134,6 @@ MEASUREMENTS: dict[str, Measurement] = {m.name: m for m in _TABLE}
 
 #: The GPU sessions, in the order of a full run on a GPU machine.
 GPU_RUN = tuple(MEASUREMENTS[n] for n in ("gpu", "sanitize", "bench", "sweep", "series_bench", "step_pdl", "contention"))
-
-# --------------------------------------------------------------------------- the other commands
 
 #: ``nox -s gpu`` then runs the series' upstream tests again with FREETOKEN_DISABLE_JIT=1 (every kernel prebuilt).
 SERIES_NO_JIT = Command(None, ("pytest", "-rs"), note="FREETOKEN_DISABLE_JIT=1, the series' upstream tests")

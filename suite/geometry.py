@@ -22,15 +22,14 @@ from typing import NamedTuple
 #: replay; it decides) and ``replay`` (the same graph replayed).
 REGIMES = ("decode", "replay")
 
+
+def regime_key(name: str, order: tuple[str, ...] = REGIMES) -> int:
+    """Table order of a regime among ``order`` (one not in it goes last)."""
+    return order.index(name) if name in order else len(order)
+
+
 # Qwen3.6-35B-A3B MoE: the model the decode-gather proposal was measured on.
-MODEL = {
-    "name": "Qwen3.6-35B-A3B",
-    "hidden": 2048,
-    "intermediate": 512,
-    "experts": 256,
-    "top_k": 8,
-    "moe_layers": 40,
-}
+MODEL = {"name": "Qwen3.6-35B-A3B", "hidden": 2048, "intermediate": 512, "experts": 256, "top_k": 8, "moe_layers": 40}
 
 _ITEMSIZE = {"uint8": 1, "float8_e4m3fn": 1, "float32": 4, "bfloat16": 2, "float16": 2, "int32": 4}
 
@@ -123,9 +122,7 @@ class Ring(NamedTuple):
         parts = text.lower().split("x")
         if len(parts) != 3:
             raise ValueError(f"ring {text!r}: expected CTASxSTAGESxCHUNK, e.g. 16x4x8K")
-        chunk = parts[2]
-        mult = 1024 if chunk.endswith("k") else 1
-        return cls(int(parts[0]), int(parts[1]), int(chunk.rstrip("kb")) * mult)
+        return cls(int(parts[0]), int(parts[1]), int(parts[2].rstrip("kb")) * (1024 if parts[2].endswith("k") else 1))
 
 
 # Rings past the default 48 KiB of shared memory per block, which the kernel opts in to: FreeToken #751's
@@ -145,16 +142,11 @@ def align_up(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
-
-
 def fmt_bytes(n: float) -> str:
     """1024 -> '1 KiB', 1572864 -> '1.5 MiB', 1069056000 -> '1020 MiB'."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
-            if unit == "B" or abs(n) >= 100:
-                return f"{n:.0f} {unit}"
-            return f"{n:.3g} {unit}"
+            return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.3g} {unit}"
         n /= 1024
-    return f"{n} B"
 
 

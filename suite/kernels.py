@@ -1,4 +1,4 @@
-"""The one kernel vocabulary: the switch's own words (``FREETOKEN_DECODE_GATHER``, docs/decode-gather.md).
+"""The one kernel vocabulary: the switch, its words (docs/decode-gather.md) and the kernels' own names.
 
     Kernel.UPSTREAM        upstream's fast_index_copy_multi (the switch unset)
     Kernel.UPSTREAM_AA     the same kernel a second time: the A/A control
@@ -6,10 +6,9 @@
     Kernel.AUTO            the start-up probe keeps the faster (``auto``)
     Kernel.COPY_ENGINE     a cudaMemcpyAsync of the same bytes: the ceiling
 
-A :class:`Kernel` is a ``str`` (its word), so it is the key of every per-kernel map a document holds.
-What a variant launches with is a field, never a part of a label: :class:`Variant` holds the kernel
-and its ring (``tma``) or its blocks per bank (``upstream``); :func:`launched` reads both from the
-launcher the switch made (a ``functools.partial`` of the kernel's entry point). Stdlib only.
+A :class:`Kernel` is a ``str`` (its word), the key of every per-kernel map a document holds. What a variant
+launches with is a field, never part of a label: :class:`Variant` (the ring of ``tma``, the blocks per bank
+of ``upstream``), read from the switch's launcher by :func:`launched`. Stdlib only.
 """
 
 from __future__ import annotations
@@ -19,6 +18,16 @@ import enum
 from typing import Any
 
 from suite.geometry import Ring
+
+#: The switch (unset: upstream; ``tma``, ``auto``) and its ring override (``<ctas>x<stages>x<chunk_bytes>``).
+SWITCH_ENV = "FREETOKEN_DECODE_GATHER"
+RING_ENV = SWITCH_ENV + "_RING"
+#: The kernels' own names (JIT modules, profiler traces, the caches' logs): upstream's and the series'.
+UPSTREAM_KERNEL = "fast_index_copy_multi"
+TMA_KERNEL = "decode_gather"
+#: The attributes of freetoken's kernel modules that build (and cache) each kernel's JIT module.
+UPSTREAM_FACTORY = f"_jit_{UPSTREAM_KERNEL}_module"
+TMA_FACTORY = f"{TMA_KERNEL}_module"
 
 
 class Kernel(str, enum.Enum):
@@ -30,6 +39,11 @@ class Kernel(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The switch as this kernel's cache is built with it (upstream: unset)."""
+        return {SWITCH_ENV: self.value} if self in (Kernel.TMA, Kernel.AUTO) else {}
 
 
 #: the paired rounds' roles: the base, its A/A control, the series' candidate
@@ -51,12 +65,12 @@ class Variant:
 
 
 def launched(launch: Any, default_blocks_per_bank: int | None) -> Variant:
-    """The variant a launcher of the switch runs (``AutoChoice.launch``): a partial of decode_gather's entry
-    with its ring's ``ctas``, ``stages``, ``chunk_bytes``, or of fast_index_copy_multi's with its
-    ``blocks_per_bank``; None: the cache's own fast_index_copy_multi at ``default_blocks_per_bank``."""
+    """The variant a launcher of the switch runs (``AutoChoice.launch``): a partial of the series' kernel's entry
+    with its ring's ``ctas``, ``stages``, ``chunk_bytes``, or of upstream's with its ``blocks_per_bank``; None:
+    the cache's own upstream kernel at ``default_blocks_per_bank``."""
     keywords = getattr(launch, "keywords", None) or {}
     if launch is not None and {"ctas", "stages", "chunk_bytes"} <= set(keywords):
         return Variant(Kernel.TMA, ring=Ring(keywords["ctas"], keywords["stages"], keywords["chunk_bytes"]))
     if launch is not None and "blocks_per_bank" not in keywords:
-        raise ValueError(f"launcher {launch!r}: neither a decode_gather ring nor a fast_index_copy_multi grid")
+        raise ValueError(f"launcher {launch!r}: neither a {TMA_KERNEL} ring nor a {UPSTREAM_KERNEL} grid")
     return Variant(Kernel.UPSTREAM, blocks_per_bank=keywords.get("blocks_per_bank", default_blocks_per_bank))

@@ -1,9 +1,5 @@
-"""The one logging configuration of every script here (``python -m bench NAME``, the conformance and
-experiments scripts): INFO and up, ``[logger] message`` on stderr. Stdlib only.
-
-    from suite.log import configure
-    configure()              # at the top of a script's main(), before its first message
-"""
+"""The one logging configuration of every script here (``configure()`` at the top of its ``main``): INFO and up,
+``[logger] message`` on stderr. Stdlib only."""
 
 from __future__ import annotations
 

@@ -1,32 +1,12 @@
-"""Where results go: the result kinds, their files ``results/<device>/<file>``, the device slug, the
-provenance, and the one writer and reader of result documents.
+"""Where results go (``results/<device>[x<gpus>]/[<folder>/]<name>.json`` for each measurement of
+:data:`suite.commands.MEASUREMENTS`; ``sass.json`` has no device), the device slug, the provenance, and the
+one writer (:func:`save`) and reader (:func:`load`) of result documents.
 
-    from suite import results
-    path = results.save("step_pdl", machine=machine_info(), args=..., decode_step=...)
-    doc = results.load("step_pdl", "h200")          # None when missing
-
-The measurements (:data:`suite.commands.MEASUREMENTS`: one name for each, its kind here) and their files
-``<device>/[<folder>/]<name>.json``: ``gpu`` (``conformance/gpu.json``, ``conformance/gpu`` with
-``CONFORMANCE_SUMMARY=1``), ``sanitize`` (``conformance/sanitize.json``), ``bench`` (pytest-benchmark's own JSON
-with this schema id and the provenance at the top, ``bench/test_bench_gather.py --bench-store``), ``sweep``
-(``sweep.json`` and ``sweep.png``), ``series_bench``, ``step_pdl``, ``contention`` (``<device>x2/``, two GPUs),
-``e2e``, ``auto_stability``; ``sass`` (``sass.json``, no device); ``probe`` (no file of its own:
-``experiments/harness.save`` names each probe's file, committed by hand under ``experiments/results/``).
-
-Every document starts with its schema id, the time it was made (not for ``sass``, which must
-re-render byte-identical), its provenance and, where given, the machine; machine paths are
-scrubbed. A document is written whole by one run: nothing here reads a file back to merge into it.
-The document a run replaces is moved, not lost: to ``<device>/history/<tree-id>/<file stem>.<N>.json``
-(:func:`supersede`, which refuses to overwrite a kept file); the report reads the earlier runs there.
-
-The device slug (``NVIDIA H200`` -> ``h200``) is resolved once per process: ``$FT_RESULTS_DEVICE``,
-else the name of CUDA device 0 (torch is imported only then), else ``unknown``. The root is
-``$FT_RESULTS_DIR`` or the checkout's ``results/``.
-
-Provenance: the series hash of the freetoken that ran, from the installed wheel's version
-``<version>+dg.<series>`` (else the checkout's ``patches/``; ``series_from`` says which), and, when
-``.work/upstream`` holds that series, its patched tree id and ``git patch-id --stable`` (ids a
-commit-message edit does not change).
+Every document starts with its schema id, the time it was made (not ``sass``, which must re-render
+byte-identical), its provenance and the machine; machine paths are scrubbed. A document is written whole
+by one run; the one it replaces is moved, not lost: to ``<device>/history/<tree-id>/<stem>.<N>.json``
+(:func:`supersede`, which never overwrites a kept file). The device slug (``NVIDIA H200`` -> ``h200``) is
+``$FT_RESULTS_DEVICE``, else CUDA device 0's name, else ``unknown``; the root ``$FT_RESULTS_DIR`` or ``results/``.
 """
 
 from __future__ import annotations
@@ -46,9 +26,6 @@ from suite.commands import MEASUREMENTS
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ROOT_ENV = "FT_RESULTS_DIR"
 DEVICE_ENV = "FT_RESULTS_DEVICE"
-
-
-# --------------------------------------------------------------------------- where
 
 
 def root() -> Path:
@@ -90,14 +67,9 @@ def path(kind: str, device: str | None = None, out_dir: str | os.PathLike | None
     """The file of ``kind`` for ``device`` (this machine's by default); ``out_dir`` takes the file
     (its base name) somewhere else instead, e.g. a dry run's temporary directory."""
     k = MEASUREMENTS[kind]
-    if k.file is None:
-        raise ValueError(f"{kind!r} documents are named by their writer (no results/ path)")
     if out_dir is not None:
         return Path(out_dir) / Path(k.file).name
     return (device_dir(device, k.gpus) if k.per_device else root()) / k.file
-
-
-# --------------------------------------------------------------------------- provenance
 
 
 def _git(repo: Path, *args: str, stdin: str | None = None) -> str | None:
@@ -170,9 +142,6 @@ def provenance() -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- documents
-
-
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
@@ -190,27 +159,28 @@ def document(kind: str, *, machine: dict[str, Any] | None = None, **fields: Any)
     return scrub(doc)
 
 
-def save(
-    kind: str,
-    *,
-    machine: dict[str, Any] | None = None,
-    device: str | None = None,
-    out_dir: str | os.PathLike | None = None,
-    keep_replaced: bool = True,
-    **fields: Any,
-) -> Path:
-    """Write a new document of ``kind`` to :func:`path` (``device`` defaults to the machine's slug); the
-    document it replaces goes to the history first (:func:`supersede`), unless ``keep_replaced`` is False:
-    a run that saves as it goes replaces only its own earlier save (it kept the one before it at its start)."""
-    device = device or (machine or {}).get("device_slug")
-    target = path(kind, device, out_dir)
+def save(kind: str, *, machine: dict[str, Any] | None = None, device: str | None = None,
+         out_dir: str | os.PathLike | None = None, keep_replaced: bool = True, markdown: str | None = None,
+         **fields: Any) -> Path:  # fmt: skip
+    """The one writer of our documents: a new document of ``kind`` to :func:`path` (``device`` defaults to the
+    machine's slug) and, with ``markdown``, that text beside it (``.md``), its first line an HTML comment naming
+    the document's run and provenance (invisible once pasted). What each file replaces goes to the history
+    first (:func:`supersede`), unless ``keep_replaced`` is False: a run that saves as it goes replaces only its
+    own earlier save (it kept the one before it at its start). Returns the document's path."""
+    target = path(kind, device or (machine or {}).get("device_slug"), out_dir)
     doc = document(kind, machine=machine, **fields)
-    if keep_replaced:
-        supersede(kind, target, doc)
-    return write_json(target, doc)
+    files = {target: _dumps(doc)}
+    if markdown is not None:
+        p = doc["provenance"]
+        head = (f"<!-- {target.name} of {doc.get('generated_at')}: series {p.get('series_hash')} "
+                f"({p.get('series_from')}), tree {p.get('tree')}, patch-id {p.get('patch_id')} -->")  # fmt: skip
+        files[target.with_suffix(".md")] = head + "\n" + markdown
+    for file, text in files.items():
+        if keep_replaced:
+            supersede(kind, file, text)
+        _write(file, text)
+    return target
 
-
-# --------------------------------------------------------------------------- history
 
 #: under a device's directory: ``history/tree-<tree id>/<file>.<N>.json``, the documents a run replaced
 HISTORY = "history"
@@ -229,8 +199,6 @@ def history(kind: str, device: str | None = None, tree: str | None = None, base:
     """The documents of ``kind`` kept in ``<base>/<device>/history/tree-<tree>/`` (every tree's without
     ``tree``), in the order they were replaced."""
     k, base = MEASUREMENTS[kind], base or root()
-    if k.file is None:
-        return []
     rel = Path(k.file)
     home = (base / (device or device_dir(None, k.gpus).name)) if k.per_device else base
     folders = [home / HISTORY / f"tree-{tree[:12]}"] if tree else sorted((home / HISTORY).glob("*/"))
@@ -243,25 +211,22 @@ def _run_number(p: Path) -> int:
     return int(number) if number.isdigit() else 0
 
 
-def supersede(kind: str, target: Path, new: Any = None) -> Path | None:
-    """Move the document at ``target`` (a file of ``kind``) to the history of the directory it is in:
-    ``history/<tree-id>/<file stem>.<N><suffix>``, N one more than the last kept there. Nothing moves
-    when there is no file, or when it holds ``new`` already (a re-run that changed nothing). Returns
-    where it went (None: nothing moved). Never overwrites: :func:`move_new` refuses an existing file."""
+def supersede(kind: str, target: Path, new_text: str | None = None) -> Path | None:
+    """Move the file at ``target`` (a document of ``kind``, or the text saved beside it) to the history of the
+    directory it is in: ``history/<tree-id>/<file stem>.<N><suffix>``, N one more than the last kept there,
+    the tree the document's provenance names (a text's first line). Nothing moves when there is no file, or
+    when it holds ``new_text`` already (a re-run that changed nothing). Returns where it went (None: nothing
+    moved). Never overwrites: :func:`move_new` refuses an existing file."""
     if not target.is_file():
         return None
     old_text = target.read_text(errors="replace")
-    if new is not None and old_text == _dumps(new):
+    if new_text is not None and old_text == new_text:
         return None
-    rel = Path(MEASUREMENTS[kind].file or target.name)
+    rel = Path(MEASUREMENTS[kind].file).with_suffix(target.suffix)
     if not target.as_posix().endswith("/" + rel.as_posix()):
         rel = Path(target.name)  # out_dir: the base name only
     home = Path(target.as_posix()[: -len(rel.as_posix())])
-    try:
-        old = json.loads(old_text)
-    except ValueError:
-        old = None
-    folder = home / HISTORY / history_folder(old) / rel.parent
+    folder = home / HISTORY / _kept_under(old_text, target.suffix) / rel.parent
     n = max((_run_number(p) for p in folder.glob(f"{rel.stem}.*{rel.suffix}")), default=0) + 1
     return move_new(target, folder / f"{rel.stem}.{n}{rel.suffix}")
 
@@ -280,6 +245,18 @@ def move_new(src: Path, dst: Path) -> Path:
         return dst
     src.unlink()
     return dst
+
+
+def _kept_under(text: str, suffix: str) -> str:
+    """The history folder of a replaced file: its document's tree (:func:`history_folder`), a text's from the
+    provenance its first line names."""
+    if suffix != ".json":
+        tree = re.search(r", tree ([0-9a-f]{12})", text.partition("\n")[0])
+        return f"tree-{tree[1]}" if tree else "tree-unknown"
+    try:
+        return history_folder(json.loads(text))
+    except ValueError:
+        return history_folder(None)
 
 
 _SITE = re.compile(r"/[^\s\"':]*?/(site-packages|dist-packages)/")
@@ -307,13 +284,18 @@ def _dumps(doc: Any) -> str:
     return json.dumps(doc, indent=1, default=_json_default) + "\n"
 
 
-def write_json(target: Path, doc: Any) -> Path:
-    """Write ``doc`` as indented JSON, atomically (a temp file renamed over the target)."""
+def _write(target: Path, text: str) -> Path:
+    """Write ``text`` atomically (a temp file renamed over the target)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_text(_dumps(doc))
+    tmp.write_text(text)
     tmp.replace(target)
     return target
+
+
+def write_json(target: Path, doc: Any) -> Path:
+    """Write ``doc`` as indented JSON, atomically (a dry run's sample; documents go through :func:`save`)."""
+    return _write(target, _dumps(doc))
 
 
 def _json_default(o: Any) -> Any:
@@ -334,8 +316,6 @@ def load(kind: str, device: str | None = None, base: Path | None = None) -> dict
     """The document of ``kind`` in ``<base>/<device>/`` (``device``: a directory name such as ``h200x2``; by
     default this machine's), ``base`` defaulting to :func:`root`; None when missing."""
     k, base = MEASUREMENTS[kind], base or root()
-    if k.file is None:
-        return None
     if not k.per_device:
         return read_json(base / k.file)
     return read_json(base / (device or device_dir(None, k.gpus).name) / k.file)
@@ -351,12 +331,8 @@ def devices(base: Path | None = None) -> list[str]:
     """The directories of ``base`` (default :func:`root`) that hold at least one document, sorted."""
     here = base or root()
     files = {k.file for k in MEASUREMENTS.values() if k.per_device}
-    found = (
-        [d.name for d in here.iterdir() if d.is_dir() and any((d / f).is_file() for f in files)]
-        if here.is_dir()
-        else []
-    )
-    return sorted(found)
+    dirs = [d for d in (here.iterdir() if here.is_dir() else []) if d.is_dir()]
+    return sorted(d.name for d in dirs if any((d / f).is_file() for f in files))
 
 
 def machine_line(info: dict[str, Any]) -> str:
@@ -368,17 +344,9 @@ def machine_line(info: dict[str, Any]) -> str:
     gen = info.get("pcie_gen_under_load") or info.get("pcie_gen_current")
     width = info.get("pcie_width_under_load") or info.get("pcie_width_current")
     if gen:
-        parts.append(
-            f"PCIe Gen{gen} x{width}"
-            + (
-                f" (max Gen{info.get('pcie_gen_max')} x{info.get('pcie_width_max')})"
-                if info.get("pcie_gen_max")
-                else ""
-            )
-        )
+        most = f" (max Gen{info['pcie_gen_max']} x{info.get('pcie_width_max')})" if info.get("pcie_gen_max") else ""
+        parts.append(f"PCIe Gen{gen} x{width}{most}")
     labels = {"driver": "driver {}", "torch": "torch {} (CUDA " + str(info.get("torch_cuda")) + ")", "nvcc": "nvcc {}",
               "freetoken": "freetoken {}", "series_hash": "series {}"}  # fmt: skip
     parts += [label.format(info[key]) for key, label in labels.items() if info.get(key)]
-    if info.get("tree"):
-        parts.append(f"tree {info['tree'][:12]}")
-    return ", ".join(parts)
+    return ", ".join(parts + ([f"tree {info['tree'][:12]}"] if info.get("tree") else []))

@@ -8,15 +8,13 @@
         after_round=lambda i: check_caches(i),           # e.g. every variant left the same state
     )
     r.values["tma"]       # one timing per round
-    r.summary("tma")      # suite.stats.summarize_rounds: medians, speedup base/tma, A/A spread, verdict
+    r.summary("tma")      # suite.stats.paired_rounds: the Comparison of tma against upstream (rule "aa")
 
-A variant is a callable ``fn(round_index)`` returning the round's timing: a number, a list of numbers
-(several samples of one round; :attr:`Rounds.values` reduces them, by default to their median), or
-None (the round ran for its side effects; nothing to time). Every round runs every variant once:
-even rounds in the order given, odd rounds reversed (``order="fixed"`` keeps the order, or pass
+A variant is a callable ``fn(round_index)`` returning the round's timing: a number, a list of samples
+(:attr:`Rounds.values` reduces them, by default to their median), or None (nothing to time). Every round
+runs every variant once: even rounds in the order given, odd rounds reversed (``order="fixed"``, or
 ``order=fn(round_index, names) -> names``). The A/A control ``aa`` is a second instance of ``base``
-(another capture, another cache) measured in the same rounds: its spread against ``base`` is the
-noise that decides between faster, tie and slower (:mod:`suite.stats`).
+measured in the same rounds: its spread decides faster, tie and slower (:mod:`suite.stats`).
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import dataclasses
 import statistics
 from typing import Any, Callable, Mapping, Sequence
 
-from suite.stats import summarize_rounds
+from suite.stats import Comparison, paired_rounds
 
 Timing = float | Sequence[float] | None
 Order = str | Callable[[int, Sequence[str]], Sequence[str]]
@@ -40,6 +38,7 @@ class Rounds:
     base: str | None = None
     aa: str | None = None
     reduce: Callable[[Sequence[float]], float] = statistics.median
+    order: str = "alternate"  # the order the rounds ran in: alternate, fixed, or the callable's name
 
     @property
     def values(self) -> dict[str, list[float]]:
@@ -51,13 +50,14 @@ class Rounds:
                 out[name] = timed
         return out
 
-    def summary(self, candidate: str) -> dict[str, Any]:
-        """``candidate`` against ``base`` (and ``aa``): :func:`suite.stats.summarize_rounds`."""
+    def summary(self, candidate: str) -> Comparison:
+        """``candidate`` against ``base`` (and ``aa``): :func:`suite.stats.paired_rounds`."""
         if self.base is None:
             raise ValueError("run_rounds(..., base=...) names no baseline to compare against")
-        return summarize_rounds(self.values, candidate=candidate, base=self.base, aa=self.aa or "")
+        v = self.values
+        return paired_rounds(v.get(self.base, []), v.get(candidate, []), v.get(self.aa, []) if self.aa else [])
 
-    def summaries(self) -> dict[str, dict[str, Any]]:
+    def summaries(self) -> dict[str, Comparison]:
         """:meth:`summary` of every variant other than the baseline and its A/A control."""
         return {name: self.summary(name) for name in self.values if name not in (self.base, self.aa)}
 
@@ -76,17 +76,10 @@ def round_order(order: Order, index: int, names: Sequence[str]) -> tuple[str, ..
     raise ValueError(f"order={order!r}: expected 'alternate', 'fixed' or a callable")
 
 
-def run_rounds(
-    variants: Mapping[str, Callable[[int], Timing]],
-    rounds: int,
-    *,
-    base: str | None = None,
-    aa: str | None = None,
-    order: Order = "alternate",
-    before_round: Callable[[int], None] | None = None,
-    after_round: Callable[[int], None] | None = None,
-    reduce: Callable[[Sequence[float]], float] = statistics.median,
-) -> Rounds:
+def run_rounds(variants: Mapping[str, Callable[[int], Timing]], rounds: int, *, base: str | None = None,
+               aa: str | None = None, order: Order = "alternate", before_round: Callable[[int], None] | None = None,
+               after_round: Callable[[int], None] | None = None,
+               reduce: Callable[[Sequence[float]], float] = statistics.median) -> Rounds:  # fmt: skip
     """Run ``rounds`` rounds of every variant (see the module docstring); ``base`` and ``aa`` name the
     baseline and its A/A control among ``variants``."""
     names = list(variants)
@@ -108,4 +101,4 @@ def run_rounds(
         orders.append(this)
         if after_round is not None:
             after_round(index)
-    return Rounds(samples, orders, base, aa, reduce)
+    return Rounds(samples, orders, base, aa, reduce, order if isinstance(order, str) else order.__name__)

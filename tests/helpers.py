@@ -16,7 +16,7 @@ from bench import sweep
 from suite.commands import MEASUREMENTS
 from suite.geometry import NVFP4_EXPERT_BYTES
 from suite.results import write_json as write
-from suite.stats import summarize_rounds, verdict
+from suite.stats import Comparison, median, paired_rounds, verdict
 from freetoken_overlay import util as overlay_util
 from freetoken_overlay.pin import Pin, get_pin
 from freetoken_overlay.util import NOX_COMMAND_ENV, NOX_ENV, NOX_RUN_ENV, REPO_ROOT, VERBOSE_ENV
@@ -132,11 +132,12 @@ def synthetic_bench_run(machine: dict) -> dict:
             tma = up / (1.2 if n == 0 else 1.0)
             rounds = {"upstream": [up] * 5, "upstream_aa": [up * 1.004] * 5, "tma": [tma] * 5,
                       **({"copy_engine": [up * 1.3] * 5} if n else {})}  # fmt: skip
-            s = summarize_rounds(rounds, candidate="tma")
+            c = paired_rounds(rounds["upstream"], rounds["tma"], rounds["upstream_aa"])
             rows.append({"regime": "replay", "layers": layers, "n": n, "bytes_per_layer": n * NVFP4_EXPERT_BYTES,
-                         "us": s["median_us"], "speedup": s["speedup"], "aa_spread": s["aa_spread"]})  # fmt: skip
+                         "us": {k: median(v) for k, v in rounds.items()}, "ratio": {"tma": c.to_doc()}})  # fmt: skip
     step = {"layers": 40, "cache_slots": 1920, "miss_rate": 0.1, "misses_per_step": 32.0,
-            "us_per_step": {"upstream": 1500.0, "tma": 1490.0}, "speedup": 1.007, "aa_spread": 0.01,
+            "us_per_step": {"upstream": 1500.0, "tma": 1490.0},
+            "ratio": {"tma": Comparison(1.007, None, 1500 / 1490, 1502 / 1492, 0.01, verdict=verdict(1.007, 0.01)).to_doc()},
             "rounds_us": {"upstream": [1500.0, 1502.0], "tma": [1490.0, 1492.0]}, "ideal_copy_us_per_step": 1075.0,
             "zipf_exponent": 1.5, "modelled_miss_rate": 0.1, "top_k": 8, "batch": 1, "rounds": 7,
             "steps_per_round": 10, "note": "synthetic"}  # fmt: skip
@@ -159,15 +160,14 @@ def bench_store(run: dict) -> dict:
     ``run``'s rows (a :func:`synthetic_bench_run`, edited or not): one record per kernel of every case."""
     benchmarks = []
     for r in run["gather"]:
-        paired = {"ratio": {"tma": r["speedup"]}, "aa_spread": r["aa_spread"], "median_us": r["us"],
-                  "verdict": {"tma": verdict(r["speedup"], r["aa_spread"])}}  # fmt: skip
+        paired = {"ratio": r["ratio"], "aa_spread": r["ratio"]["tma"]["aa_spread"], "median_us": r["us"]}
         benchmarks += _records(r.get("regime") or "replay", r["layers"], r["n"], r["bytes_per_layer"] * r["layers"], paired)
     step = run.get("decode_step")
     if step:
         extra = {k: step[k] for k in ("steps_per_round", "miss_rate", "misses_per_step", "zipf_exponent", "modelled_miss_rate",
                                       "cache_slots", "top_k", "batch", "ideal_copy_us_per_step", "note") if k in step}  # fmt: skip
-        paired = {"median_us": step["us_per_step"], "rounds_us": step["rounds_us"], "aa_spread": step["aa_spread"],
-                  "ratio": {**(step.get("ratio_by_kernel") or {}), "tma": step["speedup"]}, "rounds": step["rounds"], **extra}
+        paired = {"median_us": step["us_per_step"], "rounds_us": step["rounds_us"], "ratio": step["ratio"],
+                  "rounds": step["rounds"], **extra}
         benchmarks += _records("step", step["layers"], 0, 32 * NVFP4_EXPERT_BYTES, paired)
     info = {"ceiling": run["ceiling"], "kernel": {"tma_default_ring": run["tma_default_ring"], "upstream": run["upstream_kernel"]},
             "geometry": run["geometry"], "method": run["method"], "verified": run["verified"]}  # fmt: skip
@@ -183,12 +183,9 @@ def _breakdown(gap: float) -> dict:
 
 
 def synthetic_step_pdl(machine: dict) -> dict:
-    """A step_pdl document: PDL slower for both kernels, a longer gap, per-layer PDL faster at n = 0 only."""
-    ratio = {"tma": 1.0, "tma_pdl": 0.98, "upstream_pdl": 0.985}
+    """A step_pdl document: a longer gap with PDL, per-layer PDL faster at n = 0 only."""
     step = {
-        "median_us": {"upstream": 1500.0, "upstream_aa": 1501.0, **{k: 1500.0 / v for k, v in ratio.items()}},
-        "ratio": ratio, "verdict": {k: "stale" for k in ratio}, "aa_spread": 0.005, "cache_slots": 1920,
-        "zipf_exponent": 1.5, "modelled_miss_rate": 0.1, "misses_per_step": 32.0, "rounds": 9, "per_block": 10,
+        "cache_slots": 1920, "zipf_exponent": 1.5, "modelled_miss_rate": 0.1, "misses_per_step": 32.0,
         "breakdown": {"upstream": _breakdown(0.41), "upstream_aa": _breakdown(0.42), "tma": _breakdown(0.40),
                       "tma_pdl": _breakdown(0.67), "upstream_pdl": _breakdown(0.66)},
     }  # fmt: skip

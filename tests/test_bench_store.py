@@ -78,6 +78,7 @@ import pytest
 from bench.conftest import RUN_INFO
 from bench.test_bench_gather import Case, paired, record
 from gpukit import timing
+from suite.rounds import run_rounds
 
 class GPU:
     now = 0.0
@@ -98,11 +99,12 @@ def us(regime, n, k):  # per layer (per step for the step)
     return up * {"upstream": 1.0, "upstream_aa": 1.002, "tma": 0.98}[k]
 
 def make(regime, layers, n):
-    rounds = {k: [us(regime, n, k) * (1 + 0.001 * (r % 3)) for r in range(7)] for k in KERNELS}
+    timers = {k: (lambda r, k=k: us(regime, n, k) * (1 + 0.001 * (r % 3))) for k in KERNELS}
+    rounds = run_rounds(timers, 7, base="upstream", aa="upstream_aa")
     nbytes = 32 * BYTES if regime == "step" else layers * n * BYTES
     step = {"steps_per_round": 10, "miss_rate": 0.1, "misses_per_step": 32.0, "zipf_exponent": 1.5,
             "modelled_miss_rate": 0.1, "cache_slots": 1920, "top_k": 8, "batch": 1, "ideal_copy_us_per_step": 1075.0}
-    case = Case(regime, layers, n, nbytes, paired(rounds, ["tma"], **(step if regime == "step" else {})))
+    case = Case(regime, layers, n, nbytes, paired(rounds, **(step if regime == "step" else {})))
     for k in KERNELS:
         seconds = us(regime, n, k) * (1 if regime == "step" else layers) * 1e-6
         seconds *= float(SLOW.get(f"{regime}-{n}-{k}", 1.0))
@@ -168,7 +170,9 @@ def test_the_synthetic_run_is_pytest_benchmarks_own_with_the_paired_result(synth
         # the fake events advanced by exactly the synthetic time: pytest-benchmark's median is that time
         expect = ex["paired"]["rounds_us"][p["kernel"]][0] * layers * 1e-6
         assert b["stats"]["median"] == pytest.approx(expect, rel=1e-9)
-        assert ex["paired"]["ratio"]["tma"] == pytest.approx(1 / 0.98) and ex["paired"]["verdict"]["tma"] == "faster"
+        c = ex["paired"]["ratio"]["tma"]
+        assert c["ratio"] == pytest.approx(1 / 0.98) and (c["verdict"], c["rule"]) == ("faster", "aa")
+        assert ex["paired"]["order"] == "alternate"
 
 
 def slowed(pb: dict, name: str, factor: float = 1.10) -> dict:
@@ -266,7 +270,7 @@ def test_the_report_and_compare_read_the_pytest_benchmark_store(synthetic_run, t
     b = by[("decode", 4, "tma")]
     ex = b["extra_info"]["paired"]
     row = (f"| 4 | {7_127_040 / 2**20:.1f} MiB | {ex['median_us']['upstream']:,.2f} | {ex['median_us']['tma']:,.2f} | "
-           f"{ex['ratio']['tma']:.3f} | ±{ex['aa_spread']:.3f} | faster |")  # fmt: skip
+           f"{ex['ratio']['tma']['ratio']:.3f} | ±{ex['aa_spread']:.3f} | faster |")  # fmt: skip
     assert row in rep, rep
     pbs = " / ".join(f"{by[('decode', 4, k)]['stats']['median'] / 40 * 1e6:,.2f}" for k in ("upstream", "upstream_aa", "tma"))
     assert f"| {pbs} |" in rep
@@ -275,7 +279,7 @@ def test_the_report_and_compare_read_the_pytest_benchmark_store(synthetic_run, t
     assert "synthetic-gpu/bench.json" in out.splitlines()[0] and "pytest-benchmark medians" in out
     line = next(x.split() for x in out.splitlines() if x.startswith("decode ") and x.split()[2] == "4")
     assert line[3:6] == [f"{by[('decode', 4, k)]['stats']['median'] / 40 * 1e6:,.3f}" for k in ("upstream", "upstream_aa", "tma")]
-    assert line[6:] == [f"{ex['ratio']['tma']:.3f}", f"±{ex['aa_spread']:.3f}", "faster"]
+    assert line[6:] == [f"{ex['ratio']['tma']['ratio']:.3f}", f"±{ex['aa_spread']:.3f}", "faster"]
     assert any(x.startswith("decode step") for x in out.splitlines())
 
 

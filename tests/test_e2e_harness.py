@@ -13,6 +13,7 @@ import pytest
 from bench.e2e import harness, synth
 from bench.e2e.__main__ import build_parser
 from bench.e2e.worker import copy_grid, copy_kernel, expected_kernel, ids_sha256
+from suite.stats import relative_range
 
 
 def fake_result(tps: float, sha: str = "a" * 64, misses: int = 100, **kw) -> dict:
@@ -43,21 +44,27 @@ def test_summary_statistics_and_verdicts():
     s = harness.summarize_point({"slots": 948}, 0, runs)
     upstream, tma = s["variants"]["upstream"], s["variants"]["tma"]
     assert upstream["tokens_per_s"] == [100.0, 102.0, 99.0] and upstream["tokens_per_s_median"] == 100.0
-    assert upstream["tokens_per_s_spread"] == pytest.approx(3.0 / 100.0)
+    assert upstream["tokens_per_s_range"] == pytest.approx(3.0 / 100.0)
     assert tma["tokens_per_s_median"] == 101.0
-    assert s["speedup"] == pytest.approx(1.01)
-    assert s["speedup_paired"] == pytest.approx([1.01, 103.5 / 102.0, 100.0 / 99.0])
-    # every repeat faster, but 1 % is inside upstream's own 3 % spread over its repeats
-    assert s["verdict"] == "tie" and s["ids_identical"] is True and s["miss_counts_identical"] is True
+    c = s["ratio"]["tma"]
+    assert c.ratio == pytest.approx(1.01) and c.rule == "repeats"
+    assert (c.paired_min, c.ratio_paired, c.paired_max) == pytest.approx([1.01, 100.0 / 99.0, 103.5 / 102.0])
+    assert c.repeat_range == pytest.approx(max(3.0 / 100.0, 3.5 / 101.0))  # the larger of the two arms' ranges
+    # every repeat faster, but 1 % is inside the repeats' own 3 % range
+    assert c.verdict == "tie" and s["ids_identical"] is True and s["miss_counts_identical"] is True
+
+    def verdict(runs):
+        return harness.summarize_point({"slots": 948}, 0, runs)["ratio"]["tma"].verdict
+
     tight = [dict(x, tokens_per_s=(100.0 + x["repeat"] * 0.2) * (1.05 if x["variant"] == "tma" else 1.0)) for x in runs]
-    assert harness.summarize_point({"slots": 948}, 0, tight)["verdict"] == "faster"  # 5 % against 0.4 %
+    assert verdict(tight) == "faster"  # 5 % against 0.4 %
     slow = [dict(x, tokens_per_s=(100.0 + x["repeat"] * 0.2) * (0.95 if x["variant"] == "tma" else 1.0)) for x in runs]
-    assert harness.summarize_point({"slots": 948}, 0, slow)["verdict"] == "slower"
+    assert verdict(slow) == "slower"
     runs[1]["tokens_per_s"] = 99.0  # one repeat slower: the paired ratios straddle 1
-    assert harness.summarize_point({"slots": 948}, 0, runs)["verdict"] == "tie"
+    assert verdict(runs) == "tie"
     runs[1]["misses_total"] = 101
     assert harness.summarize_point({"slots": 948}, 0, runs)["miss_counts_identical"] is False
-    assert harness.spread([5.0]) is None
+    assert relative_range([5.0]) is None
     runs[0]["step_ms"] = {"p10": 0.9, "p50": 1.0, "p90": 1.4}  # a worker's interval quantiles, repeat 0
     upstream = harness.summarize_point({"slots": 948}, 0, runs)["variants"]["upstream"]
     assert upstream["step_ms_p50"] == [1.0, None, None] and upstream["step_ms_p90"] == [1.4, None, None]
@@ -172,7 +179,7 @@ def test_main_writes_the_document(tmp_path, monkeypatch):
             d = p["variants"][v]
             assert len(d["tokens_per_s"]) == 3 and len(d["ids_sha256"]) == 3 and d["ttft_s_median"] == 0.5
             assert d["misses_per_token_median"] == 9.5 and d["vram_peak_reserved_bytes"] == 10 << 30
-        assert p["speedup"] == pytest.approx(102.0 / 101.0)
+        assert p["ratio"]["tma"]["ratio"] == pytest.approx(102.0 / 101.0)
     assert len(doc["runs"]) == 12 and "machine" not in doc["runs"][0]
     assert doc["settings"]["variants"] == {
         "upstream": {"FREETOKEN_DECODE_GATHER": None},
@@ -293,12 +300,11 @@ def test_auto_arm_is_compared_with_upstream_beside_tma():
         arms = (("upstream", u), ("tma", t), ("auto", a))
         runs += [{"repeat": r, "point": 0, "variant": v, **fake_result(x)} for v, x in arms]
     s = harness.summarize_point({"slots": 948}, 0, runs, ("upstream", "tma", "auto"))
-    assert s["speedup"] == pytest.approx(1.01)  # tma's keys stay where they were
-    assert s["versus_upstream"]["tma"]["speedup"] == s["speedup"]
-    auto = s["versus_upstream"]["auto"]
-    assert auto["speedup"] == pytest.approx(100.2 / 100.0)
-    assert auto["speedup_paired"] == pytest.approx([1.002, 101.9 / 102.0, 99.1 / 99.0])
-    assert auto["verdict"] == "tie" and s["ids_identical"] is True
+    assert s["ratio"]["tma"].ratio == pytest.approx(1.01)
+    auto = s["ratio"]["auto"]
+    assert auto.ratio == pytest.approx(100.2 / 100.0)
+    assert (auto.paired_min, auto.ratio_paired, auto.paired_max) == pytest.approx([101.9 / 102.0, 99.1 / 99.0, 1.002])
+    assert auto.verdict == "tie" and s["ids_identical"] is True
     runs[-1]["ids_sha256"] = "c" * 64  # auto generated other ids in repeat 2
     assert harness.summarize_point({"slots": 948}, 0, runs, ("upstream", "tma", "auto"))["ids_identical"] is False
 
@@ -316,7 +322,7 @@ def test_main_with_auto_runs_three_variants(tmp_path, monkeypatch):
     code, doc = run_main(tmp_path, monkeypatch, runner, ["--auto", "--repeats", "2"])
     assert code == 0 and len(doc["runs"]) == 2 * 2 * 3
     assert doc["settings"]["variants"]["auto"] == {"FREETOKEN_DECODE_GATHER": "auto"}
-    assert all(set(p["versus_upstream"]) == {"tma", "auto"} for p in doc["points"])
+    assert all(set(p["ratio"]) == {"tma", "auto"} for p in doc["points"])
     (tmp_path / "again").mkdir()
     code, doc = run_main(tmp_path / "again", monkeypatch, FakeRunner(bad=(1, 0, "auto")), ["--auto", "--repeats", "2"])
     assert code == 1 and doc["points"][0]["ids_identical"] is False

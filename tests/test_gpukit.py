@@ -15,7 +15,7 @@ from suite.geometry import NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, Ring, geometry_r
 from gpukit.memory import HostBanks, SlotCache, check_slot_cache, random_misses
 from suite.results import REPO_ROOT, device_slug
 from gpukit.routing import calibrate_zipf, lru_miss_rate, zipf_routing_trace
-from suite.stats import summarize_rounds, verdict
+from suite.stats import paired_rounds, verdict
 
 
 def test_nvfp4_geometry():
@@ -89,19 +89,17 @@ def test_ring_parse_and_geometry_rows():
     assert [len(rows_for_bank_count(b, 8192)) for b in range(1, 9)] == list(range(1, 9))
 
 
-def test_summarize_rounds_and_verdict():
+def test_paired_rounds_and_verdict():
     rounds = {
         "upstream": [10.0, 10.2, 9.9, 10.1, 10.0],
         "upstream_aa": [10.1, 10.0, 10.0, 10.0, 10.1],
         "tma": [8.0, 8.1, 8.0, 7.9, 8.0],
     }
-    s = summarize_rounds(rounds)
-    assert s["verdict"] == "faster" and s["speedup"] == pytest.approx(10.0 / 8.0)
-    assert s["aa_spread"] == pytest.approx(
-        max(abs(a / b - 1) for a, b in zip(rounds["upstream"], rounds["upstream_aa"]))
-    )
-    tie = summarize_rounds({**rounds, "tma": [10.05] * 5})
-    assert tie["verdict"] == "tie"
+    s = paired_rounds(rounds["upstream"], rounds["tma"], rounds["upstream_aa"])
+    assert s.verdict == "faster" and s.ratio == pytest.approx(10.0 / 8.0)
+    assert s.aa_spread == pytest.approx(max(abs(a / b - 1) for a, b in zip(rounds["upstream"], rounds["upstream_aa"])))
+    assert paired_rounds(rounds["upstream"], [10.05] * 5, rounds["upstream_aa"]).verdict == "tie"
+    assert paired_rounds(rounds["upstream"], rounds["tma"]).verdict == "n/a"  # no A/A control: no verdict
     assert verdict(0.9, 0.01) == "slower" and verdict(None, 0.01) == "n/a"
 
 
@@ -216,26 +214,18 @@ def test_decode_regime_lists_are_fresh_and_verified(monkeypatch):
     with pytest.raises(AssertionError, match="outside the miss lists"):
         rg.check_clean("k")
     slots.dst[0][19 if 19 not in rg.dst.flatten().tolist() else 18, 0] ^= 1  # mend it again
-    rg.next_list()  # a fresh list, poisoned state: the split regimes move one side only
-    rows, dst = rg.src.clone(), rg.dst.clone()
-    rg.next_list(slots=False)
-    assert torch.equal(rg.dst, dst) and not torch.equal(rg.src, rows)
-    rows = rg.src.clone()
-    rg.next_list(rows=False)
-    assert torch.equal(rg.src, rows) and not torch.equal(rg.dst, dst)
     with pytest.raises(ValueError, match="regime='fresh'"):
         rg.time_set("k", "fresh", 1)
-    # a prepare hook (a probe's page touch) sees each new list before the clock starts on it
+    # every timed replay of the decode regime finds a list written before its clock starts; replay keeps one
     from gpukit import decode_regime
 
     slots.poison(decode_regime.POISON)  # the failed verify above left its copied rows in place
-    seen = []
-    monkeypatch.setattr(decode_regime, "bench", lambda run, **kw: [(seen.append(("timed", rg.src.clone())), run(), 1e-6)[2]])
+    timed = []
+    monkeypatch.setattr(decode_regime, "bench", lambda run, **kw: [(timed.append(rg.src.clone()), run(), 1e-6)[2]])
     rg.graphs["k"] = types.SimpleNamespace(replay=copy)
-    rg.time_set("k", "decode", 2, prepare=lambda g: seen.append(("prepare", g.src.clone())))
-    assert [s[0] for s in seen] == ["prepare", "timed"] * 2
-    assert torch.equal(seen[0][1], seen[1][1]) and torch.equal(seen[2][1], seen[3][1])
-    assert not torch.equal(seen[0][1], seen[2][1])
+    rg.time_set("k", "decode", 2)
+    rg.time_set("k", "replay", 2)
+    assert not torch.equal(timed[0], timed[1]) and torch.equal(timed[1], timed[2]) and torch.equal(timed[2], timed[3])
 
 
 def test_every_committed_result_document_has_its_schema_and_provenance():

@@ -13,6 +13,8 @@ from suite import results
 from suite.commands import MEASUREMENTS
 from suite.models import MODELS, BenchRun, E2E, Paired, paired
 from suite.results import REPO_ROOT
+from suite.rounds import run_rounds
+from suite.stats import Comparison
 
 RESULTS = REPO_ROOT / "results"
 #: the words the switch does not use for a kernel (the names of before it; the committed documents were rewritten once)
@@ -51,7 +53,7 @@ def test_every_committed_document_reads_through_its_model_and_round_trips(kind, 
 
 CURRENT = [(kind, REPO_ROOT / "results" / p) for kind, p in (
     ("gpu", "h200/conformance/gpu.json"), ("sanitize", "h200/conformance/sanitize.json"),
-    ("step_pdl", "h200/step_pdl.json"), ("e2e", "h200/e2e.json"), ("auto_stability", "h200/auto_stability.json"))]
+    ("auto_stability", "h200/auto_stability.json"))]
 
 
 @pytest.mark.parametrize("kind,path", CURRENT, ids=[k for k, _ in CURRENT])
@@ -85,8 +87,9 @@ def test_the_committed_h200_benchmark_rows_are_its_paired_figures():
     run = BenchRun.read(pb, "h200/bench.json")
     rec = next(b for b in pb["benchmarks"] if b["params"]["regime"] == "decode" and b["params"]["n"] == 4)
     row = next(r for r in run.gather if (r.regime, r.n) == ("decode", 4))
-    assert row.speedup == rec["extra_info"]["paired"]["ratio"]["tma"]
-    assert row.aa_spread == rec["extra_info"]["paired"]["aa_spread"]
+    c, p = row.ratio["tma"], rec["extra_info"]["paired"]
+    assert (c.ratio, c.ratio_paired, c.aa_spread, c.verdict, c.rule) == (
+        p["ratio"]["tma"], p["ratio_paired"]["tma"], p["aa_spread"], p["verdict"]["tma"], "aa")
     assert row.bytes_per_layer == rec["extra_info"]["bytes"] // 40
     assert BenchRun.read({"schema": "something else"}, "x") is None
 
@@ -95,26 +98,40 @@ def test_the_committed_e2e_has_its_three_arms_and_their_ratios():
     doc = json.loads((REPO_ROOT / "results" / "h200" / "e2e.json").read_text())
     e2e = E2E.from_doc(doc)
     point = e2e.points[0]
-    assert set(point.variants) == {"upstream", "tma", "auto"} and set(point.versus_upstream) == {"tma", "auto"}
-    assert point.speedup == doc["points"][0]["versus_upstream"]["tma"]["speedup"]
+    assert set(point.variants) == {"upstream", "tma", "auto"} and set(point.ratio) == {"tma", "auto"}
+    old = doc["points"][0]["versus_upstream"]["tma"]
+    c = point.ratio["tma"]
+    assert (c.ratio, c.paired_min, c.paired_max, c.verdict, c.rule) == (
+        old["ratio"], old["ratio_paired_min"], old["ratio_paired_max"], old["verdict"], "repeats")
+    ranges = [doc["points"][0]["variants"][v]["tokens_per_s_range"] for v in ("upstream", "tma")]
+    assert c.repeat_range == max(ranges)
     assert E2E.from_doc(e2e.to_doc()) == e2e
 
 
+def _rounds():
+    times = {"upstream": [10.0, 10.0, 10.0], "upstream_aa": [10.0, 10.1, 9.9], "tma": [5.0, 5.0, 4.0]}
+    return run_rounds({k: (lambda i, v=v: v[i]) for k, v in times.items()}, 3, base="upstream", aa="upstream_aa")
+
+
 def test_paired_is_the_one_shape_of_a_case():
-    rounds = {"upstream": [10.0, 10.0, 10.0], "upstream_aa": [10.0, 10.1, 9.9], "tma": [5.0, 5.0, 4.0]}
-    p = paired(rounds, ["tma"], reps=20)
-    assert (p.base, p.aa, p.rounds, p.order) == ("upstream", "upstream_aa", 3, "alternating")
-    assert p.ratio == {"tma": 2.0} and p.ratio_paired == {"tma": 2.0} and p.verdict == {"tma": "faster"}
+    p = paired(_rounds(), reps=20)
+    assert (p.base, p.aa, p.rounds, p.order) == ("upstream", "upstream_aa", 3, "alternate")
+    c = p.ratio["tma"]
+    assert (c.ratio, c.ratio_paired, c.paired_min, c.paired_max, c.verdict, c.rule) == (2.0, 2.0, 2.0, 2.5, "faster", "aa")
     assert p.aa_ratios == pytest.approx([1.0, 10 / 10.1, 10 / 9.9]) and p.aa_ratio == 1.0
-    assert p.aa_spread == pytest.approx(10 / 9.9 - 1)
+    assert p.aa_spread == pytest.approx(10 / 9.9 - 1) == c.aa_spread
     assert p.median_us == {"upstream": 10.0, "upstream_aa": 10.0, "tma": 5.0} and p.extra == {"reps": 20}
-    doc = p.to_doc()
-    assert doc["reps"] == 20 and "extra" not in doc and Paired.from_doc(doc) == p
+    doc = json.loads(json.dumps(p.to_doc()))  # as a writer saves it
+    assert doc["reps"] == 20 and "extra" not in doc and Paired.from_doc(doc) == p and Paired.from_doc(doc).to_doc() == doc
 
 
-def test_the_probe_kind_has_no_results_path_its_writer_names_the_file():
-    assert MEASUREMENTS["probe"].file is None and not MEASUREMENTS["probe"].per_device
-    with pytest.raises(ValueError, match="named by their writer"):
-        results.path("probe")
-    assert results.load("probe") is None
-    assert results.document("probe", x=1)["schema"] == "freetoken-decode-gather-probe/1"
+def test_a_case_of_before_the_comparison_reads_as_the_writer_makes_it_now():
+    """The shape of the committed runs ({candidate: ratio}, ratio_paired and verdict beside it) reads into the
+    Comparison today's writer makes from the same rounds."""
+    p = paired(_rounds())
+    c = p.ratio["tma"]
+    old = {**p.to_doc(), "ratio": {"tma": c.ratio}, "ratio_paired": {"tma": c.ratio_paired}, "verdict": {"tma": c.verdict}}
+    assert Paired.from_doc(old).ratio == {"tma": c}
+    stale = {**old, "verdict": {}}  # no verdict stored: the rule of the ratio and the A/A spread
+    assert Paired.from_doc(stale).ratio["tma"] == c
+    assert Comparison.from_doc(c.to_doc()) == c and c.to_doc()["rule"] == "aa"

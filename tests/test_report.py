@@ -14,6 +14,7 @@ import pytest
 from suite import commands
 from suite.models import BenchRun
 from helpers import bench_store
+from suite.stats import Comparison, verdict
 from suite.results import REPO_ROOT
 from report import compare
 from report.__main__ import main as report_main
@@ -38,15 +39,16 @@ def _row(doc: dict, layers: int, n: int) -> dict:
     return next(r for r in doc["gather"] if (r["layers"], r["n"]) == (layers, n))
 
 
+def _compared(c: dict, ratio: float) -> dict:
+    """A stored Comparison with another ratio and the verdict its rule gives it (as a writer stores it)."""
+    return {**c, "ratio": ratio, "verdict": verdict(ratio, c["aa_spread"])}
+
+
 def _set_ratio(doc: dict, layers: int, n: int, ratio: float) -> None:
-    """A gather row's ratio (and its times); its stored verdict is left stale on purpose."""
+    """A gather row's ratio (its comparison as the writer would store it, and its times)."""
     r = _row(doc, layers, n)
-    r["speedup"] = ratio
+    r["ratio"]["tma"] = _compared(r["ratio"]["tma"], ratio)
     r["us"]["tma"] = r["us"]["upstream"] / ratio
-
-
-def _step_ratio(doc: dict, name: str, ratio: float) -> None:
-    doc["decode_step"]["ratio"][name] = ratio
 
 
 FLIPS = {
@@ -77,19 +79,9 @@ FLIPS = {
         ("REPORT.md", "(tma / ideal): not met;"),
     ),
     "decode step tie -> faster": (
-        BENCH, lambda d: d["decode_step"].update(speedup=1.05),
+        BENCH, lambda d: d["decode_step"]["ratio"].update(tma=_compared(d["decode_step"]["ratio"]["tma"], 1.05)),
         ("README.md", "The captured decode step: tie in the benchmark run (1.007, within its A/A spread ±0.010)"),
         ("README.md", "The captured decode step: faster in the benchmark run (1.050, beyond its A/A spread ±0.010)"),
-    ),
-    "breakdown run tie -> slower": (
-        "step_pdl.json", lambda d: _step_ratio(d, "tma", 0.99),
-        ("README.md", "tie in the breakdown run (1.000, within its A/A spread ±0.005)."),
-        ("README.md", "slower in the breakdown run (0.990, beyond its A/A spread ±0.005)."),
-    ),
-    "PDL hurt -> helped": (
-        "step_pdl.json", lambda d: (_step_ratio(d, "tma_pdl", 1.02), _step_ratio(d, "upstream_pdl", 1.02)),
-        ("PR-1.md", "PDL hurt decode_gather's step and hurt upstream's"),
-        ("PR-1.md", "PDL helped decode_gather's step and helped upstream's"),
     ),
     "PDL gap lengthens -> shortens": (
         "step_pdl.json", lambda d: d["decode_step"]["breakdown"]["tma_pdl"]["mean_us"].update(gap_us=0.30),
@@ -100,16 +92,6 @@ FLIPS = {
         "step_pdl.json", lambda d: d["per_layer"]["0"]["ratio"].update(tma_pdl=0.5),
         ("REPORT.md", "tma with PDL against upstream: faster at n = 0; tie at n = 1, 2:"),
         ("REPORT.md", "tma with PDL against upstream: tie at n = 1, 2; slower at n = 0:"),
-    ),
-    "step model within -> beyond": (
-        BENCH, lambda d: [_set_ratio(d, r["layers"], r["n"], 1.2) for r in d["gather"] if r["n"]],
-        ("REPORT.md", "the step's ratio would be 1.000: within this run's A/A spread (±0.005)"),
-        ("REPORT.md", ": beyond this run's A/A spread (±0.005)"),
-    ),
-    "wider grid verdicts": (
-        "series_bench.json", lambda d: [r["ratio"].update(upstream_bpb32=0.9) for r in d["rows"]],
-        ("PR-1.md", "`upstream_bpb32`: faster at n = 1, 2; slower at n = 0"),
-        ("PR-1.md", "`upstream_bpb32`: slower at n = 0, 1, 2"),
     ),
     "default ring below -> above the knee": (
         BENCH, lambda d: d.update(tma_default_ring=dict(ctas=64, stages=4, chunk_bytes=16384)),
@@ -152,8 +134,8 @@ def test_only_rows_that_exist_are_named(synthetic_results):
 
 def test_decode_regime_rows_come_first_and_make_the_headline(synthetic_results):
     def add_decode(d: dict) -> None:
-        decode = [{**r, "regime": "decode", "speedup": 0.9, "us": {**r["us"], "tma": r["us"]["upstream"] / 0.9}}
-                  for r in d["gather"] if r["layers"] == 40]  # fmt: skip
+        decode = [{**r, "regime": "decode", "ratio": {"tma": _compared(r["ratio"]["tma"], 0.9)},
+                   "us": {**r["us"], "tma": r["us"]["upstream"] / 0.9}} for r in d["gather"] if r["layers"] == 40]  # fmt: skip
         d["gather"] = d["gather"] + decode
 
     _edit(synthetic_results, BENCH, add_decode)
@@ -204,10 +186,8 @@ def test_committed_pages_are_the_rendering_of_the_committed_json():
 
 
 def _committed_benchmark() -> dict:
-    """The committed H200 benchmark as the views read it (pytest-benchmark's store, report.benchmarks)."""
-    from report import benchmarks
-
-    return benchmarks.load("h200", RESULTS)
+    """The committed H200 benchmark as the views read it (pytest-benchmark's store, suite.models.BenchRun)."""
+    return BenchRun.load("h200", RESULTS)
 
 
 def test_committed_figures_equal_the_json():
@@ -215,10 +195,11 @@ def test_committed_figures_equal_the_json():
     readme = (RESULTS / "README.md").read_text()
     rep = (RESULTS / "REPORT.md").read_text()
     for row in bench.gather:
-        assert f"| {row.speedup:.3f} | ±{row.aa_spread:.3f} | {row.verdict} |" in rep
-    d = bench.decode_step
-    side = "within" if abs(d.speedup - 1) <= d.aa_spread else "beyond"
-    assert f"({d.speedup:.3f}, {side} its A/A spread ±{d.aa_spread:.3f})" in readme
+        c = row.ratio["tma"]
+        assert f"| {c.ratio:.3f} | ±{c.aa_spread:.3f} | {c.verdict} |" in rep
+    c = bench.decode_step.ratio["tma"]
+    side = "within" if abs(c.ratio - 1) <= c.aa_spread else "beyond"
+    assert f"({c.ratio:.3f}, {side} its A/A spread ±{c.aa_spread:.3f})" in readme
     sass = json.loads((RESULTS / "sass.json").read_text())
     for r in sass["reports"]:
         regs = "/".join(sorted({str(f["registers"]) for f in r["functions"] if "decode_gather_kernel" in f["name"]}))
@@ -235,7 +216,8 @@ def test_compare_prints_upstream_and_ours_per_regime_layers_n(capsys):
     assert keys == sorted(keys) and len(keys) == len(bench.gather)
     for x in lines:
         row = next(r for r in bench.gather if (r.regime, r.layers, r.n) == (x[0], int(x[1]), int(x[2])))
-        assert x[6] == f"{row.speedup:.3f}" and x[7] == f"±{row.aa_spread:.3f}" and x[8] == row.verdict
+        c = row.ratio["tma"]
+        assert x[6] == f"{c.ratio:.3f}" and x[7] == f"±{c.aa_spread:.3f}" and x[8] == c.verdict
     assert compare.main(["--results", str(RESULTS), "--csv"]) == 0
     csv_lines = capsys.readouterr().out.splitlines()
     assert csv_lines[0].startswith("device,regime,layers,n,") and len(csv_lines) == len(bench.gather) + 2
@@ -257,20 +239,20 @@ def test_sweep_dry_run(tmp_path):
 
 
 def test_where_it_loses_follows_the_decode_regime_figures():
-    from suite.stats import verdict
     from report.repeats import current_ratios
     from report.repeats import decode_losses as losses
 
+    def c(ratio, spread):
+        return Comparison(ratio, aa_spread=spread, verdict=verdict(ratio, spread))
+
     def gather(ratio, regime="decode"):
-        return {"all_rows": [{"regime": regime, "layers": 40, "n": 1, "ratio": ratio, "spread": 0.002,
-                              "verdict": verdict(ratio, 0.002)}]}  # fmt: skip
+        return {"all_rows": [{"regime": regime, "layers": 40, "n": 1, "ratio": c(ratio, 0.002)}]}
 
     def decode_losses(g, u):
         return losses(current_ratios(g, u))
 
     def ubench(ratio):
-        return {"names": ["upstream_bpb32", "tma"], "rows": [{"regime": "decode", "n": 0, "spread": 0.01, "cells": [
-            {"ratio": 0.5, "verdict": "slower"}, {"ratio": ratio, "verdict": verdict(ratio, 0.01)}]}]}
+        return {"measured": [{"rows": [{"regime": "decode", "n": 0, "ratio": c(ratio, 0.01)}]}]}
 
     assert decode_losses(gather(1.001), ubench(1.0)) == []  # ties: nowhere
     assert decode_losses(gather(0.99, regime="replay"), ubench(1.02)) == []  # replay rows never decide
@@ -278,51 +260,16 @@ def test_where_it_loses_follows_the_decode_regime_figures():
     assert [(x["n"], x["where"]) for x in lost] == [(1, "the project benchmark"), (0, "the series' benchmark")]
 
 
-def test_end_to_end_ratio_is_settled_only_outside_the_repeats_spread():
-    from report.words import e2e_settled
+def test_end_to_end_ratio_is_settled_only_outside_the_repeats_range():
+    from report.words import settled
 
-    assert e2e_settled(1.19, [0.41, 0.03]) == "does not stand out of"
-    assert e2e_settled(1.19, [0.05, 0.03]) == "stands out of"
-    assert e2e_settled(0.80, [0.05, None]) == "stands out of"
-    assert e2e_settled(None, [0.05]) == "n/a"
+    def c(ratio, noise):
+        return Comparison(ratio, repeat_range=noise, rule="repeats")
 
-
-def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthetic_results):
-    from suite import results
-    from report.model import models_of
-    from report.repeats import current_ratios, decode_losses, repeats_view
-    from report.views import series_bench_view
-
-    slug = "synthetic-gpu"
-    current = json.loads((synthetic_results / slug / "series_bench.json").read_text())
-    current["provenance"]["tree"] = "t" * 40
-    current["generated_at"] = "2026-01-02T00:00:00+00:00"
-    for r in current["rows"]:
-        r["regime"] = "decode"
-    (synthetic_results / slug / "series_bench.json").write_text(json.dumps(current))
-    runs = synthetic_results / slug / "history" / f"tree-{'t' * 12}"  # kept by its writer, by tree
-    runs.mkdir(parents=True)
-    earlier = json.loads(json.dumps(current))
-    earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
-    earlier["rows"][1]["ratio"]["tma"] = 0.98  # n = 1 slower beyond the A/A spread 0.005
-    (runs / "series_bench.1.json").write_text(json.dumps(earlier))
-    other = json.loads(json.dumps(earlier))
-    other["provenance"]["tree"] = "u" * 40  # another tree: not a repeat
-    (runs / "series_bench.2.json").write_text(json.dumps(other))  # misfiled: the provenance decides
-
-    docs = models_of(results.load_device(slug, synthetic_results))
-    now = current_ratios(None, series_bench_view(docs["series_bench"]))
-    reps = repeats_view(synthetic_results, slug, docs, now)
-    assert [r["kind"] for r in reps] == ["series_bench"]
-    assert [run["file"] for run in reps[0]["runs"]] == [f"{slug}/series_bench.json",
-                                                         f"{slug}/history/tree-{'t' * 12}/series_bench.1.json"]  # fmt: skip
-    assert reps[0]["runs"][1]["ratios"][1]["verdict"] == "slower"
-    lost = decode_losses({}, reps)
-    assert [(x["n"], x["ratio"]) for x in lost] == [(1, 0.98)]
-    assert "series_bench.1.json" in lost[0]["where"]
-    earlier["rows"][1]["ratio"]["tma"] = 1.0  # the repeat agrees: nothing lost
-    (runs / "series_bench.1.json").write_text(json.dumps(earlier))
-    assert decode_losses({}, repeats_view(synthetic_results, slug, docs, now)) == []
+    assert settled(c(1.19, 0.41)) == "does not stand out of"
+    assert settled(c(1.19, 0.05)) == "stands out of"
+    assert settled(c(0.80, 0.05)) == "stands out of"
+    assert settled(c(None, 0.05)) == settled(c(1.1, None)) == "n/a"
 
 
 @pytest.mark.integration

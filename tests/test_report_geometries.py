@@ -12,6 +12,7 @@ from freetoken_overlay.series import series_hash
 from suite.results import REPO_ROOT
 from report.geometries import auto_speeds
 from report.render import render
+from suite.stats import verdict
 
 RESULTS = REPO_ROOT / "results"
 SLUG = "synthetic-gpu"
@@ -19,10 +20,15 @@ AT = "2026-01-02T00:00:00+00:00"
 
 
 def _row(n: int, up: float, ratio: float, spread: float) -> dict:
+    """A row as the series' benchmark writes it: its ratios, and the verdicts its own rule gave them."""
     med = {"upstream": up, "upstream_aa": up, "tma": up / ratio, "tma_8x4x8192": up / ratio}
     return {"n": n, "regime": "decode", "median_us": med, "aa_spread": spread, "verified": 300,
-            "ratio": {"tma": ratio, "tma_8x4x8192": ratio}, "verdict": {"tma": "stale", "tma_8x4x8192": "stale"},
+            "ratio": {"tma": ratio, "tma_8x4x8192": ratio}, "verdict": {k: verdict(ratio, spread) for k in ("tma", "tma_8x4x8192")},
             "gbps": {"upstream": 40.0 if n else None}}  # fmt: skip
+
+
+def _set_tma(row: dict, ratio: float) -> None:
+    row["ratio"]["tma"], row["verdict"]["tma"] = ratio, verdict(ratio, row["aa_spread"])
 
 
 def _auto(chose: str = "bpb8", tma: float = 1.011) -> dict:
@@ -67,7 +73,6 @@ def test_one_table_over_every_geometry(synthetic_results):
     assert "| alpha-1B | nvfp4 | 2.00 | 0 | 2.00 | – | 1.000 | ±0.020 | tie | bpb8 |" in rep
     assert "| alpha-1B | nvfp4 | 2.00 | 1 | 40.00 | 40.0 | 1.010 | ±0.002 | faster | bpb8 |" in rep
     assert "| beta-2B | bf16 | 6.00 | 1 | 120.00 | 40.0 | 1.005 | ±0.001 | faster | bpb8 |" in rep
-    assert "stale" not in rep, "verdicts follow the figures, not the stored words"
     assert "at n = 0 tie in 2 of 2; at n = 1 faster in 2 of 2." in rep
     assert "Not measured: gamma-3B (needs 90 GiB of host memory)." in rep
     assert "Verified: 1,234 timed graph replays (29,616 `copy_missing` calls)" in rep and ": 0 wrong." in rep
@@ -82,7 +87,7 @@ def test_the_pr_lines_follow_the_figures(synthetic_results):
     assert best in pages["PR-2.md"]
 
     def slower(doc):
-        doc["geometries"][1]["rows"][1]["ratio"]["tma"] = 0.99  # beta-2B n = 1: beyond its A/A ±0.001
+        _set_tma(doc["geometries"][1]["rows"][1], 0.99)  # beta-2B n = 1: beyond its A/A ±0.001
 
     def chose(doc):
         doc["geometries"][1]["auto"] = _auto("tma 16x4x8192", 1.05)
@@ -134,10 +139,39 @@ def test_the_pasted_markdown_comes_from_the_file(synthetic_results):
     assert "pasted as an example" not in render(synthetic_results)["REPORT.md"]
 
 
-def test_the_rows_format_still_renders(synthetic_results):
-    """A run of before ``--model`` (history, one geometry's rows) keeps its own table."""
-    rep = render(synthetic_results)["REPORT.md"]
-    assert "### The series' benchmark (`benchmarks/bench_decode_gather.py`)" in rep and "model geometries" not in rep
+def test_a_run_of_before_model_geometries_has_no_section(synthetic_results):
+    """A run of before ``--model`` (the benchmark's schema /1, one geometry's rows: history only) is not tabled."""
+    assert "The series' benchmark" not in render(synthetic_results)["REPORT.md"]
+
+
+def test_earlier_runs_of_the_same_tree_are_tabled_and_their_losses_named(synthetic_results):
+    from suite import results
+    from report.model import models_of
+    from report.repeats import current_ratios, decode_losses, repeats_view
+    from report.views import series_bench_view
+
+    tree = "t" * 40
+    _write(synthetic_results, geometries_doc(tree))
+    runs = synthetic_results / SLUG / "history" / f"tree-{'t' * 12}"  # kept by its writer, by tree
+    runs.mkdir(parents=True)
+    earlier = geometries_doc(tree)
+    earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
+    _set_tma(earlier["geometries"][0]["rows"][1], 0.98)  # alpha-1B n = 1 slower beyond the A/A spread 0.002
+    (runs / "series_bench.1.json").write_text(json.dumps(earlier))
+    other = json.loads(json.dumps(earlier))
+    other["provenance"]["tree"] = "u" * 40  # another tree: not a repeat
+    (runs / "series_bench.2.json").write_text(json.dumps(other))  # misfiled: the provenance decides
+    docs = models_of(results.load_device(SLUG, synthetic_results))
+    now = current_ratios(None, series_bench_view(docs["series_bench"]))
+    reps = repeats_view(synthetic_results, SLUG, docs, now)
+    assert [r["kind"] for r in reps] == ["series_bench"]
+    assert [run["file"] for run in reps[0]["runs"]] == [f"{SLUG}/series_bench.json", f"{SLUG}/history/tree-{'t' * 12}/series_bench.1.json"]
+    assert reps[0]["runs"][1]["ratios"][1].verdict == "slower"
+    lost = decode_losses({}, reps)
+    assert [(x["n"], x["ratio"].ratio) for x in lost] == [(1, 0.98)] and "series_bench.1.json" in lost[0]["where"]
+    _set_tma(earlier["geometries"][0]["rows"][1], 1.01)  # the repeat agrees: nothing lost
+    (runs / "series_bench.1.json").write_text(json.dumps(earlier))
+    assert decode_losses({}, repeats_view(synthetic_results, SLUG, docs, now)) == []
 
 
 def test_each_run_is_named_with_its_tree(synthetic_results):
@@ -172,7 +206,7 @@ def test_a_model_run_is_compared_only_with_model_runs_of_its_tree(synthetic_resu
     runs.mkdir(parents=True)
     earlier = geometries_doc(tree)
     earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
-    earlier["geometries"][0]["rows"][1]["ratio"]["tma"] = 0.99  # alpha-1B n = 1 slower in the earlier run
+    _set_tma(earlier["geometries"][0]["rows"][1], 0.99)  # alpha-1B n = 1 slower in the earlier run
     (runs / "series_bench.1.json").write_text(json.dumps(earlier))
     rows_run = json.loads((RESULTS / "h200" / "history" / "tree-cea31ee84447" / "series_bench.1.json").read_text())
     rows_run["provenance"]["tree"] = tree  # the same tree, the format of before --model: not compared

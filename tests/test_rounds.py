@@ -46,9 +46,11 @@ def test_summary_is_gpukit_stats_of_the_paired_rounds():
     r = run_rounds(variants, 5, base="upstream", aa="upstream_aa")
     s = r.summary("tma")
     assert r.values["tma"] == [8.0] * 5
-    assert s["speedup"] == pytest.approx(10.0 / 8.0) and s["verdict"] == "faster"
-    assert s["aa_spread"] == pytest.approx(max(abs(u / a - 1) for u, a in zip(up, aa)))
-    assert set(r.summaries()) == {"tma", "tie"} and r.summaries()["tie"]["verdict"] == "tie"
+    assert s.ratio == pytest.approx(10.0 / 8.0) and (s.verdict, s.rule) == ("faster", "aa")
+    assert s.aa_spread == pytest.approx(max(abs(u / a - 1) for u, a in zip(up, aa)))
+    assert (s.paired_min, s.paired_max) == (pytest.approx(9.9 / 8), pytest.approx(10.2 / 8))
+    assert set(r.summaries()) == {"tma", "tie"} and r.summaries()["tie"].verdict == "tie"
+    assert r.order == "alternate"
 
 
 def test_untimed_variants_and_custom_orders():
@@ -58,7 +60,7 @@ def test_untimed_variants_and_custom_orders():
     with pytest.raises(ValueError, match="baseline"):
         r.summary("a")
     fixed = run_rounds({"a": FakeTimer("a", log, 1.0), "b": FakeTimer("b", log, 2.0)}, 2, order="fixed")
-    assert fixed.orders == [("a", "b"), ("a", "b")]
+    assert fixed.orders == [("a", "b"), ("a", "b")] and fixed.order == "fixed"
     assert round_order(lambda i, names: sorted(names, reverse=True), 0, ["a", "b"]) == ("b", "a")
     with pytest.raises(ValueError, match="every variant once"):
         round_order(lambda i, names: ["a"], 0, ["a", "b"])

@@ -23,11 +23,11 @@ def test_the_sweep_keeps_what_the_gpu_holds_and_names_why_it_skips_the_rest(monk
     rings = [Ring(16, 4, 8192), *OPT_IN_RINGS, too_big]
     doc = {"skipped": []}
     h200 = _device(monkeypatch, torch, "NVIDIA H200", 227 * 1024)
-    assert sweep._buildable(doc, rings, sweep._smem_reason(decode_gather, h200)) == rings and doc["skipped"] == []
+    assert sweep.buildable(doc, rings, sweep.smem_reason(decode_gather, h200)) == rings and doc["skipped"] == []
     card = _device(monkeypatch, torch, "RTX 5070 Ti", 101376)
-    assert sweep._buildable(doc, rings, sweep._smem_reason(decode_gather, card)) == rings[:-1]
+    assert sweep.buildable(doc, rings, sweep.smem_reason(decode_gather, card)) == rings[:-1]
     (skipped,) = doc["skipped"]
     assert (skipped["ctas"], skipped["stages"], skipped["chunk_bytes"]) == tuple(too_big)
     assert "RTX 5070 Ti" in skipped["reason"] and "101376" in skipped["reason"]
     huge = Ring(1, 16, 16384)  # 256 KiB: past what any device allows, refused before asking the device
-    assert sweep._smem_reason(decode_gather, card)(huge).startswith("stages*chunk_bytes 262144 > MAX_RING_BYTES")
+    assert sweep.smem_reason(decode_gather, card)(huge).startswith("stages*chunk_bytes 262144 > MAX_RING_BYTES")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 from bench.e2e import synth
+from suite.kernels import SWITCH_ENV
 from suite.log import configure
 
 
@@ -36,19 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("dir", help="output directory (created; not inside the repository)")
     mk.add_argument("--layers", type=_positive, default=None, help=f"MoE decoder layers (default {d.layers})")
     mk.add_argument("--experts", type=_positive, default=None, help=f"routed experts per layer (default {d.experts})")
-    mk.add_argument(
-        "--vocab",
-        type=_positive,
-        default=None,
-        help=f"vocabulary (default {d.vocab} at {d.layers} layers, scaled with --layers)",
-    )
-    mk.add_argument(
-        "--zipf", type=float, default=None, help=f"expert popularity skew, 0 = uniform routing (default {d.zipf})"
-    )
+    mk.add_argument("--vocab", type=_positive, default=None,
+                    help=f"vocabulary (default {d.vocab} at {d.layers} layers, scaled with --layers)")
+    mk.add_argument("--zipf", type=float, default=None, help=f"expert popularity skew, 0 = uniform (default {d.zipf})")
     mk.add_argument("--seed", type=int, default=0, help="seed (default 0); same seed + device type = same bytes")
-    mk.add_argument(
-        "--device", choices=("cuda", "cpu"), default=None, help="where weights are drawn (default: cuda if available)"
-    )
+    mk.add_argument("--device", choices=("cuda", "cpu"), default=None, help="where weights are drawn (default: cuda)")
     mk.add_argument("--tiny", action="store_true", help="a few-MB model of the same architecture (tests, smoke runs)")
     mk.add_argument("--force", action="store_true", help="overwrite a checkpoint already in DIR")
 
@@ -56,54 +48,33 @@ def build_parser() -> argparse.ArgumentParser:
                          description="End-to-end A/B through FreeToken's engine; writes <out>/e2e.json.")  # fmt: skip
     run.add_argument("--model", required=True, help="HF-layout checkpoint directory (synthetic or a real NVFP4 one)")
     pts = run.add_mutually_exclusive_group()
-    pts.add_argument(
-        "--slots",
-        type=_positive,
-        nargs="+",
-        default=None,
-        help="slot counts of the unified expert cache, one point each (a real checkpoint needs these)",
-    )
+    pts.add_argument("--slots", type=_positive, nargs="+", default=None,
+                     help="slot counts of the unified expert cache, one point each (a real checkpoint needs these)")
     pts.add_argument("--miss-rate", type=_rate, nargs="+", default=None,
                      help="target misses per expert lookup, one point each, via the generated checkpoint's "
                           "predicted table (default 0.1 0.3 there)")  # fmt: skip
     run.add_argument("--tokens", type=_positive, default=256, help="decode tokens measured per run (default 256)")
-    run.add_argument(
-        "--skip",
-        type=int,
-        default=128,
-        help="decode tokens before the measured window: the cache refills after the prefill (default 128)",
-    )
-    run.add_argument(
-        "--repeats", type=_positive, default=3, help="fresh-process repeats per variant and point (default 3)"
-    )
+    run.add_argument("--skip", type=int, default=128,
+                     help="decode tokens before the measured window: the cache refills after the prefill (default 128)")
+    run.add_argument("--repeats", type=_positive, default=3, help="fresh processes per variant and point (default 3)")
     run.add_argument("--kv-tokens", type=_positive, default=8192, help="KV capacity in tokens (default 8192)")
     run.add_argument("--auto", action="store_true",
-                     help="a third arm, FREETOKEN_DECODE_GATHER=auto (each process's start-up probe picks the kernel)")
+                     help=f"a third arm, {SWITCH_ENV}=auto (each process's start-up probe picks the kernel)")
     run.add_argument("--out", default=None, help="directory of e2e.json (default: results/<device>/, suite.results)")
     run.add_argument("--log-dir", default=None, help="worker logs and raw results (default: a new temp dir)")
     run.add_argument("--run-timeout-s", type=_positive, default=420, help="kill a worker after this long (default 420)")
-    run.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue an interrupted e2e.json at --out (same checkpoint, points, settings, patched tree)",
-    )
-    run.add_argument(
-        "--budget-s",
-        type=float,
-        default=None,
-        help="start no run that would end after this many seconds; the JSON says complete: false",
-    )
-
-    w = sub.add_parser("worker", help=argparse.SUPPRESS, add_help=False)
-    w.add_argument("rest", nargs=argparse.REMAINDER)
-    return ap
+    run.add_argument("--resume", action="store_true",
+                     help="continue an interrupted e2e.json at --out (same checkpoint, points, settings, patched tree)")
+    run.add_argument("--budget-s", type=float, default=None,
+                     help="start no run that would end after this many seconds; the JSON says complete: false")
+    return ap  # ``worker`` (what ``run`` starts per run) is dispatched before parsing: main()
 
 
 def make_checkpoint(args: argparse.Namespace) -> int:
     from bench.e2e.checkpoint import make_checkpoint as make
 
     over = {k: getattr(args, k) for k in ("layers", "experts", "vocab", "zipf") if getattr(args, k) is not None}
-    over["seed"] = args.seed
+    over["seed"] = args.seed  # (the default vocabulary scales with --layers)
     if not args.tiny and "vocab" not in over and "layers" in over:
         over["vocab"] = synth.default_vocab(over["layers"])
     try:

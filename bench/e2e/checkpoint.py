@@ -2,16 +2,11 @@
 
 ``python -m bench.e2e make-checkpoint DIR [--layers N --experts E --seed S --device cuda|cpu --tiny]``
 
-Weights are generated on the GPU when there is one (the full model is ~23 GB; drawing that on the
-CPU takes many minutes), one shard per decoder layer plus one for the embedding and the LM head,
-written as they are made, with progress lines. Every tensor is drawn from a generator seeded by
-``(seed, tensor name)``, so the same seed on the same device type writes the same bytes (CUDA and
-CPU generators differ, hence ``generated_on`` in the sidecar). Nothing here is committed: the
-directory is made at run time, outside the repository.
-
-The safetensors files are written directly (the format is an 8-byte header length, a JSON header
-and the raw bytes) so a layer's 256 experts go out as slices of a few stacked arrays rather than
-thousands of separate tensors.
+Weights are drawn on the GPU when there is one (~23 GB for the full model), one shard per decoder layer plus
+one for the embedding and LM head, written as they are made. Every tensor's generator is seeded by ``(seed,
+tensor name)``: the same seed on the same device type writes the same bytes (``generated_on`` in the sidecar).
+The safetensors files are written directly (8-byte header length, JSON header, raw bytes), so a layer's
+experts go out as slices of a few stacked arrays. Nothing here is committed.
 """
 
 from __future__ import annotations
@@ -24,20 +19,10 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from bench.e2e.synth import (
-    EPS,
-    ROOT,
-    SIDECAR,
-    SIDECAR_SCHEMA,
-    SynthSpec,
-    _sub_seed,
-    config_json,
-    miss_table,
-    read_sidecar,
-    router_bias,
-)
+from bench.e2e.synth import (EPS, ROOT, SIDECAR, SIDECAR_SCHEMA, SynthSpec, _sub_seed, config_json, miss_table,
+                             read_sidecar, router_bias)  # fmt: skip
 
 #: fp4 e2m1 codes drawn uniformly: RMS of the 16 values {0, 0.5, 1, 1.5, 2, 3, 4, 6} x sign.
 E2M1_RMS = math.sqrt((0 + 0.25 + 1 + 2.25 + 4 + 9 + 16 + 36) / 8)
@@ -50,9 +35,6 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
 log = logging.getLogger(__name__).info  # the messages; main() sets their format
-
-
-# ---------------------------------------------------------------------------------- tokenizer
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -85,29 +67,23 @@ def write_tokenizer(out: Path, vocab_size: int) -> int:
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tok.save(str(out / "tokenizer.json"))
     eos = vocab[SPECIAL_TOKENS[0]]
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": SPECIAL_TOKENS[0],
-        "pad_token": SPECIAL_TOKENS[0],
-        "bos_token": None,
-        "model_max_length": 1 << 20,
-        # a template of its own, so nothing looks for chat_template.json on the Hub
-        "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
-    }, indent=1) + "\n")  # fmt: skip
+    # a chat template of its own, so nothing looks for chat_template.json on the Hub
+    eot = SPECIAL_TOKENS[0]
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eot, "pad_token": eot, "bos_token": None,
+              "model_max_length": 1 << 20,
+              "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}  # fmt: skip
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos, "do_sample": False}) + "\n")
     return eos
 
 
-# ---------------------------------------------------------------------------------- safetensors
-
-
-class Entry:
+class Entry(NamedTuple):
     """One tensor of a shard: name, safetensors dtype, shape, and its bytes (a uint8 numpy array)."""
 
-    __slots__ = ("data", "dtype", "name", "shape")
-
-    def __init__(self, name: str, dtype: str, shape: tuple[int, ...], data) -> None:
-        self.name, self.dtype, self.shape, self.data = name, dtype, tuple(shape), data
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    data: Any
 
 
 def write_safetensors(path: Path, entries: list[Entry]) -> int:
@@ -139,9 +115,6 @@ def _entry(name: str, t, dtype: str | None = None) -> Entry:
     host = t.detach().contiguous().cpu()
     st_dtype = dtype or _DTYPES[str(host.dtype).removeprefix("torch.")]
     return Entry(name, st_dtype, tuple(host.shape), host.reshape(-1).view(torch.uint8).numpy())
-
-
-# ---------------------------------------------------------------------------------- weights
 
 
 class Generator:
@@ -187,8 +160,6 @@ class Generator:
     def const(self, name: str, shape: tuple[int, ...], value: float, dtype) -> Entry:
         return _entry(name, self.torch.full(shape, value, dtype=dtype))
 
-    # ------------------------------------------------------------------ embedding and head
-
     def head_entries(self, chunk_rows: int = 16384) -> list[Entry]:
         """Embedding ``g_i + mu*u``, LM head ``g`` permuted along the token cycle, final norm."""
         torch, s = self.torch, self.spec
@@ -201,22 +172,15 @@ class Generator:
             g = self._orth(self.randn(f"embed{start}", rows, s.hidden))
             head[dst[start : start + rows]] = g.to(torch.bfloat16).cpu()
             emb[order[start : start + rows]] = (g + self.mu * self.u).to(torch.bfloat16).cpu()
-        return [
-            _entry(f"{ROOT}.embed_tokens.weight", emb),
-            _entry("lm_head.weight", head),
-            self.const(f"{ROOT}.norm.weight", (s.hidden,), 0.0, torch.bfloat16),
-        ]
-
-    # ------------------------------------------------------------------ one decoder layer (dense)
+        return [_entry(f"{ROOT}.embed_tokens.weight", emb), _entry("lm_head.weight", head),
+                self.const(f"{ROOT}.norm.weight", (s.hidden,), 0.0, torch.bfloat16)]  # fmt: skip
 
     def layer_entries(self, layer: int) -> list[Entry]:
         torch, s = self.torch, self.spec
         h, p = s.hidden, f"{ROOT}.layers.{layer}"
         out_std = lambda fan_in, in_rms: EPS * self.x_rms / (in_rms * math.sqrt(fan_in))
-        e = [
-            self.const(f"{p}.input_layernorm.weight", (h,), 0.0, torch.bfloat16),
-            self.const(f"{p}.post_attention_layernorm.weight", (h,), 0.0, torch.bfloat16),
-        ]
+        norms = ("input_layernorm", "post_attention_layernorm")
+        e = [self.const(f"{p}.{n}.weight", (h,), 0.0, torch.bfloat16) for n in norms]
         if s.layer_types[layer] == "linear_attention":
             a = f"{p}.linear_attn"
             gen = self._gen(f"{a}.A_log")
@@ -257,8 +221,6 @@ class Generator:
         ]
         return e
 
-    # ------------------------------------------------------------------ one layer's routed experts
-
     def expert_entries(self, layer: int) -> Iterator[Entry]:
         """The layer's experts in the ModelOpt NVFP4 layout, expert by expert (as a real export
         stores them): e2m1 codes uniform, block scales 0.5..1.875, per-tensor globals that keep
@@ -290,9 +252,6 @@ class Generator:
                 yield Entry(f"{name}.weight_scale", "F8_E4M3", scales.shape[1:], scales[x])
                 yield Entry(f"{name}.weight_scale_2", "F32", (), globs[x : x + 1].view("uint8"))
                 yield Entry(f"{name}.input_scale", "F32", (), acts[x : x + 1].view("uint8"))
-
-
-# ---------------------------------------------------------------------------------- driver
 
 
 def default_device() -> str:
@@ -340,27 +299,18 @@ def make_checkpoint(out: Path, spec: SynthSpec, *, device: str | None = None, fo
 
     emit(0, "embedding, LM head, final norm", gen.head_entries())
     for layer in range(spec.layers):
-        emit(
-            layer + 1,
-            f"layer {layer} {spec.layer_types[layer]}",
-            [*gen.layer_entries(layer), *gen.expert_entries(layer)],
-        )
+        emit(layer + 1, f"layer {layer} {spec.layer_types[layer]}",
+             [*gen.layer_entries(layer), *gen.expert_entries(layer)])
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=1) + "\n")
     (out / "config.json").write_text(json.dumps(config_json(spec, eos_token_id=eos), indent=1) + "\n")
     log("simulating the slot cache's miss rate over slot counts (gpukit.routing LRU model) ...")
     table = miss_table(spec)
-    sidecar = {
-        "schema": SIDECAR_SCHEMA,
-        "generator": "python -m bench.e2e make-checkpoint",
-        "spec": spec.to_json(),
-        "generated_on": str(gen.device.type),
-        "bank_bytes_per_expert": spec.bank_bytes_per_expert,
-        "checkpoint_bytes": total,
-        "eos_token_id": eos,
-        "miss_table": table,
-        "miss_table_note": "[slots, predicted steady-state misses per expert lookup] of one unified LRU pool",
-    }
+    sidecar = {"schema": SIDECAR_SCHEMA, "generator": "python -m bench.e2e make-checkpoint", "spec": spec.to_json(),
+               "generated_on": str(gen.device.type), "bank_bytes_per_expert": spec.bank_bytes_per_expert,
+               "checkpoint_bytes": total, "eos_token_id": eos, "miss_table": table,
+               "miss_table_note": "[slots, predicted steady-state misses per expert lookup] of one unified LRU pool",
+               }  # fmt: skip
     (out / SIDECAR).write_text(json.dumps(sidecar, indent=1) + "\n")
     log(f"done: {total / 2**30:.2f} GiB in {time.perf_counter() - t0:.0f} s; miss table {_table_line(table)}")
     return out

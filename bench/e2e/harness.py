@@ -1,25 +1,10 @@
-"""The end-to-end A/B: FREETOKEN_DECODE_GATHER unset against ``tma`` (and ``auto`` with ``--auto``), fresh
-process per run.
+"""The end-to-end A/B (``python -m bench.e2e run --model PATH ...``, bench/README.md): the switch unset against
+``tma`` (and ``auto`` with ``--auto``), each run a fresh ``python -m bench.e2e worker`` process.
 
-``python -m bench.e2e run --model PATH [--tokens D --skip S --repeats R --slots K [K ...] |
---miss-rate M [M ...] --out DIR]``
-
-Plan: for every repeat, for every slot-cache point, every variant, the order alternating
-(as listed on even repeat+point, reversed on odd), each run a new ``python -m bench.e2e
-worker`` process (:mod:`bench.e2e.worker`): same checkpoint, prompt, settings and greedy sampling.
-
-Slot points. ``--slots`` takes slot counts of the unified expert pool (all MoE layers share one LRU
-pool; about ``K / layers`` slots per layer). ``--miss-rate`` (default ``0.1 0.3`` on a generated
-checkpoint) reads the predicted steady-state miss rate per slot count from the checkpoint's
-``freetoken_e2e.json`` (see :mod:`bench.e2e.synth`) and takes the slot count that gives it; a real
-checkpoint has no such table, so it needs ``--slots`` (the proposal ran Qwen3.6-35B-A3B with 3164
-slots at 0.08-0.12). Either way the measured misses per lookup are reported.
-
-Verdict per point: the ids of all variants must be identical in every repeat (else exit 1, at
-once). The speedup is median(tma tokens/s) / median(upstream tokens/s) (``auto``'s likewise, in
-``versus_upstream``; its workers record what the probe chose); the paired ratios (one per
-repeat) give its spread. The point is a tie when they straddle 1 or when the speedup does not stand
-out of either variant's spread over its repeats (suite.stats.stands_out: fresh processes have no A/A).
+Plan: for every repeat, for every slot-cache point (``--slots`` of the unified expert pool, or ``--miss-rate``
+through a generated checkpoint's predicted table, :mod:`bench.e2e.synth`), every variant in suite.rounds'
+alternating order. Per point the ids of all variants must be identical in every repeat (else exit 1, at
+once); every arm against upstream is a :class:`suite.stats.Comparison` of the rule ``repeats``.
 
 Exit codes: 0 done, ids identical; 1 ids differ; 2 a run failed, a setting is invalid, or the time
 budget stopped the plan early (the JSON then says ``complete: false``).
@@ -40,20 +25,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import entry
 from bench.e2e import synth
-from bench.e2e.summary import AUTO, VARIANT_ENV, VARIANTS, ids_mismatches, spread, summarize_point  # noqa: F401
+from bench.e2e.summary import VARIANTS, ids_mismatches, settings, summarize_point
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
 from suite import results
 from suite.commands import MEASUREMENTS
 from suite.models import E2E
+from suite.kernels import SWITCH_ENV, Kernel
 from suite.rounds import round_order
 
 E2E_SCHEMA = MEASUREMENTS["e2e"].schema
-GATHER_ENV = "FREETOKEN_DECODE_GATHER"
 DEFAULT_MISS_RATES = (0.1, 0.3)
 EXIT_OK, EXIT_IDS_DIFFER, EXIT_FAILED = 0, 1, 2
 #: Between two workers: the last one's pinned banks, VRAM and port 2333 (its process group) go back first.
 PAUSE_S = 1.0
+#: the order of the variants in each (repeat, point): suite.rounds' alternation over repeat + point
+ORDER = "alternate"
 
 
 class RunFailed(RuntimeError):
@@ -63,12 +51,9 @@ class RunFailed(RuntimeError):
 log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
-# ---------------------------------------------------------------------------------- plan
-
-
 def variant_names(args: argparse.Namespace) -> tuple[str, ...]:
     """The variants of this session: upstream (FREETOKEN_DECODE_GATHER unset) and tma, and auto with ``--auto``."""
-    return VARIANTS + ((AUTO,) if getattr(args, "auto", False) else ())
+    return VARIANTS + ((Kernel.AUTO,) if getattr(args, "auto", False) else ())
 
 
 def schedule(points: int, repeats: int, names: Sequence[str] = VARIANTS) -> list[tuple[int, int, str]]:
@@ -78,7 +63,7 @@ def schedule(points: int, repeats: int, names: Sequence[str] = VARIANTS) -> list
     out = []
     for r in range(repeats):
         for p in range(points):
-            out += [(r, p, v) for v in round_order("alternate", r + p, tuple(names))]  # suite.rounds' alternation
+            out += [(r, p, v) for v in round_order(ORDER, r + p, tuple(names))]
     return out
 
 
@@ -92,49 +77,27 @@ def resolve_points(model: str, slots: Sequence[int] | None, miss_rates: Sequence
         return [{"slots": int(k), "target_miss_rate": None,
                  "predicted_miss_rate": synth.predicted_miss_rate(table, int(k)) if table else None} for k in slots]  # fmt: skip
     if not table:
-        raise ValueError(
-            f"--model {model} has no {synth.SIDECAR} (it was not made by `python -m bench.e2e make-checkpoint`), "
-            "so --miss-rate cannot be turned into slots: pass --slots K [K ...], slot counts of the unified "
-            "expert cache (the proposal ran Qwen3.6-35B-A3B NVFP4 with --slots 3164 at ~0.1 misses per lookup)"
-        )
-    rates = list(miss_rates or DEFAULT_MISS_RATES)
-    points = []
-    for r in rates:
-        k = synth.slots_for_miss_rate(table, r)
-        points.append({"slots": k, "target_miss_rate": r, "predicted_miss_rate": synth.predicted_miss_rate(table, k)})
-    return points
+        raise ValueError(f"--model {model} has no {synth.SIDECAR} (not made by `python -m bench.e2e make-checkpoint`), "
+                         "so --miss-rate cannot be turned into slots: pass --slots K [K ...], slot counts of the "
+                         "unified expert cache (the proposal ran Qwen3.6-35B-A3B NVFP4 with --slots 3164 at ~0.1 "
+                         "misses per lookup)")  # fmt: skip
+    ks = [(r, synth.slots_for_miss_rate(table, r)) for r in miss_rates or DEFAULT_MISS_RATES]
+    return [{"slots": k, "target_miss_rate": r, "predicted_miss_rate": synth.predicted_miss_rate(table, k)}
+            for r, k in ks]  # fmt: skip
 
 
 def check_points(points: list[dict[str, Any]], num_experts: int) -> None:
     for p in points:
         if p["slots"] < num_experts:
-            raise ValueError(
-                f"--slots {p['slots']}: the offload cache needs at least num_experts={num_experts} slots "
-                f"(allowed: {num_experts} .. layers x {num_experts})"
-            )
+            raise ValueError(f"--slots {p['slots']}: the offload cache needs at least num_experts={num_experts} slots "
+                             f"(allowed: {num_experts} .. layers x {num_experts})")
     seen = [p["slots"] for p in points]
     if len(set(seen)) != len(seen):
         raise ValueError(f"slot points {seen} repeat a slot count; give distinct points")
 
 
-# ---------------------------------------------------------------------------------- results
-
-
-def result_path(out: str | None, slug: str | None) -> Path:
-    """``e2e.json`` under ``--out``, or where suite.results keeps it for device ``slug``."""
-    return results.path("e2e", slug, out)
-
-
-def write_result(out: str | None, slug: str | None, fields: dict[str, Any], keep_replaced: bool = True) -> Path:
-    """Write the e2e document (schema id, time, provenance, machine: suite.results) for device ``slug``
-    (the workers' GPU: this process may never touch CUDA); ``keep_replaced``: the document it replaces
-    goes to the history (a session's first save; its later saves replace only its own)."""
-    return results.save("e2e", device=slug, out_dir=out, keep_replaced=keep_replaced, **E2E.from_doc(fields).to_doc())
-
-
 def model_info(model: str) -> dict[str, Any]:
-    cfg_path = Path(model) / "config.json"
-    raw = cfg_path.read_bytes()
+    raw = (Path(model) / "config.json").read_bytes()
     cfg = json.loads(raw)
     text = cfg.get("text_config") or cfg
     sidecar = synth.read_sidecar(model)
@@ -158,9 +121,6 @@ def serve_equivalent(model: str, slots: int) -> str:
             f"--cuda-graph-max-bs 1 --moe-collect-stats --text-model-only")  # fmt: skip
 
 
-# ---------------------------------------------------------------------------------- execution
-
-
 Runner = Callable[[int, int, str, dict[str, Any]], dict[str, Any]]
 
 
@@ -176,10 +136,7 @@ def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
         tag = f"r{repeat}-p{point}-{variant}"
         result = log_dir / f"{tag}.json"
         log_path = log_dir / f"{tag}.log"
-        env = dict(os.environ)
-        env.pop(GATHER_ENV, None)
-        if VARIANT_ENV[variant] is not None:
-            env[GATHER_ENV] = VARIANT_ENV[variant]
+        env = {k: v for k, v in os.environ.items() if k != SWITCH_ENV} | Kernel(variant).env
         env.setdefault("PYTHONUNBUFFERED", "1")
         cmd = [sys.executable, "-m", "bench.e2e", "worker", "--model", str(args.model), "--slots", str(p["slots"]),
                "--tokens", str(args.tokens), "--skip", str(args.skip), "--kv-tokens", str(args.kv_tokens),
@@ -205,17 +162,10 @@ def run_worker(tag: str, cmd: list[str], env: dict[str, str], result: Path, log_
     return json.loads(result.read_text())
 
 
-def execute(
-    points: list[dict[str, Any]],
-    repeats: int,
-    runner: Runner,
-    *,
-    on_update: Callable[[list[dict[str, Any]], bool, list[str]], None],
-    budget_s: float | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    prior: list[dict[str, Any]] | None = None,
-    names: Sequence[str] = VARIANTS,
-) -> int:
+def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
+            on_update: Callable[[list[dict[str, Any]], bool, list[str]], None], budget_s: float | None = None,
+            clock: Callable[[], float] = time.monotonic, prior: list[dict[str, Any]] | None = None,
+            names: Sequence[str] = VARIANTS) -> int:  # fmt: skip
     """Run the plan; ``on_update(runs, complete, errors)`` after every run. ``prior``: runs of an
     interrupted session (``--resume``), not run again. Returns the exit code: stops at the first
     (repeat, point) whose variants' ids differ (1), at the first failed run (2), or before a run that
@@ -227,28 +177,26 @@ def execute(
     plan = [step for step in full if step not in done]
     if done:
         log(f"resuming: {len(full) - len(plan)} of {len(full)} runs already done")
+
+    def stop(why: str, code: int) -> int:
+        errors.append(why)
+        log(why)
+        on_update(runs, False, errors)
+        return code
+
     t0, longest = clock(), 0.0
     for k, (r, p, v) in enumerate(plan):
         elapsed = clock() - t0
         if budget_s is not None and elapsed + longest > budget_s:
-            errors.append(
-                f"time budget {budget_s:.0f} s: stopped with {len(plan) - k} of {len(full)} runs to go "
-                f"({elapsed:.0f} s spent); the same command with --resume continues"
-            )
-            log(errors[-1])
-            on_update(runs, False, errors)
-            return EXIT_FAILED
-        log(
-            f"run {len(full) - len(plan) + k + 1}/{len(full)}: repeat {r + 1}/{repeats}, slots {points[p]['slots']}, {v} ..."
-        )
+            return stop(f"time budget {budget_s:.0f} s: stopped with {len(plan) - k} of {len(full)} runs to go "
+                        f"({elapsed:.0f} s spent); the same command with --resume continues", EXIT_FAILED)  # fmt: skip
+        log(f"run {len(full) - len(plan) + k + 1}/{len(full)}: repeat {r + 1}/{repeats}, slots {points[p]['slots']}, "
+            f"{v} ...")
         t = clock()
         try:
             res = runner(r, p, v, points[p])
         except RunFailed as exc:
-            errors.append(str(exc))
-            log(str(exc))
-            on_update(runs, False, errors)
-            return EXIT_FAILED
+            return stop(str(exc), EXIT_FAILED)
         longest = max(longest, clock() - t)
         runs.append({"repeat": r, "point": p, "variant": v, **res})
         step = res.get("step_ms") or {}
@@ -258,12 +206,8 @@ def execute(
             f"{res['copy_kernel']}, load {res.get('load_s', 0):.0f} s, ids {res['ids_sha256'][:12]}")  # fmt: skip
         mism = ids_mismatches([x for x in runs if x["repeat"] == r and x["point"] == p])
         if mism:
-            errors.append(
-                f"generated ids differ between {'/'.join(names)} (repeat {r + 1}, slots {points[p]['slots']}): {mism}"
-            )
-            log(errors[-1])
-            on_update(runs, False, errors)
-            return EXIT_IDS_DIFFER
+            return stop(f"generated ids differ between {'/'.join(names)} (repeat {r + 1}, slots {points[p]['slots']}): "
+                        f"{mism}", EXIT_IDS_DIFFER)  # fmt: skip
         on_update(runs, k + 1 == len(plan), errors)
     if not plan:
         on_update(runs, True, errors)
@@ -279,10 +223,8 @@ def resume_mismatch(doc: dict[str, Any], model: dict[str, Any], args: argparse.N
         (not doc.get("complete"), "it is complete"),
         ((doc.get("model") or {}).get("config_sha256") == model["config_sha256"], "it measured another checkpoint"),
         ([p.get("slots") for p in doc.get("points") or []] == [p["slots"] for p in points], "its slot points differ"),
-        (
-            all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")),
-            "its tokens/skip/kv differ",
-        ),
+        (all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")),
+         "its tokens/skip/kv differ"),
         ((doc.get("provenance") or {}).get("tree") == tree, "it measured another patched tree"),
         (not ids_mismatches(doc.get("runs") or []), "its variants generated different ids (exit 1 is its result)"),
         (list(settings.get("variants") or VARIANTS) == list(variant_names(args)), "it ran other variants (--auto)"),
@@ -303,7 +245,7 @@ def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]], model: di
             log("--resume: nvidia-smi names no GPU, so results/ has no device for it yet; starting afresh")
             return [], None
         slug = results.device_slug(name)
-    path = result_path(args.out, slug)
+    path = results.path("e2e", slug, args.out)
     doc = results.read_json(path)
     if doc is None:
         return [], None
@@ -317,42 +259,30 @@ def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]], model: di
 
 def document_fields(args: argparse.Namespace, model: dict[str, Any], points: list[dict[str, Any]],
                     runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None,
-                    machine: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:  # fmt: skip
-    """(device slug, the document's fields) for the runs so far (``model``: :func:`model_info` of
+                    machine: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """(the machine, the document's fields) for the runs so far (``model``: :func:`model_info` of
     ``--model``, read once per session; ``machine``: when no run carries it)."""
     machine = next((r.get("machine") for r in runs if r.get("machine")), None) or machine or {}
-    slug = machine.get("device_slug") or "unknown"
     names = variant_names(args)
     summaries = [summarize_point(pt, i, runs, names) for i, pt in enumerate(points)]
     identical = [s["ids_identical"] for s in summaries if s["ids_identical"] is not None]
     raw = [{k: v for k, v in r.items() if k != "machine"} for r in runs]
-    return slug, {
-        "machine": machine,
+    return machine, {
         "model": model,
         "settings": {
-            "tokens": args.tokens,
-            "skip": args.skip,
-            "repeats": args.repeats,
-            "kv_tokens": args.kv_tokens,
-            "batch": 1,
-            "cuda_graph_decode": True,
-            "moe_strategy": "offload",
+            "tokens": args.tokens, "skip": args.skip, "repeats": args.repeats, "kv_tokens": args.kv_tokens,
+            "batch": 1, "cuda_graph_decode": True, "moe_strategy": "offload",
             "sampling": "greedy (temperature 0), ignore_eos",
             "prompt_sha256": hashlib.sha256(PROMPT.encode()).hexdigest(),
-            "warmup_tokens": WARMUP_TOKENS,
-            "variants": {v: {GATHER_ENV: VARIANT_ENV[v]} for v in names},
-            "order": "per repeat and point every variant, in listed order when repeat + point is even, reversed when odd",
+            "warmup_tokens": WARMUP_TOKENS, "variants": settings(names),
+            "order": ORDER,  # suite.rounds' order of each (repeat, point): the runs are listed as they ran
             "serve_equivalent": [serve_equivalent("MODEL", p["slots"]) for p in points],
             "tokens_per_s": "tokens / (t[skip + tokens] - t[skip]), host arrival stamps of the generated tokens",
             "misses_per_token": "the offload cache's own decode counters over the same window x MoE layers",
         },
-        "points": summaries,
-        "ids_identical": all(identical) if identical else None,
-        "complete": complete,
-        "exit_code": exit_code,
-        "errors": errors,
-        "runs": raw,
-    }
+        "points": summaries, "ids_identical": all(identical) if identical else None, "complete": complete,
+        "exit_code": exit_code, "errors": errors, "runs": raw,
+    }  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
@@ -384,8 +314,10 @@ def main(args: argparse.Namespace) -> int:
 
     def on_update(runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None = None) -> Path:
         state.update(runs=list(runs), complete=complete, errors=list(errors))
-        slug, fields = document_fields(args, info, points, runs, complete, errors, exit_code, machine)
-        path = write_result(args.out, slug, fields, keep_replaced=state["keep"])
+        found, fields = document_fields(args, info, points, runs, complete, errors, exit_code, machine)
+        # the workers' GPU names the device: this process may never touch CUDA
+        path = entry.save("e2e", args, E2E.from_doc(fields), found, device=found.get("device_slug") or "unknown",
+                          keep_replaced=state["keep"])  # fmt: skip
         state["keep"] = False
         return path
 
@@ -406,10 +338,7 @@ def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]], name
             if d["repeats"]:
                 parts.append(f"{v} {d['tokens_per_s_median']:.2f} tok/s [{d['tokens_per_s_min']:.2f}-"
                              f"{d['tokens_per_s_max']:.2f}] x{d['repeats']}, {d['misses_per_token_median']:.1f} misses/token")  # fmt: skip
-        ratios = []
-        for arm, x in s["versus_upstream"].items():
-            ratios.append(f"{arm}/upstream {x['speedup']:.4f} (paired {x['speedup_paired_min']:.4f}-"
-                          f"{x['speedup_paired_max']:.4f}, {x['verdict']})" if x["speedup"] and x["speedup_paired"]
-                          else f"{arm}/upstream n/a")  # fmt: skip
+        ratios = [f"{arm}/upstream {c.ratio:.4f} (paired {c.paired_min:.4f}-{c.paired_max:.4f}, {c.verdict})"
+                  if c.ratio and c.paired_min else f"{arm}/upstream n/a" for arm, c in s["ratio"].items()]  # fmt: skip
         log(f"slots {pt['slots']}: {'; '.join(parts) or 'no runs'}; {'; '.join(ratios)}; "
             f"ids identical: {s['ids_identical']}")

@@ -91,16 +91,13 @@ class SynthSpec:
     max_position: int = 262144
 
     def __post_init__(self) -> None:
-        checks = {
-            "layers": (self.layers >= 1, "at least 1"),
-            "experts": (self.experts >= 2, "at least 2"),
-            "top_k": (1 <= self.top_k <= self.experts, f"1..experts ({self.experts})"),
-            "hidden": (self.hidden % 256 == 0, "a multiple of 256 (16-byte NVFP4 scale rows)"),
-            "moe_intermediate": (self.moe_intermediate % 256 == 0, "a multiple of 256 (16-byte NVFP4 scale rows)"),
-            "vocab": (self.vocab >= 259, "at least 259 (256 bytes + 3 special tokens)"),
-            "zipf": (self.zipf >= 0, ">= 0"),
-            "linear_head_dim": (self.linear_head_dim > 0, "> 0"),
-        }
+        rows = "a multiple of 256 (16-byte NVFP4 scale rows)"
+        checks = {"layers": (self.layers >= 1, "at least 1"), "experts": (self.experts >= 2, "at least 2"),
+                  "top_k": (1 <= self.top_k <= self.experts, f"1..experts ({self.experts})"),
+                  "hidden": (self.hidden % 256 == 0, rows),
+                  "moe_intermediate": (self.moe_intermediate % 256 == 0, rows),
+                  "vocab": (self.vocab >= 259, "at least 259 (256 bytes + 3 special tokens)"),
+                  "zipf": (self.zipf >= 0, ">= 0"), "linear_head_dim": (self.linear_head_dim > 0, "> 0")}  # fmt: skip
         for name, (ok, allowed) in checks.items():
             if not ok:
                 raise ValueError(f"SynthSpec.{name}={getattr(self, name)!r}: must be {allowed}")
@@ -115,14 +112,10 @@ class SynthSpec:
         }  # fmt: skip
         return cls(**{**base, **kw})
 
-    # ------------------------------------------------------------------ derived sizes
-
     @property
     def layer_types(self) -> list[str]:
-        return [
-            "full_attention" if (i + 1) % FULL_ATTENTION_INTERVAL == 0 else "linear_attention"
-            for i in range(self.layers)
-        ]
+        every = FULL_ATTENTION_INTERVAL
+        return ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(self.layers)]
 
     @property
     def linear_key_dim(self) -> int:
@@ -136,19 +129,6 @@ class SynthSpec:
     def conv_dim(self) -> int:
         return 2 * self.linear_key_dim + self.linear_value_dim
 
-    def expert_tensors(self) -> list[tuple[str, str, tuple[int, ...]]]:
-        """``(suffix, safetensors dtype, shape)`` of one routed expert in the ModelOpt NVFP4 layout."""
-        h, i, g = self.hidden, self.moe_intermediate, NVFP4_GROUP
-        out = []
-        for proj, (rows, cols) in (("gate_proj", (i, h)), ("up_proj", (i, h)), ("down_proj", (h, i))):
-            out += [
-                (f"{proj}.weight", "U8", (rows, cols // 2)),
-                (f"{proj}.weight_scale", "F8_E4M3", (rows, cols // g)),
-                (f"{proj}.weight_scale_2", "F32", ()),
-                (f"{proj}.input_scale", "F32", ()),
-            ]
-        return out
-
     @property
     def bank_bytes_per_expert(self) -> int:
         """Bytes one expert takes in FreeToken's six NVFP4 banks (per-row fp32 globals, no input scales)."""
@@ -161,22 +141,11 @@ class SynthSpec:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SynthSpec:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-
-# ---------------------------------------------------------------------------------- config
-
 
 def quantization_config() -> dict[str, Any]:
     """ModelOpt NVFP4 for the routed experts only; everything else is excluded (stored bf16)."""
     return {
-        "quant_method": "modelopt",
-        "quant_algo": "NVFP4",
-        "group_size": NVFP4_GROUP,
-        "kv_cache_quant_algo": None,
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": NVFP4_GROUP, "kv_cache_quant_algo": None,
         "exclude_modules": [
             "lm_head", "*embed_tokens", "*.self_attn", "*.linear_attn", "*.shared_expert", "*.shared_expert_gate",
             "*.mlp.gate",
@@ -187,39 +156,19 @@ def quantization_config() -> dict[str, Any]:
 def config_json(spec: SynthSpec, *, eos_token_id: int) -> dict[str, Any]:
     """The checkpoint's ``config.json`` (transformers' ``Qwen3_5MoeTextConfig`` fields)."""
     return {
-        "architectures": [ARCHITECTURE],
-        "model_type": MODEL_TYPE,
-        "vocab_size": spec.vocab,
-        "hidden_size": spec.hidden,
-        "num_hidden_layers": spec.layers,
-        "num_attention_heads": spec.heads,
-        "num_key_value_heads": spec.kv_heads,
-        "head_dim": spec.head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": spec.max_position,
-        "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": False,
-        "attention_bias": False,
+        "architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": spec.vocab, "hidden_size": spec.hidden,
+        "num_hidden_layers": spec.layers, "num_attention_heads": spec.heads, "num_key_value_heads": spec.kv_heads,
+        "head_dim": spec.head_dim, "hidden_act": "silu", "max_position_embeddings": spec.max_position,
+        "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "attention_bias": False,
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
-        "linear_conv_kernel_dim": spec.conv_kernel,
-        "linear_key_head_dim": spec.linear_head_dim,
-        "linear_value_head_dim": spec.linear_head_dim,
-        "linear_num_key_heads": spec.linear_k_heads,
-        "linear_num_value_heads": spec.linear_v_heads,
-        "moe_intermediate_size": spec.moe_intermediate,
-        "shared_expert_intermediate_size": spec.shared_intermediate,
-        "num_experts_per_tok": spec.top_k,
-        "num_experts": spec.experts,
-        "layer_types": spec.layer_types,
-        "bos_token_id": None,
-        "eos_token_id": eos_token_id,
-        "pad_token_id": eos_token_id,
-        "dtype": "bfloat16",
+        "linear_conv_kernel_dim": spec.conv_kernel, "linear_key_head_dim": spec.linear_head_dim,
+        "linear_value_head_dim": spec.linear_head_dim, "linear_num_key_heads": spec.linear_k_heads,
+        "linear_num_value_heads": spec.linear_v_heads, "moe_intermediate_size": spec.moe_intermediate,
+        "shared_expert_intermediate_size": spec.shared_intermediate, "num_experts_per_tok": spec.top_k,
+        "num_experts": spec.experts, "layer_types": spec.layer_types, "bos_token_id": None,
+        "eos_token_id": eos_token_id, "pad_token_id": eos_token_id, "dtype": "bfloat16",
         "quantization_config": quantization_config(),
-    }
-
-
-# ---------------------------------------------------------------------------------- routing
+    }  # fmt: skip
 
 
 def router_bias(spec: SynthSpec):

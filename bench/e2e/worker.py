@@ -1,26 +1,14 @@
 """One fresh-process run of FreeToken's engine: load, warm up, decode, measure, write one JSON.
 
-The harness (:mod:`bench.e2e.harness`) starts this as ``python -m bench.e2e worker ...`` with
-``FREETOKEN_DECODE_GATHER`` set or unset; nothing here knows which variant it is, it only reports
-which copy kernel the cache actually chose (and refuses a run whose choice does not match the
-request, so a silent fallback can never be timed as ``tma``).
+The harness starts it with the switch set or unset; it reports which copy kernel the cache chose, and refuses
+a run whose choice does not match the request (a silent fallback is never timed as ``tma``). The engine is
+``freetoken.llm.LLM``, the ``Scheduler`` ``ft serve`` runs, in-process for what HTTP does not expose (the
+token ids, the cache's miss counters), with ``ft serve --moe-strategy offload``'s settings at batch 1.
 
-Serving path: ``freetoken.llm.LLM`` is FreeToken's offline entry and a subclass of the very
-``Scheduler`` that ``ft serve`` runs behind its HTTP front end: same engine, CUDA-graph decode,
-overlap scheduling, offload cache. It is used in-process because the evidence needs what the HTTP
-API does not expose: the token ids (compared between variants) and the cache's own miss counters.
-The settings are those of ``ft serve --moe-strategy offload --moe-cache-size K
---max-running-requests 1 --cuda-graph-max-bs 1 --moe-collect-stats --text-model-only``.
-
-Method. One warm-up generation (another prompt, so the prefix cache cannot shorten the measured
-prefill; it compiles and autotunes whatever the first request needs), then the measured greedy
-generation of ``skip + tokens + 1`` tokens with ``ignore_eos``. Every token's arrival on the host is
-time-stamped (``offline_send_result``, once per scheduler step at batch 1). TTFT is generate() to the
-first token. Each prefill borrows the first ``2 x experts`` slots of the unified pool as staging,
-so decode starts with part of the cache gone; the first ``skip`` decode tokens refill it and are
-left out: tokens/s is ``tokens / (t[skip + tokens] - t[skip])`` and the cache's counters are zeroed
-(on the engine stream, between graph replays, as the scheduler's own stats line does) when token
-``skip`` arrives, so misses per token cover the same steady-state window.
+Method: one warm-up generation of another prompt, then ``skip + tokens + 1`` greedy tokens, every token's
+arrival stamped on the host. A prefill borrows ``2 x experts`` slots as staging, so the first ``skip`` tokens
+refill the cache and are left out: tokens/s is ``tokens / (t[skip + tokens] - t[skip])``, and the cache's
+counters are zeroed (on the engine stream) when token ``skip`` arrives, so misses cover the same window.
 """
 
 from __future__ import annotations
@@ -35,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from suite.kernels import Kernel, Variant, launched
+from suite.kernels import SWITCH_ENV, TMA_KERNEL, UPSTREAM_KERNEL, Kernel, Variant, launched
 
 #: The fixed prompt (any tokenizer encodes it; ~90 tokens on a BPE vocabulary, ~480 bytes).
 PROMPT = (
@@ -75,11 +63,8 @@ def engine_kwargs(args: argparse.Namespace, num_experts: int) -> dict[str, Any]:
         "moe_cache_size": args.slots,
         # the double-buffered prefill needs 2 x experts slots; below that the engine must not ask for it
         "moe_prefill_overlap": args.slots >= 2 * num_experts,
-        "moe_collect_stats": True,
-        "max_running_req": 1,
-        "cuda_graph_max_bs": 1,
-        "num_token_override": args.kv_tokens,
-        "max_seq_len_override": args.kv_tokens,
+        "moe_collect_stats": True, "max_running_req": 1, "cuda_graph_max_bs": 1,
+        "num_token_override": args.kv_tokens, "max_seq_len_override": args.kv_tokens,
         # the status reporter would zero the counters every N decode steps (its stats line)
         "decode_log_interval": 1 << 30,
         "mm": MultimodalConfig(disabled_encoders=frozenset(ENCODER_KINDS)),
@@ -95,9 +80,9 @@ def copy_variant(cache) -> Variant:
 def copy_kernel(cache) -> str:
     """Which kernel ``copy_missing`` runs for decode misses in this cache."""
     if copy_variant(cache).kernel is Kernel.TMA:
-        return "decode_gather"
+        return TMA_KERNEL
     if getattr(cache, "_copy_fused_ok", False):
-        return "fast_index_copy_multi"
+        return UPSTREAM_KERNEL
     return "fast_index_copy (per bank)"
 
 
@@ -108,9 +93,9 @@ def copy_grid(cache) -> dict[str, Any]:
 
 def expected_kernel(env_value: str | None) -> str | None:
     """The kernel a variant must run; None for ``auto``, whose probe may keep either."""
-    if env_value and env_value.strip().lower() == "auto":
+    if env_value and env_value.strip().lower() == Kernel.AUTO:
         return None
-    return "decode_gather" if env_value else "fast_index_copy_multi"
+    return TMA_KERNEL if env_value else UPSTREAM_KERNEL
 
 
 def auto_choice(cache) -> dict[str, Any] | None:
@@ -152,7 +137,7 @@ def _load(args: argparse.Namespace, torch: Any) -> tuple[Any, Any, str, str | No
     num_experts = checkpoint_num_experts(args.model)
     if args.slots < num_experts:
         raise ValueError(f"--slots {args.slots}: the offload cache needs at least num_experts={num_experts} slots")
-    env_gather = os.environ.get("FREETOKEN_DECODE_GATHER") or None
+    env_gather = os.environ.get(SWITCH_ENV) or None
     llm = _timed_llm(torch, LLM, DetokenizeMsg)(args.model, **engine_kwargs(args, num_experts))
     cache = llm.engine.moe_offload_cache
     if cache is None:
@@ -160,7 +145,7 @@ def _load(args: argparse.Namespace, torch: Any) -> tuple[Any, Any, str, str | No
     kernel = copy_kernel(cache)
     if expected_kernel(env_gather) not in (None, kernel):
         raise RuntimeError(
-            f"FREETOKEN_DECODE_GATHER={env_gather!r} should copy decode misses with {expected_kernel(env_gather)}, "
+            f"{SWITCH_ENV}={env_gather!r} should copy decode misses with {expected_kernel(env_gather)}, "
             f"but the cache chose {kernel} (see FreeToken's warning above); this run would not measure the variant"
         )
     graph_bs = list(getattr(llm.engine.graph_runner, "graph_bs_list", []) or [])
@@ -216,33 +201,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     layers = cache.num_layers
     free, total = torch.cuda.mem_get_info()
     result = {
-        "variant_env": env_gather,
-        "copy_kernel": kernel,
+        "variant_env": env_gather, "copy_kernel": kernel,
         "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
-        "copy_grid": copy_grid(cache),
-        "auto": auto_choice(cache),
-        "slots": args.slots,
-        "moe_layers": layers,
-        "num_experts": cache.num_experts,
-        "prefill_overlap": bool(cache.prefill_overlap),
-        "graph_bs": graph_bs,
-        "prompt_tokens": len(llm.tokenizer.encode(PROMPT)),
-        "generated_tokens": len(ids),
-        "skip": args.skip,
-        "tokens": args.tokens,
-        **_timing(args, stamps, t_gen),
-        "misses_per_token": stats["missing_per_layer"] * layers,
-        "miss_rate": stats["miss_rate"],
-        "active_per_token": stats["active_per_layer"] * layers,
-        "layer_calls": stats["layer_calls"],
+        "copy_grid": copy_grid(cache), "auto": auto_choice(cache), "slots": args.slots, "moe_layers": layers,
+        "num_experts": cache.num_experts, "prefill_overlap": bool(cache.prefill_overlap), "graph_bs": graph_bs,
+        "prompt_tokens": len(llm.tokenizer.encode(PROMPT)), "generated_tokens": len(ids), "skip": args.skip,
+        "tokens": args.tokens, **_timing(args, stamps, t_gen),
+        "misses_per_token": stats["missing_per_layer"] * layers, "miss_rate": stats["miss_rate"],
+        "active_per_token": stats["active_per_layer"] * layers, "layer_calls": stats["layer_calls"],
         "misses_total": round(stats["missing_per_layer"] * stats["layer_calls"]),
-        "ids_sha256": ids_sha256(ids),
-        "ids_head": ids[:16],
+        "ids_sha256": ids_sha256(ids), "ids_head": ids[:16],
         "vram_peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-        "vram_peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-        "vram_device_used_bytes": total - free,
+        "vram_peak_allocated_bytes": torch.cuda.max_memory_allocated(), "vram_device_used_bytes": total - free,
         "load_s": t_loaded - t_start,
-    }
+    }  # fmt: skip
     if args.machine:  # nvidia-smi, nvcc, git: a second or two, asked once per session
         from gpukit.machine import machine_info
 

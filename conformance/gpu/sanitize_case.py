@@ -21,6 +21,7 @@ import sys
 from suite.geometry import Ring
 from gpukit.kernels import call_tma, call_upstream, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
+from suite.kernels import Kernel
 
 ROWS = [16, 48, 4096 + 16, 8192 + 16]
 LAYERS, EXPERTS, SLOTS = 2, 6, 9
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         default="default,32x2x23K,8x3x16K,4x4x16K,8x4x24K",  # the last three opt in past 48 KiB of shared memory
         help="comma-separated rings: 'default' or CTASxSTAGESxCHUNK (default: %(default)s)",
     )
-    ap.add_argument("--kernel", choices=["tma", "upstream", "both"], default="tma")
+    ap.add_argument("--kernel", choices=[Kernel.TMA, Kernel.UPSTREAM, "both"], default=Kernel.TMA)
     args = ap.parse_args(argv)
 
     import torch
@@ -59,18 +60,18 @@ def main(argv: list[str] | None = None) -> int:
         if err:
             failures.append(f"{what}: {err}")
 
-    kernels = {"tma": ["tma"], "upstream": ["upstream"], "both": ["tma", "upstream"]}[args.kernel]
+    kernels = [Kernel.TMA, Kernel.UPSTREAM] if args.kernel == "both" else [Kernel(args.kernel)]
     for kernel in kernels:
-        for ring in rings if kernel == "tma" else [None]:
-            tag = kernel if kernel == "upstream" else f"tma {ring.tag if ring else 'default'}"
+        for ring in rings if kernel == Kernel.TMA else [None]:
+            tag = str(kernel) if kernel == Kernel.UPSTREAM else f"{kernel} {ring.tag if ring else 'default'}"
 
             def launch(layer: int, kernel: str = kernel, ring: Ring | None = ring) -> None:
-                if kernel == "tma":
+                if kernel == Kernel.TMA:
                     call_tma(decode_gather, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num, ring)
                 else:
                     call_upstream(fast_index_copy, cache, banks.src_ptrs[layer], misses.dst, misses.src, misses.num)
 
-            counts = (0, 1, 4, SLOTS, SLOTS + 5, -3) if kernel == "tma" else (0, 1, 4, SLOTS)
+            counts = (0, 1, 4, SLOTS, SLOTS + 5, -3) if kernel == Kernel.TMA else (0, 1, 4, SLOTS)
             for layer in range(LAYERS):
                 for n in counts:
                     dst, src = random_misses(rng, SLOTS, max(0, min(n, SLOTS)), SLOTS, EXPERTS)

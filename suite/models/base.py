@@ -1,13 +1,7 @@
-"""The base of the result documents' typed models: one field per key of the JSON, nested models named
-in ``NESTED``, the keys no field names kept in ``extra`` (so a document reads back whole).
-
-    doc = AutoStability.from_doc(results.load("auto_stability", "h200"))   # None when missing
-    doc.summary.counts                                                        # attributes, not .get chains
-    results.save("auto_stability", machine=m, **AutoStability(...).to_doc())
-
-``from_doc`` is the one place a model's older shapes are normalised (:meth:`Model.normalise`);
-``to_doc`` is what a writer saves. The header (``schema``, ``generated_at``, ``provenance``, ``machine``)
-is left out of ``to_doc`` while unset: :func:`suite.results.document` adds it.
+"""The base of the result documents' typed models: one field per key of the JSON, nested models named in
+``NESTED``, the keys no field names kept in ``extra`` (a document reads back whole). ``from_doc`` is the one
+place a model's older shapes are normalised (:meth:`Model.normalise`); ``to_doc`` is what a writer saves (the
+header ``schema``, ``generated_at``, ``provenance``, ``machine`` only where set: :func:`suite.results.document`).
 """
 
 from __future__ import annotations
@@ -16,6 +10,7 @@ import dataclasses
 from typing import Any, ClassVar, Mapping
 
 HEADER = ("schema", "generated_at", "provenance", "machine")
+
 
 def _load(spec: Any, value: Any) -> Any:
     if spec is None or value is None:
@@ -29,7 +24,7 @@ def _load(spec: Any, value: Any) -> Any:
 
 
 def _dump(value: Any) -> Any:
-    if isinstance(value, Model):
+    if hasattr(value, "to_doc"):  # a Model, or a suite.stats.Comparison
         return value.to_doc()
     if isinstance(value, list):
         return [_dump(x) for x in value]
@@ -89,7 +84,6 @@ def field(default: Any = None) -> Any:
     if isinstance(default, (dict, list)):
         return dataclasses.field(default_factory=lambda: type(default)(default))
     return dataclasses.field(default=default)
-
 
 
 @dataclasses.dataclass

@@ -13,29 +13,30 @@ import dataclasses
 from typing import Any, Mapping
 
 from suite.commands import MEASUREMENTS
-from suite.models.base import Model, field
-from suite.models.paired import CANDIDATE, Paired
 from suite.kernels import Kernel
+from suite.models.base import Model, field
+from suite.models.paired import Paired
+from suite.stats import Comparison
 
 BENCHMARK_SCHEMA = MEASUREMENTS["bench"].schema
 
 
 @dataclasses.dataclass
 class CaseRow(Model):
-    """One gather case (regime, layers, n): the paired medians and ratio, GB/s, each kernel's statistics."""
+    """One gather case (regime, layers, n): the paired medians and comparisons, GB/s, each kernel's statistics."""
 
     layers: int
     n: Any
     regime: str = "replay"
     bytes_per_layer: int = 0
     us: dict[str, float] = field({})  # paired medians, µs per layer
-    speedup: float | None = None  # upstream / tma
-    aa_spread: float | None = None
-    verdict: str | None = None
+    ratio: dict[str, Comparison] = field({})  # per candidate against upstream (the case's Paired.ratio)
     gbps: dict[str, float | None] = field({})
     pct_of_ceiling: dict[str, float | None] = field({})
     benchmark: dict[str, dict[str, Any]] = field({})  # per kernel: pytest-benchmark's median, iqr, min, mean, rounds
     ceiling_gbps: float | None = None
+
+    NESTED = {"ratio": (dict, Comparison)}
 
 
 @dataclasses.dataclass
@@ -47,9 +48,7 @@ class StepRow(Model):
     rounds: int | None = None
     us_per_step: dict[str, float] = field({})
     rounds_us: dict[str, list[float]] = field({})
-    speedup: float | None = None  # upstream / tma
-    ratio_by_kernel: dict[str, float | None] = field({})
-    aa_spread: float | None = None
+    ratio: dict[str, Comparison] = field({})  # per candidate against upstream (the step's Paired.ratio)
     benchmark: dict[str, dict[str, Any]] = field({})  # per kernel, per step
     steps_per_round: int | None = None
     miss_rate: float | None = None
@@ -62,6 +61,8 @@ class StepRow(Model):
     ideal_copy_us_per_step: float | None = None
     auto_choice: dict[str, Any] = field({})
     note: str = ""
+
+    NESTED = {"ratio": (dict, Comparison)}
 
 
 def _per_kernel(kernels: Mapping[str, Mapping[str, Any]], layers: int) -> dict[str, dict[str, Any]]:
@@ -93,10 +94,9 @@ def _case(regime: str, layers: int, n: Any, kernels: Mapping[str, Mapping[str, A
     p = Paired.from_doc(ex.get("paired") or {})
     per_layer = (ex.get("bytes") or 0) // max(1, layers)
     gbps = {k: (per_layer / (v * 1e-6) / 1e9 if v and per_layer else None) for k, v in p.median_us.items()}
-    ratio, verdict = p.candidate(CANDIDATE)
     return CaseRow(
-        regime=regime, layers=layers, n=n, bytes_per_layer=per_layer, us=dict(p.median_us), speedup=ratio,
-        aa_spread=p.aa_spread, verdict=verdict, gbps=gbps, ceiling_gbps=ceiling,
+        regime=regime, layers=layers, n=n, bytes_per_layer=per_layer, us=dict(p.median_us), ratio=p.ratio,
+        gbps=gbps, ceiling_gbps=ceiling,
         pct_of_ceiling={k: (100.0 * v / ceiling if v and ceiling else None) for k, v in gbps.items()},
         benchmark=_per_kernel(kernels, layers),
     )  # fmt: skip
@@ -108,8 +108,8 @@ def _step(kernels: Mapping[str, Mapping[str, Any]], layers: int) -> StepRow:
     keep = {f.name for f in dataclasses.fields(StepRow)} & set(p.extra)
     return StepRow(
         layers=layers, bytes_per_step=ex.get("bytes"), rounds=p.rounds, us_per_step=p.median_us,
-        rounds_us=p.rounds_us, speedup=p.ratio.get(CANDIDATE), ratio_by_kernel=p.ratio, aa_spread=p.aa_spread,
-        benchmark=_per_kernel(kernels, 1), **{k: p.extra[k] for k in sorted(keep)},
+        rounds_us=p.rounds_us, ratio=p.ratio, benchmark=_per_kernel(kernels, 1),
+        **{k: p.extra[k] for k in sorted(keep)},
     )  # fmt: skip
 
 
@@ -117,6 +117,7 @@ def _step(kernels: Mapping[str, Mapping[str, Any]], layers: int) -> StepRow:
 class BenchRun(Model):
     """A device's benchmark run as the report reads it: the rows and the run-wide facts."""
 
+    schema: str | None = None
     store: str | None = None  # the file it was read from
     synthetic: bool = False
     generated_at: str | None = None
@@ -142,8 +143,16 @@ class BenchRun(Model):
         return cls.from_doc({**doc, "store": store})
 
     @classmethod
+    def load(cls, slug: str, base: Any = None, docs: Mapping[str, Any] | None = None) -> BenchRun | None:
+        """Device ``slug``'s rows, from its store under ``base`` (or from ``docs``, its documents already read)."""
+        from suite import results
+
+        doc = docs.get("bench") if docs is not None else results.load("bench", slug, base)
+        return cls.read(doc, f"{slug}/{MEASUREMENTS['bench'].file}")
+
+    @classmethod
     def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        return cls._from_pytest_benchmark(doc) if doc.get("schema") == BENCHMARK_SCHEMA else doc
+        return cls._from_pytest_benchmark(doc) if "benchmarks" in doc else doc  # pytest-benchmark's store
 
     @staticmethod
     def _from_pytest_benchmark(pb: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,7 +166,8 @@ class BenchRun(Model):
                 gather.append(_case(regime, layers, n, kernels, ceiling))
         kernel = info.get("kernel") or {}
         return {
-            "store": pb.get("store"), "synthetic": bool(pb.get("synthetic")), "generated_at": pb.get("datetime"),
+            "schema": pb.get("schema"), "store": pb.get("store"), "synthetic": bool(pb.get("synthetic")),
+            "generated_at": pb.get("datetime"),
             "machine": {**((pb.get("machine_info") or {}).get("gpu") or {})}, "provenance": pb.get("provenance") or {},
             "tma_default_ring": kernel.get("tma_default_ring"), "upstream_kernel": kernel.get(Kernel.UPSTREAM) or {},
             "geometry": info.get("geometry") or {}, "ceiling": info.get("ceiling") or {},

@@ -2,9 +2,8 @@
 
 Each model's fields are the keys its writer saves; what no field names stays in ``extra`` (a document
 reads back whole). Every committed document names kernels in the switch's words (``upstream``,
-``upstream_aa``, ``tma``, ``auto``); older shapes are read by each model's fields or its ``normalise``:
-``step_pdl.json`` of before the benchmark took over the decode step's A/B, ``series_bench`` rows of
-``verified_sets``.
+``upstream_aa``, ``tma``, ``auto``); older shapes are read by each model's ``normalise``: ratios of before
+:class:`suite.stats.Comparison`, ``series_bench`` rows of ``verified_sets``.
 """
 
 from __future__ import annotations
@@ -12,16 +11,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from suite.kernels import Kernel
 from suite.models.base import Document, Model, field
-from suite.models.paired import Paired
-
-# --------------------------------------------------------------------------- step_pdl
+from suite.models.paired import Paired, comparisons
+from suite.stats import Comparison, median
 
 
 @dataclasses.dataclass
 class StepBreakdown(Model):
-    """``step_pdl.json``'s decode step: the torch.profiler breakdown per variant and the trace's miss figures;
-    a document of before the benchmark's decode step also holds the step's paired A/B (medians, ratios)."""
+    """``step_pdl.json``'s decode step: the torch.profiler breakdown per variant and the trace's miss figures."""
 
     breakdown: dict[str, dict[str, Any]] = field({})  # per variant: calls, steps, mean_us, median_us, per_step_us
     zipf_exponent: float | None = None
@@ -29,18 +27,9 @@ class StepBreakdown(Model):
     cache_slots: int | None = None
     misses_per_step: float | None = None
     miss_stats: dict[str, Any] | None = None
-    # the older shape's A/B (written no more: the benchmark's test_decode_step times the variants)
-    median_us: dict[str, float] | None = None
-    rounds_us: dict[str, list[float]] | None = None
-    ratio: dict[str, float] | None = None
-    verdict: dict[str, str] | None = None
-    aa_ratios: list[float] | None = None
-    aa_spread: float | None = None
-    rounds: int | None = None
-    per_block: int | None = None
     extra: dict[str, Any] = field({})
 
-    OPTIONAL = ("miss_stats", "median_us", "rounds_us", "ratio", "verdict", "aa_ratios", "aa_spread", "rounds", "per_block")
+    OPTIONAL = ("miss_stats",)
 
 
 @dataclasses.dataclass
@@ -50,9 +39,6 @@ class StepPdl(Document):
     per_layer: dict[str, Paired] = field({})  # per miss count n (a string)
 
     NESTED = {"decode_step": StepBreakdown, "per_layer": (dict, Paired)}
-
-
-# --------------------------------------------------------------------------- conformance, sanitizer
 
 
 @dataclasses.dataclass
@@ -87,28 +73,36 @@ class Sanitize(Document):
     OPTIONAL = ("sanitizer", "case", "sanitizer_version", "plain", "total_errors", "dry_run")
 
 
-# --------------------------------------------------------------------------- e2e
-
-
 @dataclasses.dataclass
 class E2EPoint(Model):
-    """One slot-cache point of the end-to-end A/B: every arm over its repeats, tma against upstream."""
+    """One slot-cache point of the end-to-end A/B: every arm over its repeats, each against upstream."""
 
     slots: int
     target_miss_rate: float | None = None
     predicted_miss_rate: float | None = None
     variants: dict[str, dict[str, Any]] = field({})  # per arm: tokens/s over the repeats, miss rates, ...
-    speedup: float | None = None  # tma / upstream, medians of tokens/s
-    speedup_paired: list[float] = field([])
-    speedup_paired_min: float | None = None
-    speedup_paired_max: float | None = None
-    verdict: str | None = None
+    ratio: dict[str, Comparison] = field({})  # per arm against upstream: tokens/s, the rule "repeats"
     ids_identical: bool | None = None
     miss_counts_identical: bool | None = None
-    versus_upstream: dict[str, dict[str, Any]] | None = None  # every arm against upstream (a run with auto)
     extra: dict[str, Any] = field({})
 
-    OPTIONAL = ("versus_upstream",)
+    NESTED = {"ratio": (dict, Comparison)}
+
+    @classmethod
+    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
+        """A point of before the Comparison: ``versus_upstream`` (or tma's figures at the top level), each arm's
+        ratio, its per-repeat ratios and verdict, the repeats' range from the arms' own."""
+        if "versus_upstream" not in doc and isinstance(doc.get("ratio"), dict):
+            return doc
+        top = {k: doc.pop(k, None) for k in ("ratio", "ratio_paired", "ratio_paired_min", "ratio_paired_max",
+                                             "verdict")}  # fmt: skip
+        arms, ranges = doc.pop("versus_upstream", None) or {Kernel.TMA: top}, doc.get("variants") or {}
+        base = (ranges.get(Kernel.UPSTREAM) or {}).get("tokens_per_s_range")
+        noise = {a: [x for x in (base, (ranges.get(a) or {}).get("tokens_per_s_range")) if x is not None] for a in arms}
+        doc["ratio"] = {a: Comparison(v["ratio"], median(v.get("ratio_paired") or []), v.get("ratio_paired_min"),
+                                      v.get("ratio_paired_max"), repeat_range=max(noise[a], default=None),
+                                      verdict=v["verdict"], rule="repeats") for a, v in arms.items()}  # fmt: skip
+        return doc
 
 
 @dataclasses.dataclass
@@ -125,9 +119,6 @@ class E2E(Document):
     runs: list[dict[str, Any]] = field([])  # one per fresh process: repeat, point, variant, tokens/s, ...
 
     NESTED = {"points": (list, E2EPoint)}
-
-
-# --------------------------------------------------------------------------- auto_stability
 
 
 @dataclasses.dataclass
@@ -153,17 +144,11 @@ class AutoStability(Document):
     """What ``FREETOKEN_DECODE_GATHER=auto`` chose in fresh processes (``python -m bench.auto_stability``)."""
 
     settings: dict[str, Any] = field({})
-    summary: AutoSummary = field(None)
+    summary: AutoSummary = dataclasses.field(default_factory=AutoSummary)
     runs: list[dict[str, Any]] = field([])  # per process: choice, again (each a probe's choice), timings
     errors: list[str] = field([])
 
     NESTED = {"summary": AutoSummary}
-
-    def __post_init__(self) -> None:
-        self.summary = self.summary if self.summary is not None else AutoSummary()
-
-
-# --------------------------------------------------------------------------- series_bench
 
 
 @dataclasses.dataclass
@@ -174,17 +159,17 @@ class SeriesRow(Model):
     rounds_us: dict[str, list[float]] = field({})
     aa_spread: float | None = None
     verified: int = 0
-    ratio: dict[str, float | None] = field({})  # upstream (default grid) / variant
-    verdict: dict[str, str] = field({})
+    ratio: dict[str, Comparison] = field({})  # upstream (default grid) / variant, the series' figures and verdicts
     gbps: dict[str, float | None] = field({})
     extra: dict[str, Any] = field({})
 
+    NESTED = {"ratio": (dict, Comparison)}
+
     @classmethod
     def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        """A row of before ``verified`` counts its timed copies as ``verified_sets``; no regime: ``replay``."""
-        if "verified" not in doc and "verified_sets" in doc:
-            doc["verified"] = doc.pop("verified_sets")
-        return {**doc, "regime": doc.get("regime") or "replay"}
+        """The series' row ({variant: ratio}, ``verdict`` beside it) as Comparisons; no regime: ``replay``."""
+        ratio = comparisons(doc)
+        return {**doc, "ratio": ratio, "regime": doc.get("regime") or "replay"}
 
 
 @dataclasses.dataclass
@@ -210,12 +195,7 @@ class SeriesBench(Document):
 
     benchmark_schema: str | None = None
     args: dict[str, Any] = field({})
-    expert_bytes: int | None = None
-    footprint_bytes: int | None = None
-    full_footprint: bool | None = None
     decides: str | None = None
-    copy_engine_gbps: list[float] = field([])
-    rows: list[SeriesRow] = field([])  # one geometry's, before the benchmark's schema /2
     geometries: list[SeriesGeometry] | None = None  # schema /2: one per --model geometry, each with its rows
     failures: list[Any] = field([])
     exit_code: int | None = None
@@ -228,12 +208,9 @@ class SeriesBench(Document):
     rings: list[dict[str, Any]] | None = None
     errors: list[Any] | None = None
 
-    NESTED = {"rows": (list, SeriesRow), "geometries": (list, SeriesGeometry)}
-    OPTIONAL = ("benchmark_schema", "footprint_bytes", "full_footprint", "decides", "exit_code", "geometries",
-                "tma_ring", "host", "verified", "ring_choice", "rings", "errors")
-
-
-# --------------------------------------------------------------------------- ceiling, contention
+    NESTED = {"geometries": (list, SeriesGeometry)}  # a run of schema /1 keeps its one geometry's rows in extra
+    OPTIONAL = ("benchmark_schema", "decides", "exit_code", "geometries", "tma_ring", "host", "verified", "ring_choice",
+                "rings", "errors")
 
 
 @dataclasses.dataclass

@@ -1,23 +1,20 @@
-"""The paired alternating-rounds result of one case: the one shape of the benchmark's ``extra_info["paired"]``
+"""The paired-rounds result of one case: the one shape of the benchmark's ``extra_info["paired"]``
 (``bench/test_bench_gather.py``) and of ``step_pdl.json``'s per-layer cases (``bench/step_pdl.py``).
 
-    p = paired(rounds.values, ["tma"], base="upstream", aa="upstream_aa", reps=20)
-    p.ratio["tma"], p.verdict["tma"], p.aa_spread
+    p = paired(run_rounds(timers, 7, base="upstream", aa="upstream_aa"), reps=20)
+    p.ratio["tma"]                  # suite.stats.Comparison: ratio, A/A spread, verdict, rule
     extra_info["paired"] = p.to_doc()
-
-Ratios are base/candidate (> 1: the candidate faster), per candidate; the A/A control's ratios
-base/aa per round, their median and spread (:func:`suite.stats.summarize_rounds`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from suite.kernels import AA, BASE, CANDIDATE
+from suite.kernels import AA, BASE
 from suite.models.base import Model, field
-from suite.stats import summarize_rounds
-
+from suite.rounds import Rounds
+from suite.stats import Comparison, aa_ratios, median, verdict
 
 
 @dataclasses.dataclass
@@ -25,10 +22,8 @@ class Paired(Model):
     base: str = BASE
     aa: str = AA
     rounds: int | None = None
-    order: str = "alternating"
-    ratio: dict[str, float | None] = field({})  # base / candidate, medians of the rounds
-    ratio_paired: dict[str, float | None] = field({})  # the median of the per-round ratios
-    verdict: dict[str, str] = field({})
+    order: str = "alternate"  # the order the rounds ran in (suite.rounds)
+    ratio: dict[str, Comparison] = field({})  # per candidate, against base
     aa_ratio: float | None = None
     aa_ratios: list[float] = field([])
     aa_spread: float | None = None
@@ -36,23 +31,37 @@ class Paired(Model):
     rounds_us: dict[str, list[float]] = field({})
     extra: dict[str, Any] = field({})  # the case's own facts (reps, footprint, verified_sets, ...)
 
-    def candidate(self, name: str = "tma") -> tuple[float | None, str | None]:
-        """(ratio, verdict) of ``name``."""
-        return self.ratio.get(name), self.verdict.get(name)
+    NESTED = {"ratio": (dict, Comparison)}
+
+    @classmethod
+    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
+        doc["ratio"] = comparisons(doc)
+        return doc
 
 
-def paired(
-    rounds_us: dict[str, list[float]], candidates: Sequence[str], *, base: str = BASE, aa: str = AA, **extra: Any
-) -> Paired:
-    """The paired result of one case's rounds (``rounds_us``: every variant's per-round timings) for
-    ``candidates`` against ``base``, its A/A control ``aa``; ``extra``: the case's own facts."""
-    s = {c: summarize_rounds(rounds_us, candidate=c, base=base, aa=aa) for c in candidates}
-    first = s[candidates[0]] if candidates else summarize_rounds(rounds_us, candidate=base, base=base, aa=aa)
-    return Paired(
-        base=base, aa=aa, rounds=len(rounds_us[base]), order="alternating",
-        ratio={c: s[c]["speedup"] for c in candidates},
-        ratio_paired={c: s[c]["speedup_paired"] for c in candidates},
-        verdict={c: s[c]["verdict"] for c in candidates},
-        aa_ratio=first["aa_ratio"], aa_ratios=first["aa_ratios"], aa_spread=first["aa_spread"],
-        median_us=first["median_us"], rounds_us=rounds_us, extra=extra,
-    )  # fmt: skip
+def comparisons(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc["ratio"]``; a case of before the Comparison ({candidate: ratio}, ``ratio_paired`` and ``verdict``
+    beside it) read as Comparisons of the rule ``aa``, from its own figures (the rounds give the paired range)."""
+    ratio = doc.get("ratio") or {}
+    if all(isinstance(v, Mapping) for v in ratio.values()):
+        return ratio
+    spread, rounds = doc.get("aa_spread"), doc.get("rounds_us") or {}
+    verdicts, medians = doc.pop("verdict", None) or {}, doc.pop("ratio_paired", None) or {}
+    out = {}
+    for c, x in ratio.items():
+        per = [b / t for b, t in zip(rounds.get(doc.get("base", BASE), []), rounds.get(c, [])) if t]
+        out[c] = Comparison(x, medians.get(c, median(per)), min(per, default=None), max(per, default=None), spread,
+                            verdict=verdicts.get(c) or verdict(x, spread))  # fmt: skip
+    return out
+
+
+def paired(r: Rounds, candidates: Sequence[str] | None = None, **extra: Any) -> Paired:
+    """The paired result of one case's rounds (every variant's per-round timings, base and A/A control as
+    :func:`suite.rounds.run_rounds` was given them) for ``candidates`` (default: every other variant);
+    ``extra``: the case's own facts."""
+    v = r.values
+    ratios = aa_ratios(v[r.base], v[r.aa])
+    return Paired(base=r.base, aa=r.aa, rounds=len(v[r.base]), order=r.order,
+                  ratio={c: r.summary(c) for c in candidates or r.summaries()}, aa_ratio=median(ratios),
+                  aa_ratios=ratios, aa_spread=max((abs(x - 1.0) for x in ratios), default=None),
+                  median_us={k: median(x) for k, x in v.items()}, rounds_us=v, extra=extra)  # fmt: skip
