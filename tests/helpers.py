@@ -8,6 +8,7 @@ import argparse as _ap
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,20 @@ def synthetic_series_bench(machine: dict) -> dict:
             "provenance": {"series_hash": "000000000000", "tree": None}, "expert_bytes": NVFP4_EXPERT_BYTES,
             "copy_engine_gbps": [53.0, 52.9], "rows": rows, "failures": [],
             "args": {"layers": 40, "quant_format": "nvfp4", "rounds": 9, "blocks_per_bank": [32]}}
+
+
+def pytest_junit(cwd: Path, report: Path, *args: str, pythonpath: str | None = None) -> tuple[dict, ET.Element, str]:
+    """pytest in a child process at ``cwd`` with a JUnit ``report``: its counts (``exit``: pytest's exit code),
+    the ``testsuite`` element and the output's tail; no report at all fails the calling test."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH", "")) if p)
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={report}", *args]
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    tail = (proc.stdout + proc.stderr)[-4000:]
+    assert report.is_file(), f"pytest wrote no report (exit {proc.returncode}):\n{tail}"
+    suite = ET.parse(report).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    counts["exit"] = proc.returncode
+    return counts, suite, tail

@@ -8,17 +8,14 @@ ROCm build does (``torch.version.hip`` a version, ``torch.version.cuda`` None)."
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from freetoken_overlay.series import patch_files, work_repo
 from freetoken_overlay.util import Workdir
+from helpers import pytest_junit
 
 FAKE_ROCM = """\
 import torch
@@ -49,19 +46,9 @@ def test_series_tests_pass_under_a_rocm_torch(tmp_path: Path) -> None:
         pytest.skip(f"the work repository {repo} lacks {', '.join(missing)} (nox -s apply makes it)")
     (tmp_path / "fake_rocm.py").write_text(FAKE_ROCM)
     report = tmp_path / "junit.xml"
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "fake_rocm", "-p", "no:cacheprovider", "-q", "-rs", "-m", "not slow",
-         f"--junitxml={report}", *files],
-        cwd=repo, env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    tail = (proc.stdout + proc.stderr)[-4000:]
-    assert report.is_file(), f"pytest wrote no report (exit {proc.returncode}):\n{tail}"
-    suite = ET.parse(report).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    assert counts["failures"] == 0 and counts["errors"] == 0 and proc.returncode == 0, f"{counts}:\n{tail}"
+    counts, suite, tail = pytest_junit(repo, report, "-p", "fake_rocm", "-rs", "-m", "not slow", *files,
+                                       pythonpath=str(tmp_path))
+    assert counts["failures"] == 0 and counts["errors"] == 0 and counts["exit"] == 0, f"{counts}:\n{tail}"
     assert counts["tests"] > counts["skipped"], f"nothing ran under the fake ROCm torch: {counts}"
     skips = [s.get("message", "") for s in suite.iter("skipped")]
     assert any("ROCm" in s for s in skips), f"no test skipped for ROCm: the fake did not take ({counts})"

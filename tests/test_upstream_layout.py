@@ -10,11 +10,8 @@ depend on the layout) are deselected, not uncollected: every module is still imp
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -22,6 +19,7 @@ import pytest
 
 from freetoken_overlay.series import patch_files, work_repo
 from freetoken_overlay.util import Workdir
+from helpers import pytest_junit
 
 PACKAGES = ("tests/moe", "tests/kernels")  # upstream's test packages
 INI = "[pytest]\nmarkers =\n    slow: long-running\n"
@@ -49,19 +47,7 @@ def series_files_outside_the_package() -> list[str]:
 
 
 def _pytest(tree: Path, report: Path, *args: str) -> tuple[dict[str, int], ET.Element, str]:
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(tree / "pytest.ini"), "--rootdir", str(tree), "-p", "no:cacheprovider",
-         "-q", f"--junitxml={report}", *args],
-        cwd=tree, env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    tail = (proc.stdout + proc.stderr)[-4000:]
-    assert report.is_file(), f"pytest wrote no report (exit {proc.returncode}):\n{tail}"
-    suite = ET.parse(report).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    counts["exit"] = proc.returncode
-    return counts, suite, tail
+    return pytest_junit(tree, report, "-c", str(tree / "pytest.ini"), "--rootdir", str(tree), *args)
 
 
 def test_the_series_tests_pass_in_upstreams_layout(tmp_path: Path) -> None:
