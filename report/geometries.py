@@ -111,10 +111,10 @@ def geometries_view(doc: SeriesBench) -> dict[str, Any]:
     }
 
 
-def first_geometry_ratios(view: dict[str, Any]) -> dict[int, Comparison]:
-    """{n: Comparison} of the run's first geometry (the default one: what a run of another ``--model`` run of
-    the same tree compares with), decode regime."""
-    geos = view["measured"]
+def first_geometry_ratios(view: dict[str, Any] | None) -> dict[int, Comparison]:
+    """{n: Comparison} of tma against upstream's default kernel in the decode regime of the run's first geometry
+    (the default one: what a run of another ``--model`` run of the same tree compares with); {} without a view."""
+    geos = (view or {}).get("measured")
     return {r["n"]: r["ratio"] for r in geos[0]["rows"] if r["regime"] == "decode"} if geos else {}
 
 
