@@ -22,14 +22,18 @@ from bench import entry
 from freetoken_overlay.series import work_repo
 from freetoken_overlay.util import Workdir
 from suite import results
+from suite.models.docs import ring_choice
 
 SCRIPT = Path("benchmarks") / "bench_decode_gather.py"
 log = logging.getLogger("bench.series_bench")
 
 
 def fields_of(raw: dict, **extra) -> dict:
-    """The benchmark's own JSON as the fields of a ``series_bench`` document (kept under their names)."""
-    return {k: v for k, v in raw.items() if k not in ("schema", "machine")} | {"benchmark_schema": raw.get("schema")} | extra
+    """The benchmark's own JSON as the fields of a ``series_bench`` document (kept under their names), with the
+    ring sweep's choice (:func:`suite.models.docs.ring_choice`) where the benchmark records none."""
+    choice = None if "ring_choice" in raw else ring_choice(raw)
+    kept = {k: v for k, v in raw.items() if k not in ("schema", "machine")} | {"benchmark_schema": raw.get("schema")}
+    return kept | ({"ring_choice": choice} if choice else {}) | extra
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ import pathlib
 
 import pytest
 
-from conformance import sass
+from conformance.sass import build as sass
 from conformance.prereq import skip_or_fail
 from freetoken_overlay import toolchain
 

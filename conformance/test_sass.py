@@ -22,7 +22,11 @@ import pathlib
 
 import pytest
 
-from conformance import sass
+from conformance.sass import build as sass_build
+from conformance.sass.build import CompileError, Disassembler, decode_gather_header, decode_gather_source, find_disassembler, require_disassembler
+from conformance.sass.contract import DECODE_GATHER_INSTANTIATIONS, decode_gather_violations, expects_ublkcp, is_decode_gather
+from conformance.sass.parse import parse_ptxas, parse_sass
+from conformance.sass.report import FunctionReport, SassReport, format_table, scan, scan_cubin
 from freetoken_overlay import toolchain
 
 ARCHS = (80, 90, 100, 120)
@@ -31,17 +35,17 @@ JOBS = 2  # CI has 2 cores
 
 
 def _scan_all(jobs: list[tuple], common: dict) -> dict:
-    """Run ``sass.scan(source, arch, out_dir, **kw)`` for each job, JOBS at a time; keep errors."""
+    """Run ``scan(source, arch, out_dir, **kw)`` for each job, JOBS at a time; keep errors."""
     results: dict = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
         futures = {
-            key: pool.submit(sass.scan, source, arch, out_dir, **common, **kw)
+            key: pool.submit(scan, source, arch, out_dir, **common, **kw)
             for key, source, arch, out_dir, kw in jobs
         }
         for key, fut in futures.items():
             try:
                 results[key] = fut.result()
-            except (sass.CompileError, RuntimeError) as exc:  # the test that needs it fails with this
+            except (CompileError, RuntimeError) as exc:  # the test that needs it fails with this
                 results[key] = exc
     return results
 
@@ -61,7 +65,7 @@ def decode_gather_reports(
     """arch -> SassReport of the decode_gather module of the prebuilt rings, compiled once per session."""
     build = tmp_path_factory.mktemp("decode_gather_sass")
     source = build / "decode_gather_prebuilt.cu"
-    source.write_text(sass.decode_gather_source(decode_gather_rings, decode_gather_header))
+    source.write_text(decode_gather_source(decode_gather_rings, decode_gather_header))
     common = dict(include_dirs=decode_gather_include_dirs, flags=cuda_cflags, nvcc=nvcc, disassembler=disassembler)
     return _scan_all([(a, source, a, build / f"sm_{a}", {}) for a in ARCHS], common)
 
@@ -82,14 +86,14 @@ def control_reports(tmp_path_factory, nvcc, disassembler, cuda_cflags) -> dict:
     return _scan_all(jobs, common)
 
 
-def _kernel_functions(report: sass.SassReport) -> list[sass.FunctionReport]:
+def _kernel_functions(report: SassReport) -> list[FunctionReport]:
     """decode_gather's kernels in the cubin, after checking both index instantiations are among them."""
-    for fragment, idx in sass.DECODE_GATHER_INSTANTIATIONS.items():
+    for fragment, idx in DECODE_GATHER_INSTANTIATIONS.items():
         assert report.find(fragment), (
             f"sm_{report.arch}: no {idx}-index decode_gather instantiation ({fragment}...) among "
             f"{[f.name for f in report.functions]}"
         )
-    return [f for f in report.functions if sass.is_decode_gather(f)]
+    return [f for f in report.functions if is_decode_gather(f)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,7 +107,7 @@ def test_both_index_instantiations_scanned(decode_gather_reports, decode_gather_
     report = _get(decode_gather_reports, arch)
     functions = _kernel_functions(report)
     # both index widths of every prebuilt ring
-    assert len(functions) == len(sass.DECODE_GATHER_INSTANTIATIONS) * len(decode_gather_rings), [f.name for f in functions]
+    assert len(functions) == len(DECODE_GATHER_INSTANTIATIONS) * len(decode_gather_rings), [f.name for f in functions]
     for f in functions:
         assert f.instructions > 0, f"{f.name}: no instructions parsed from the disassembly"
         assert f.entry, f"{f.name}: ptxas -v reported no entry function of that name"
@@ -120,7 +124,7 @@ def test_both_index_instantiations_scanned(decode_gather_reports, decode_gather_
 def test_bulk_copy_engine_exactly_on_sm90_and_newer(decode_gather_reports, arch):
     report = _get(decode_gather_reports, arch)
     for f in _kernel_functions(report):
-        if sass.expects_ublkcp(arch):
+        if expects_ublkcp(arch):
             assert f.count("UBLKCP.S.G") > 0, f"sm_{arch} {f.short_name}: no UBLKCP.S.G (host -> smem bulk load)"
             assert f.count("UBLKCP.G.S") > 0, f"sm_{arch} {f.short_name}: no UBLKCP.G.S (smem -> slot bulk store)"
         else:
@@ -170,7 +174,7 @@ def test_no_spills(decode_gather_reports, arch):
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"sm_{a}")
 def test_script_check_agrees(decode_gather_reports, arch):
     """`python -m conformance.sass --check` applies decode_gather_violations(): it must agree."""
-    assert sass.decode_gather_violations(_get(decode_gather_reports, arch)) == []
+    assert decode_gather_violations(_get(decode_gather_reports, arch)) == []
 
 
 @pytest.mark.integration
@@ -181,7 +185,7 @@ def test_record_register_counts(decode_gather_reports):
         for f in r.functions:
             # __launch_bounds__(32, 1): the cap is the ISA's 255; 0 means the line was not parsed
             assert f.registers is not None and 0 < f.registers <= 255, (r.arch, f.name, f.registers)
-    print("\n" + sass.format_table(reports))
+    print("\n" + format_table(reports))
 
 
 @pytest.mark.integration
@@ -193,7 +197,7 @@ def test_nvdisasm_reads_the_same_sass(decode_gather_reports):
     nvdisasm = toolchain.find_tool("nvdisasm")
     if nvdisasm is None:
         pytest.skip("no nvdisasm to compare with (set NVDISASM, or pip install nvidia-cuda-nvdisasm)")
-    other = sass.scan_cubin(report.cubin, 120, report.ptxas_log, sass.Disassembler("nvdisasm", nvdisasm))
+    other = scan_cubin(report.cubin, 120, report.ptxas_log, Disassembler("nvdisasm", nvdisasm))
     assert {f.name: f.opcodes for f in other.functions} == {f.name: f.opcodes for f in report.functions}
     assert other.syscalls == report.syscalls
 
@@ -212,7 +216,7 @@ def test_control_cluster_form_calls_a_driver_routine_on_sm120(control_reports):
         f"misses it): calls={[str(s) for s in report.call_sites]}, opcodes={report.functions[0].opcodes}"
     )
     assert any(name.startswith("__cuda_syscall") for name in report.syscalls), report.syscalls
-    problems = sass.decode_gather_violations(report)
+    problems = decode_gather_violations(report)
     assert any("CALL.ABS.NOINC" in p for p in problems), problems
 
 
@@ -230,7 +234,7 @@ def test_control_local_array_is_flagged(control_reports, arch):
     report = _get(control_reports, ("local_array", arch))
     assert report.ldl_stl_count > 0, report.functions[0].opcodes
     assert report.max_stack_frame_bytes and report.max_stack_frame_bytes > 0, report.ptxas_log
-    problems = sass.decode_gather_violations(report)
+    problems = decode_gather_violations(report)
     assert any("LDL" in p for p in problems), problems
     assert any("stack frame" in p for p in problems), problems
 
@@ -239,7 +243,7 @@ def test_control_local_array_is_flagged(control_reports, arch):
 def test_control_register_spill_is_flagged(control_reports):
     report = _get(control_reports, ("register_spill", 120))
     assert report.spill_bytes and report.spill_bytes > 0, report.ptxas_log
-    problems = sass.decode_gather_violations(report)
+    problems = decode_gather_violations(report)
     assert any("spills" in p for p in problems), problems
 
 
@@ -255,7 +259,7 @@ ptxas info    : Function properties for _Z1kv
     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
 ptxas info    : Used 40 registers, used 0 barriers, 16 bytes cumulative stack size, 384 bytes smem
 """
-    stats = sass.parse_ptxas(ptxas)["_Z1kv"]
+    stats = parse_ptxas(ptxas)["_Z1kv"]
     assert (stats.registers, stats.stack_frame_bytes, stats.spill_store_bytes, stats.spill_load_bytes, stats.smem_bytes) == (
         40, 16, 8, 4, 384,
     )
@@ -268,7 +272,7 @@ ptxas info    : Used 40 registers, used 0 barriers, 16 bytes cumulative stack si
         /*0030*/                   UBLKCP.S.G [UR4], [UR6], UR8 ;          /* 0x00000004060073ba */
         /*0040*/                   STL.128 [R1], RZ ;                      /* 0x000000ff01007387 */
 """
-    insns = sass.parse_sass(listing)["_Z1kv"]
+    insns = parse_sass(listing)["_Z1kv"]
     assert [i.opcode for i in insns] == ["LDC", "CALL.ABS.NOINC", "LDL.64", "UBLKCP.S.G", "STL.128"]
     assert [i.predicate for i in insns][1:3] == ["@P0", "@!PT"]
 
@@ -276,7 +280,7 @@ ptxas info    : Used 40 registers, used 0 barriers, 16 bytes cumulative stack si
 def test_bad_tool_override_is_reported(monkeypatch):
     monkeypatch.setenv("CUOBJDUMP", "/nonexistent/cuobjdump")
     with pytest.raises(toolchain.ToolNotFound, match="CUOBJDUMP"):
-        sass.find_disassembler()
+        find_disassembler()
 
 
 def test_missing_disassembler_names_what_to_install(monkeypatch, tmp_path):
@@ -287,12 +291,12 @@ def test_missing_disassembler_names_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", str(tmp_path))
     monkeypatch.setattr(toolchain, "package_dirs", lambda name: [])
-    assert sass.find_disassembler() is None
+    assert find_disassembler() is None
     with pytest.raises(toolchain.ToolNotFound, match="nvidia-cuda-cuobjdump"):
-        sass.require_disassembler()
+        require_disassembler()
 
 
 def test_missing_freetoken_is_named(monkeypatch):
-    monkeypatch.setattr(sass.build, "_package_dirs", lambda name: [])
+    monkeypatch.setattr(sass_build, "_package_dirs", lambda name: [])
     with pytest.raises(LookupError, match="freetoken package is not installed"):
-        sass.decode_gather_header()
+        decode_gather_header()

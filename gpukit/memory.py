@@ -59,20 +59,17 @@ class PinnedBuffer:
             libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
             if libc.mprotect(base + span, page, 0) != 0:
                 raise OSError(ctypes.get_errno(), "mprotect of the guard page failed")
-        if not register:
-            self.tensor = full[span - self.nbytes : span]
-            self.end_exact = True
-            return
-        host_register(base, span)
-        self._registered = base
-        try:
-            dptr = device_pointer(base)
-        except Exception:
-            self.close()  # never leave the range registered behind a failed check
-            raise
-        if dptr != base:
-            self.close()
-            raise RuntimeError("registered host memory is not GPU-visible at its host address (no UVA identity)")
+        if register:
+            host_register(base, span)
+            self._registered = base
+            try:
+                dptr = device_pointer(base)
+            except Exception:
+                self.close()  # never leave the range registered behind a failed check
+                raise
+            if dptr != base:
+                self.close()
+                raise RuntimeError("registered host memory is not GPU-visible at its host address (no UVA identity)")
         self.tensor = full[span - self.nbytes : span]
         self.end_exact = True
 

@@ -1,13 +1,11 @@
 """The series' benchmark run over several model geometries (``--model``, the benchmark's schema ``/2``): one
 table over every geometry (tma against upstream per n, what ``auto`` chose), the lines the pull-request
-texts carry for it (verdict counts, auto's choices), the ring sweep's conclusion, and the benchmark's own
+texts carry for it (verdict counts, auto's choices), the ring sweep's choice its writer stored, and the benchmark's own
 ``--markdown`` comment beside the JSON (pasted into REPORT.md as an example)."""
 
 from __future__ import annotations
 
-import math
 import re
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -86,23 +84,6 @@ def auto_summary(geos: list[dict[str, Any]]) -> dict[str, Any] | None:
             "best": _best_speed(probed), "best_tma": _best_speed(probed, Kernel.TMA)}  # fmt: skip
 
 
-def ring_choice(geometries: list[SeriesGeometry], default: str | None) -> dict[str, Any]:
-    """The ring sweep's choice from the rows, where the benchmark's schema ``/3`` records none (``/2`` did the same):
-    per ``tma_<ring>``, the geometric mean of tma's time / the ring's over the rows with misses, the rows where it is
-    faster and slower beyond their A/A spread; ``best``: the fastest faster in most of them and slower in none."""
-    rows = [r for g in geometries for r in g.rows if r.n > 0]
-    scores = {}
-    for k in [k for k in (rows[0].median_us if rows else {}) if k.startswith(f"{Kernel.TMA}_")]:
-        gains = [r.median_us[Kernel.TMA] / r.median_us[k] for r in rows]
-        scores[k[len(Kernel.TMA) + 1 :]] = {
-            "geomean": math.exp(statistics.fmean(math.log(x) for x in gains)), "rows": len(rows),
-            "wins": sum(x - 1 > r.aa_spread for x, r in zip(gains, rows)),
-            "losses": sum(1 - x > r.aa_spread for x, r in zip(gains, rows)),
-        }  # fmt: skip
-    good = {k: s for k, s in scores.items() if s["losses"] == 0 and 2 * s["wins"] > s["rows"]}
-    return {"default": default, "scores": scores, "best": max(good, key=lambda k: good[k]["geomean"]) if good else None}
-
-
 def ring_view(choice: dict[str, Any] | None) -> dict[str, Any] | None:
     """The ring sweep's scores and its choice (``best``: the ring to export; None: leave the ring unset)."""
     if not choice or not choice.get("scores"):
@@ -123,17 +104,17 @@ def geometries_view(doc: SeriesBench) -> dict[str, Any]:
         "decides": doc.decides,
         "counts": verdict_counts(rows), "slower": slower, "slower_ns": sorted({r["n"] for r in slower}),
         "rows_total": len(rows), "auto": auto_summary(geos),
-        "rings": ring_view(doc.ring_choice or ring_choice(doc.geometries or [], doc.tma_ring)),
+        "rings": ring_view(doc.ring_choice),
         "replays": verified.get("replays"), "copies": verified.get("copies"), "wrong": len(doc.failures),
         "errors": doc.errors or [],
         "losses": [{"n": r["n"], "ratio": r["ratio"], "where": f"the series' benchmark, {r['model']}"} for r in slower],
     }
 
 
-def first_geometry_ratios(view: dict[str, Any]) -> dict[int, Comparison]:
-    """{n: Comparison} of the run's first geometry (the default one: what a run of another ``--model`` run of
-    the same tree compares with), decode regime."""
-    geos = view["measured"]
+def first_geometry_ratios(view: dict[str, Any] | None) -> dict[int, Comparison]:
+    """{n: Comparison} of tma against upstream's default kernel in the decode regime of the run's first geometry
+    (the default one: what a run of another ``--model`` run of the same tree compares with); {} without a view."""
+    geos = (view or {}).get("measured")
     return {r["n"]: r["ratio"] for r in geos[0]["rows"] if r["regime"] == "decode"} if geos else {}
 
 

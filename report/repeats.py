@@ -23,24 +23,18 @@ def bench_decode_ratios(gather: dict[str, Any] | None) -> dict[int, Comparison]:
     return {r["n"]: r["ratio"] for r in main_rows(rows)}
 
 
-def series_decode_ratios(ubench: dict[str, Any] | None) -> dict[int, Comparison]:
-    """{n: Comparison} of tma against upstream's default kernel in the decode regime of one run of the series'
-    benchmark: its :func:`series_bench_view`'s first geometry."""
-    return first_geometry_ratios(ubench) if ubench else {}
-
-
 #: The runs a repeat table compares, with the words the report uses for them.
 REPEAT_KINDS = {"bench": "the project benchmark", "series_bench": "the series' benchmark"}
 
 
 def current_ratios(gather: dict[str, Any] | None, ubench: dict[str, Any] | None) -> dict[str, dict[int, Any]]:
     """{kind: its decode ratios} of a device's current project and series benchmark runs."""
-    return {"bench": bench_decode_ratios(gather), "series_bench": series_decode_ratios(ubench)}
+    return {"bench": bench_decode_ratios(gather), "series_bench": first_geometry_ratios(ubench)}
 
 
 #: {kind: the decode ratios of one of its runs (a model)} of the runs a repeat table compares.
 REPEAT_VIEWS = {"bench": lambda d: bench_decode_ratios(gather_view(d)),
-                "series_bench": lambda d: series_decode_ratios(series_bench_view(d))}  # fmt: skip
+                "series_bench": lambda d: first_geometry_ratios(series_bench_view(d))}  # fmt: skip
 
 
 def _same_series_format(old: Any, doc: SeriesBench) -> SeriesBench | None:

@@ -169,7 +169,7 @@ def save(kind: str, *, machine: dict[str, Any] | None = None, device: str | None
     own earlier save (it kept the one before it at its start). Returns the document's path."""
     target = path(kind, device or (machine or {}).get("device_slug"), out_dir)
     doc = document(kind, machine=machine, **fields)
-    files = {target: _dumps(doc)}
+    files = {target: dumps(doc)}
     if markdown is not None:
         p = doc["provenance"]
         head = (f"<!-- {target.name} of {doc.get('generated_at')}: series {p.get('series_hash')} "
@@ -280,7 +280,8 @@ def scrub(obj: Any, replacements: dict[str, str] | None = None) -> Any:
     return _TMP.sub("<tmp>", s)
 
 
-def _dumps(doc: Any) -> str:
+def dumps(doc: Any) -> str:
+    """A document as every writer's file holds it: JSON indented by one, a newline at the end."""
     return json.dumps(doc, indent=1, default=_json_default) + "\n"
 
 
@@ -295,7 +296,7 @@ def _write(target: Path, text: str) -> Path:
 
 def write_json(target: Path, doc: Any) -> Path:
     """Write ``doc`` as indented JSON, atomically (a dry run's sample; documents go through :func:`save`)."""
-    return _write(target, _dumps(doc))
+    return _write(target, dumps(doc))
 
 
 def _json_default(o: Any) -> Any:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from suite import migrate
-from suite.results import REPO_ROOT
+from suite.commands import MEASUREMENTS
+from suite.results import REPO_ROOT, dumps
 
 OLD = """{
  "points": [
@@ -37,6 +38,22 @@ def test_old_names_are_renamed_once_and_the_rest_kept(tmp_path):
     assert point["variants"]["upstream"] == {"tokens_per_s_range": 0.03} and doc["paired"]["order"] == "alternate"
     assert doc["method"] == json.loads(OLD)["method"]  # values that are prose stay as recorded
     assert migrate.migrate([tmp_path]) == [] and path.read_text() == new  # idempotent
+
+
+def test_a_series_bench_run_without_a_ring_choice_gets_the_one_its_rows_give(tmp_path):
+    row = {"n": 1, "median_us": {"upstream": 10.0, "tma": 9.0, "tma_4x4x16384": 8.0}, "aa_spread": 0.01}
+    doc = {"schema": MEASUREMENTS["series_bench"].schema, "tma_ring": "8x3x16384",
+           "geometries": [{"model": "m", "rows": [{**row, "n": 0}, row]}]}  # fmt: skip
+    path = tmp_path / "h200" / "series_bench.json"
+    path.parent.mkdir()
+    path.write_text(dumps(doc))
+    assert migrate.migrate([tmp_path]) == [path]
+    choice = json.loads(path.read_text())["ring_choice"]
+    assert choice["default"] == "8x3x16384" and choice["best"] == "4x4x16384"
+    assert choice["scores"] == {"4x4x16384": {"geomean": 9.0 / 8.0, "rows": 1, "wins": 1, "losses": 0}}  # n = 0 left out
+    assert migrate.migrate([tmp_path]) == []  # idempotent
+    path.write_text(dumps({**doc, "geometries": [{"model": "m", "rows": [{**row, "median_us": {"tma": 9.0}}]}]}))
+    assert migrate.migrate([tmp_path]) == []  # no ring timed: nothing to add
 
 
 def test_the_committed_documents_are_in_todays_names():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench import series_bench
 from freetoken_overlay.series import series_hash
 from suite.results import REPO_ROOT
 from report.geometries import auto_speeds
@@ -105,8 +106,8 @@ def test_the_pr_lines_follow_the_figures(synthetic_results):
 
 
 def test_a_run_of_schema_3_gives_its_rings_and_auto_by_figures(synthetic_results):
-    """Benchmark schema /3 records no ring choice (the page computes it from the rows) and auto's figures as numbers
-    (the page reads them, not the INFO line)."""
+    """Benchmark schema /3 records no ring choice (its writer stores one from the rows; the page reads it, and none
+    without it) and auto's figures as numbers (the page reads them, not the INFO line)."""
 
     def v3(doc):
         doc["benchmark_schema"] = "freetoken-bench-decode-gather/3"
@@ -117,7 +118,12 @@ def test_a_run_of_schema_3_gives_its_rings_and_auto_by_figures(synthetic_results
             for r in g["rows"]:
                 r["median_us"]["tma_8x4x8192"] = r["median_us"]["tma"] / 1.05
 
-    pages = _pages(synthetic_results, v3)
+    def written(doc):
+        v3(doc)
+        doc["ring_choice"] = series_bench.fields_of(doc)["ring_choice"]  # what the writer stores
+
+    assert "8x4x8192 1.050" not in _pages(synthetic_results, v3)["REPORT.md"]  # nothing stored: nothing computed
+    pages = _pages(synthetic_results, written)
     assert "8x4x8192 1.050 (faster beyond A/A in 2 of 2 rows, slower in 0)" in pages["REPORT.md"]
     assert "`export FREETOKEN_DECODE_GATHER_RING=8x4x8192`" in pages["REPORT.md"]
     best = "tma 16x4x8192 on alpha-1B, ran 1.040x as fast as its default, under that probe's A/A bar of 1.050x"

@@ -195,7 +195,7 @@ def upstream_cuda_cflags() -> tuple[tuple[str, ...], str]:
                     return tuple(str(v) for v in value), str(utils)
         except (SyntaxError, ValueError):
             pass
-    return FALLBACK_CUDA_CFLAGS, "conformance.sass.FALLBACK_CUDA_CFLAGS"
+    return FALLBACK_CUDA_CFLAGS, "conformance.sass.build.FALLBACK_CUDA_CFLAGS"
 
 
 @dataclasses.dataclass

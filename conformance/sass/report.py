@@ -205,12 +205,7 @@ def scan_cubin(
             FunctionReport(
                 name=name,
                 demangled=names.get(name, name),
-                entry=st.entry,
-                registers=st.registers,
-                stack_frame_bytes=st.stack_frame_bytes,
-                spill_store_bytes=st.spill_store_bytes,
-                spill_load_bytes=st.spill_load_bytes,
-                smem_bytes=st.smem_bytes,
+                **dataclasses.asdict(st),  # entry, registers, stack frame, spills, smem: what ptxas -v printed
                 instructions=len(insns),
                 opcodes=dict(sorted(opcodes.items())),
                 ublkcp=[Site(name, i.offset, i.opcode, i.text) for i in insns if _base(i.opcode) == "UBLKCP"],

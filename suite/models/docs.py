@@ -9,12 +9,14 @@ reads back whole). Every committed document names kernels in the switch's words 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import math
+import statistics
+from typing import Any, Mapping
 
 from suite.kernels import Kernel
 from suite.models.base import Document, Model, field
 from suite.models.paired import Paired, comparisons
-from suite.stats import Comparison, median
+from suite.stats import Comparison, median, verdict
 
 
 @dataclasses.dataclass
@@ -211,6 +213,28 @@ class SeriesBench(Document):
     NESTED = {"geometries": (list, SeriesGeometry)}  # a run of schema /1 keeps its one geometry's rows in extra
     OPTIONAL = ("benchmark_schema", "decides", "exit_code", "geometries", "tma_ring", "host", "verified", "ring_choice",
                 "rings", "errors")
+
+
+def ring_choice(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ring sweep's choice over a ``series_bench`` document's rows, as the benchmark's schema ``/2`` recorded it
+    (``/3`` records none: :mod:`bench.series_bench` stores this, :mod:`suite.migrate` adds it to older files): per
+    ``tma_<ring>`` column, the geometric mean of tma's time / the ring's over the rows with misses and the rows where
+    the ring is faster and slower than tma beyond the row's A/A spread (the rule ``aa``); ``best``: the fastest
+    faster in most of them and slower in none. None where no ring was timed."""
+    rows = [r for g in doc.get("geometries") or [] for r in g.get("rows") or [] if r["n"] > 0]
+    rings = [k for k in (rows[0]["median_us"] if rows else {}) if k.startswith(f"{Kernel.TMA}_")]
+    if not rings:
+        return None
+    scores = {}
+    for k in rings:
+        gains = [r["median_us"][Kernel.TMA] / r["median_us"][k] for r in rows]
+        said = [verdict(x, r["aa_spread"]) for x, r in zip(gains, rows)]
+        scores[k[len(Kernel.TMA) + 1 :]] = {"geomean": math.exp(statistics.fmean(math.log(x) for x in gains)),
+                                            "rows": len(rows), "wins": said.count("faster"),
+                                            "losses": said.count("slower")}  # fmt: skip
+    good = {k: s for k, s in scores.items() if s["losses"] == 0 and 2 * s["wins"] > s["rows"]}
+    best = max(good, key=lambda k: good[k]["geomean"]) if good else None
+    return {"default": doc.get("tma_ring"), "scores": scores, "best": best}
 
 
 @dataclasses.dataclass
