@@ -95,7 +95,7 @@ def test_the_pr_lines_follow_the_figures(synthetic_results):
         doc["ring_choice"]["best"] = "8x4x8192"
 
     pr1 = _pages(synthetic_results, slower)["PR-1.md"]
-    assert "tma is slower beyond A/A in 1 of 4 rows, at n = 1:" in pr1 and "never slower" not in pr1
+    assert "tma is slower beyond A/A in 1 of 4 rows, at n = 1 (worst 0.990 ±0.001):" in pr1 and "never slower" not in pr1
     assert "| beta-2B | 0.990 ±0.001 |" in pr1  # the table carries the figure and its A/A
     pages = _pages(synthetic_results, chose)
     assert "on 1 of 2 geometries; it chose `tma 16x4x8192` on beta-2B;" in pages["PR-2.md"]
