@@ -30,13 +30,8 @@ logger = logging.getLogger("conformance.sass")
 def _parse_archs(values: list[str] | None) -> list[int]:
     if not values:
         return list(DEFAULT_ARCHS)
-    archs: list[int] = []
-    for value in values:
-        for part in value.replace(" ", ",").split(","):
-            part = part.strip().lower().removeprefix("sm_")
-            if part:
-                archs.append(int(part))
-    return archs
+    parts = (p.strip().lower().removeprefix("sm_") for value in values for p in value.replace(" ", ",").split(","))
+    return [int(p) for p in parts if p]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         out = pathlib.Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"reports": [r.to_dict() for r in ordered]}, indent=2) + "\n")
+        out.write_text(json.dumps({"reports": [r.record(full=True) for r in ordered]}, indent=2) + "\n")
         logger.info("wrote %s", out)
     if args.save:
         from suite import results

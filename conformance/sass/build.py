@@ -52,15 +52,11 @@ class Disassembler:
         return proc.stdout
 
     def sass(self, cubin: str | os.PathLike) -> str:
-        if self.kind == "cuobjdump":
-            return self._run("-sass", str(cubin))
-        return self._run(str(cubin))
+        return self._run(*(["-sass"] if self.kind == "cuobjdump" else []), str(cubin))
 
     def elf(self, cubin: str | os.PathLike) -> str:
         """Text holding the ELF's symbols and relocations (where syscall externs show)."""
-        if self.kind == "cuobjdump":
-            return self._run("-elf", str(cubin))
-        return self._run(str(cubin))
+        return self._run(*(["-elf"] if self.kind == "cuobjdump" else []), str(cubin))
 
     def res_usage(self, cubin: str | os.PathLike) -> str | None:
         if self.kind == "cuobjdump":
@@ -73,13 +69,8 @@ class Disassembler:
 
 def find_disassembler() -> Disassembler | None:
     """cuobjdump if any is found, else nvdisasm, else None."""
-    cuobjdump = find_tool("cuobjdump")
-    if cuobjdump:
-        return Disassembler("cuobjdump", cuobjdump)
-    nvdisasm = find_tool("nvdisasm")
-    if nvdisasm:
-        return Disassembler("nvdisasm", nvdisasm)
-    return None
+    found = [(kind, path) for kind in ("cuobjdump", "nvdisasm") if (path := find_tool(kind))]
+    return Disassembler(*found[0]) if found else None
 
 
 def require_disassembler() -> Disassembler:
@@ -95,28 +86,23 @@ def freetoken_dir() -> pathlib.Path | None:
     return dirs[0] if dirs else None
 
 
-def decode_gather_header() -> pathlib.Path:
-    """``<freetoken>/kernel/csrc/jit/decode_gather.cuh``; ``LookupError`` names what is missing."""
+def _in_freetoken(rel: str, why: str = "") -> pathlib.Path:
+    """``<freetoken>/<rel>``; ``LookupError`` names what is missing."""
     root = freetoken_dir()
     if root is None:
         raise LookupError("the freetoken package is not installed (no importlib spec for 'freetoken')")
-    cuh = root / "kernel" / "csrc" / "jit" / "decode_gather.cuh"
-    if not cuh.is_file():
-        raise LookupError(
-            f"freetoken at {root} has no kernel/csrc/jit/decode_gather.cuh: the patched freetoken "
-            "(with the decode_gather kernel) is not the one installed"
-        )
-    return cuh
+    if not (root / rel).exists():
+        raise LookupError(f"freetoken at {root} has no {rel}{why}")
+    return root / rel
+
+
+def decode_gather_header() -> pathlib.Path:
+    why = ": the patched freetoken (with the decode_gather kernel) is not the one installed"
+    return _in_freetoken("kernel/csrc/jit/decode_gather.cuh", why)
 
 
 def freetoken_include_dir() -> pathlib.Path:
-    root = freetoken_dir()
-    if root is None:
-        raise LookupError("the freetoken package is not installed (no importlib spec for 'freetoken')")
-    inc = root / "kernel" / "csrc" / "include"
-    if not (inc / "freetoken").is_dir():
-        raise LookupError(f"freetoken at {root} has no kernel/csrc/include/freetoken")
-    return inc
+    return _in_freetoken("kernel/csrc/include/freetoken").parent
 
 
 def tvm_ffi_include_dirs() -> list[str]:
@@ -143,13 +129,18 @@ def decode_gather_include_dirs() -> list[str]:
     return [str(freetoken_include_dir()), *tvm_ffi_include_dirs()]
 
 
-def decode_gather_default_ring() -> tuple[int, int, int]:
-    """``freetoken.kernel.decode_gather.default_ring()`` (imports freetoken, hence torch)."""
+def _decode_gather():
+    """``freetoken.kernel.decode_gather`` (imports freetoken, hence torch); ``LookupError`` where it cannot."""
     try:
-        from freetoken.kernel.decode_gather import default_ring
+        from freetoken.kernel import decode_gather
     except ImportError as exc:
         raise LookupError(f"freetoken.kernel.decode_gather is not importable ({exc})") from exc
-    ring = tuple(int(v) for v in default_ring())
+    return decode_gather
+
+
+def decode_gather_default_ring() -> tuple[int, int, int]:
+    """``freetoken.kernel.decode_gather.default_ring()``."""
+    ring = tuple(int(v) for v in _decode_gather().default_ring())
     if len(ring) != 3:
         raise LookupError(f"default_ring() returned {ring!r}, expected (ctas, stages, chunk_bytes)")
     return ring  # type: ignore[return-value]
@@ -158,11 +149,7 @@ def decode_gather_default_ring() -> tuple[int, int, int]:
 def decode_gather_prebuilt_rings() -> tuple[tuple[int, int, int], ...]:
     """The rings freetoken's kernel cache builds into one module (``PREBUILT_RINGS``; a series without
     that set prebuilds only ``default_ring()``)."""
-    try:
-        from freetoken.kernel import decode_gather
-    except ImportError as exc:
-        raise LookupError(f"freetoken.kernel.decode_gather is not importable ({exc})") from exc
-    rings = getattr(decode_gather, "PREBUILT_RINGS", None) or (decode_gather_default_ring(),)
+    rings = getattr(_decode_gather(), "PREBUILT_RINGS", None) or (decode_gather_default_ring(),)
     return tuple(tuple(int(v) for v in ring) for ring in rings)  # type: ignore[misc]
 
 
@@ -185,14 +172,10 @@ def upstream_cuda_cflags() -> tuple[tuple[str, ...], str]:
     utils = root / "kernel" / "utils.py" if root else None
     if utils and utils.is_file():
         try:
-            tree = ast.parse(utils.read_text())
-            for node in tree.body:
-                if (
-                    isinstance(node, ast.Assign)
-                    and any(isinstance(t, ast.Name) and t.id == "DEFAULT_CUDA_CFLAGS" for t in node.targets)
-                ):
-                    value = ast.literal_eval(node.value)
-                    return tuple(str(v) for v in value), str(utils)
+            for node in ast.parse(utils.read_text()).body:
+                names = [getattr(t, "id", None) for t in getattr(node, "targets", ())]  # an Assign's
+                if "DEFAULT_CUDA_CFLAGS" in names:
+                    return tuple(str(v) for v in ast.literal_eval(node.value)), str(utils)
         except (SyntaxError, ValueError):
             pass
     return FALLBACK_CUDA_CFLAGS, "conformance.sass.build.FALLBACK_CUDA_CFLAGS"
@@ -223,19 +206,8 @@ def compile_cubin(
     cubin = out_dir / f"{source.stem}.sm_{arch}.cubin"
     if flags is None:
         flags = upstream_cuda_cflags()[0]
-    cmd = [
-        nvcc,
-        *flags,
-        *extra_flags,
-        *(f"-I{d}" for d in include_dirs),
-        "-cubin",
-        f"-arch=sm_{arch}",
-        "-Xptxas",
-        "-v",
-        str(source),
-        "-o",
-        str(cubin),
-    ]
+    cmd = [nvcc, *flags, *extra_flags, *(f"-I{d}" for d in include_dirs), "-cubin", f"-arch=sm_{arch}", "-Xptxas", "-v",
+           str(source), "-o", str(cubin)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     log = proc.stdout + proc.stderr
     if proc.returncode != 0 or not cubin.is_file():

@@ -67,9 +67,7 @@ class FunctionReport:
 
     @property
     def short_name(self) -> str:
-        name = self.demangled
-        if name.startswith("void "):
-            name = name[5:]
+        name = self.demangled.removeprefix("void ")
         depth = 0
         for i, ch in enumerate(name):  # drop the parameter list: "f<...>(params)" -> "f<...>"
             if ch == "<":
@@ -139,17 +137,19 @@ class SassReport:
         spills = [f.spill_bytes for f in self.functions]
         return None if not spills or any(v is None for v in spills) else sum(spills)  # type: ignore[arg-type]
 
-    @property
-    def registers(self) -> dict[str, int | None]:
-        return {f.name: f.registers for f in self.functions}
-
     def find(self, substring: str) -> list[FunctionReport]:
         return [f for f in self.functions if substring in f.name]
 
-    def summary(self) -> dict:
+    def record(self, full: bool = False) -> dict:
+        """The report as JSON: what ``results/sass.json`` keeps (the source's file name and nvcc's flags; no machine
+        paths, no compile times: two runs on one toolchain write the same bytes) or, ``full``, with the source's
+        and the cubin's paths, nvcc's command and the ptxas log (``--out``); each function's opcode counts last."""
+        flags = [a for a in self.command[1:-3] if not a.startswith("-I")]  # less nvcc, includes, source -o cubin
+        where = ({"cubin": self.cubin, "command": self.command, "ptxas_log": self.ptxas_log} if full
+                 else {"nvcc_flags": flags})  # fmt: skip
         return {
             "arch": f"sm_{self.arch}",
-            "source": self.source,
+            "source": self.source if full else pathlib.Path(self.source).name,
             "nvcc": self.nvcc_version,
             "disassembler": f"{self.disassembler} ({self.disassembler_version})",
             "has_ublkcp": self.has_ublkcp,
@@ -160,24 +160,9 @@ class SassReport:
             "max_stack_frame_bytes": self.max_stack_frame_bytes,
             "spill_bytes": self.spill_bytes,
             "functions": [f.summary() for f in self.functions],
+            **where,
+            "opcodes": {f.name: f.opcodes for f in self.functions},
         }
-
-    def record(self) -> dict:
-        """What ``results/sass.json`` keeps: :meth:`summary`, the source's file name, nvcc's flags and the
-        opcode counts; no machine paths, no compile times (two runs on one toolchain write the same bytes)."""
-        flags = [a for a in self.command[1:-3] if not a.startswith("-I")]  # less nvcc, includes, source -o cubin
-        opcodes = {f.name: f.opcodes for f in self.functions}
-        return {**self.summary(), "source": pathlib.Path(self.source).name, "nvcc_flags": flags, "opcodes": opcodes}
-
-    def to_dict(self) -> dict:
-        out = self.summary()
-        out.update(
-            cubin=self.cubin,
-            command=self.command,
-            ptxas_log=self.ptxas_log,
-            opcodes={f.name: f.opcodes for f in self.functions},
-        )
-        return out
 
 
 def scan_cubin(
@@ -199,19 +184,18 @@ def scan_cubin(
     names = demangle(sass)
     functions = []
     for name, insns in sass.items():
-        st = stats.get(name, PtxasStats())
-        opcodes = Counter(i.opcode for i in insns)
+        of = {base: [i for i in insns if _base(i.opcode) == base] for base in ("UBLKCP", "CALL", "LDL", "STL")}
         functions.append(
             FunctionReport(
                 name=name,
                 demangled=names.get(name, name),
-                **dataclasses.asdict(st),  # entry, registers, stack frame, spills, smem: what ptxas -v printed
+                **dataclasses.asdict(stats.get(name, PtxasStats())),  # entry, registers, stack, spills, smem: ptxas -v
                 instructions=len(insns),
-                opcodes=dict(sorted(opcodes.items())),
-                ublkcp=[Site(name, i.offset, i.opcode, i.text) for i in insns if _base(i.opcode) == "UBLKCP"],
-                calls=[Site(name, i.offset, i.opcode, i.text) for i in insns if _base(i.opcode) == "CALL"],
-                local_loads=sum(1 for i in insns if _base(i.opcode) == "LDL"),
-                local_stores=sum(1 for i in insns if _base(i.opcode) == "STL"),
+                opcodes=dict(sorted(Counter(i.opcode for i in insns).items())),
+                ublkcp=[Site(name, i.offset, i.opcode, i.text) for i in of["UBLKCP"]],
+                calls=[Site(name, i.offset, i.opcode, i.text) for i in of["CALL"]],
+                local_loads=len(of["LDL"]),
+                local_stores=len(of["STL"]),
                 res_usage=None if usage is None else usage.get(name),
             )
         )
@@ -273,23 +257,9 @@ def scan_many(
 def format_table(reports: Iterable[SassReport]) -> str:
     """One line per (arch, kernel): registers, stack, spills, local accesses, bulk copies, calls, smem."""
     header = ("arch", "function", "regs", "stack", "spill", "LDL/STL", "UBLKCP", "CALL.ABS.NOINC", "calls", "smem")
-    rows = [header]
-    for r in reports:
-        for f in r.functions:
-            rows.append(
-                (
-                    f"sm_{r.arch}",
-                    f.short_name,
-                    str(f.registers),
-                    str(f.stack_frame_bytes),
-                    str(f.spill_bytes),
-                    str(f.local_accesses),
-                    str(len(f.ublkcp)),
-                    str(len(f.call_abs_noinc)),
-                    str(len(f.calls)),
-                    str(f.smem_bytes),
-                )
-            )
+    rows = [header] + [tuple(map(str, (f"sm_{r.arch}", f.short_name, f.registers, f.stack_frame_bytes, f.spill_bytes,
+                                        f.local_accesses, len(f.ublkcp), len(f.call_abs_noinc), len(f.calls),
+                                        f.smem_bytes))) for r in reports for f in r.functions]  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
