@@ -1,12 +1,13 @@
-"""``python -m suite.migrate [DIR ...]``: the committed result documents in today's names, idempotently.
+"""``python -m suite.migrate [DIR ...]``: the committed result documents in today's names and shapes, idempotently.
 
 Code of before :class:`suite.stats.Comparison` named the ratio ``speedup`` (``speedup_paired``, ``_min``,
 ``_max``), the end-to-end repeats' (max - min) / median ``tokens_per_s_spread`` and the rounds' order
-``alternating``: those keys and that value are renamed in place, every figure and the file's formatting left
-as measured. A ``series_bench`` document of a benchmark that recorded no ring choice gets the one its writer
-stores now (:func:`suite.models.docs.ring_choice`, from its rows), the rest as it was. A file in today's shape
-is left byte for byte. Run it again after copying in results of older code. Default directories: ``results/``
-and ``experiments/results/``.
+``alternating``: those keys and that value are renamed in place, the file's formatting left as it was. Its
+end-to-end points (``versus_upstream``, or tma's figures at the point's top level) get their ratios as
+Comparisons, from their own figures; a ``series_bench`` document of a benchmark that recorded no ring choice gets
+the one its writer stores now (:func:`suite.models.docs.ring_choice`); those are written as their writer writes
+them. A file in today's shape is left byte for byte. Run it again after copying in results of older code. Default
+directories: ``results/`` and ``experiments/results/``.
 """
 
 from __future__ import annotations
@@ -17,13 +18,35 @@ import sys
 from pathlib import Path
 
 from suite.commands import MEASUREMENTS
+from suite.kernels import Kernel
 from suite.models.docs import ring_choice
 from suite.results import REPO_ROOT, dumps
+from suite.stats import Comparison, median
 
 #: (pattern, replacement) of every rename, keys only (a key is a JSON string followed by a colon)
 RENAMES = ((re.compile(r'"speedup((?:_paired)?(?:_min|_max)?)"(\s*):'), r'"ratio\1"\2:'),
            (re.compile(r'"tokens_per_s_spread"(\s*):'), r'"tokens_per_s_range"\1:'),
            (re.compile(r'"order"(\s*):(\s*)"alternating"'), r'"order"\1:\2"alternate"'))  # fmt: skip
+KINDS = {m.schema: m.name for m in MEASUREMENTS.values()}
+
+
+def upgrade(doc: dict) -> bool:
+    """``doc`` in today's shape, in place (False: it was already): an e2e point's ratios as Comparisons of the rule
+    ``repeats`` (each arm's ratio, the median and range of its per-repeat ratios, its verdict, the larger of its and
+    upstream's repeat ranges), a series_bench run's ring choice."""
+    kind = KINDS.get(doc.get("schema"))
+    points = [p for p in doc.get("points") or [] if not isinstance(p.get("ratio"), dict)] if kind == "e2e" else []
+    for p in points:
+        top = {k: p.pop(k, None) for k in ("ratio", "ratio_paired", "ratio_paired_min", "ratio_paired_max", "verdict")}
+        noise = {a: v.get("tokens_per_s_range") for a, v in p["variants"].items()}
+        arms = p.pop("versus_upstream", None) or {Kernel.TMA: top}
+        p["ratio"] = {a: Comparison(v["ratio"], median(v["ratio_paired"]), v["ratio_paired_min"], v["ratio_paired_max"],
+                                    repeat_range=max(noise[Kernel.UPSTREAM], noise[a]), verdict=v["verdict"],
+                                    rule="repeats") for a, v in arms.items()}  # fmt: skip
+    choice = ring_choice(doc) if kind == "series_bench" and "ring_choice" not in doc else None
+    if choice:
+        doc["ring_choice"] = choice
+    return bool(points or choice)
 
 
 def migrate_text(text: str) -> str:
@@ -33,14 +56,11 @@ def migrate_text(text: str) -> str:
         doc = json.loads(text)
     except ValueError:
         return text
-    if not isinstance(doc, dict) or doc.get("schema") != MEASUREMENTS["series_bench"].schema or "ring_choice" in doc:
-        return text
-    choice = ring_choice(doc)
-    return dumps({**doc, "ring_choice": choice}) if choice else text  # the writer's formatting, the file's own
+    return dumps(doc) if isinstance(doc, dict) and upgrade(doc) else text  # the writer's formatting, the file's own
 
 
 def migrate(dirs: list[Path]) -> list[Path]:
-    """Rewrite every ``*.json`` under ``dirs`` that holds an old name or lacks its ring choice; the files changed."""
+    """Rewrite every ``*.json`` under ``dirs`` not in today's names and shapes; the files changed."""
     changed = [p for p in sorted(p for d in dirs for p in d.rglob("*.json")) if migrate_text(p.read_text()) != p.read_text()]
     for path in changed:
         path.write_text(migrate_text(path.read_text()))

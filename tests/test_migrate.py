@@ -1,13 +1,16 @@
-"""CPU checks of suite.migrate: the names of before the Comparison become today's, once, figures and formatting
-kept; the committed documents are in today's names."""
+"""CPU checks of suite.migrate: the names and shapes of before the Comparison become today's, once, figures kept;
+the committed documents are in today's names and shapes."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from suite import migrate
 from suite.commands import MEASUREMENTS
+from suite.models import E2E
 from suite.results import REPO_ROOT, dumps
+from suite.stats import Comparison
 
 OLD = """{
  "points": [
@@ -54,6 +57,22 @@ def test_a_series_bench_run_without_a_ring_choice_gets_the_one_its_rows_give(tmp
     assert migrate.migrate([tmp_path]) == []  # idempotent
     path.write_text(dumps({**doc, "geometries": [{"model": "m", "rows": [{**row, "median_us": {"tma": 9.0}}]}]}))
     assert migrate.migrate([tmp_path]) == []  # no ring timed: nothing to add
+
+
+def test_an_e2e_point_of_before_the_comparison_gets_each_arms_comparison(tmp_path):
+    arm = {"ratio": 1.02, "ratio_paired": [1.01, 1.03, 1.05], "ratio_paired_min": 1.01, "ratio_paired_max": 1.05,
+           "verdict": "faster"}  # fmt: skip
+    variants = {"upstream": {"tokens_per_s_range": 0.004}, "tma": {"tokens_per_s_range": 0.008},
+                "auto": {"tokens_per_s_range": 0.002}}  # fmt: skip
+    points = [{"slots": 1, "variants": variants, **arm, "versus_upstream": {"tma": arm, "auto": {**arm, "ratio": 0.99}}},
+              {"slots": 2, "variants": variants, **arm}]  # tma's figures at the top level, the older shape
+    path = tmp_path / "e2e.json"
+    path.write_text(dumps({"schema": MEASUREMENTS["e2e"].schema, "points": points}))
+    assert migrate.migrate([tmp_path]) == [path] and migrate.migrate([tmp_path]) == []
+    e2e = E2E.from_doc(json.loads(path.read_text()))
+    want = Comparison(1.02, 1.03, 1.01, 1.05, repeat_range=0.008, verdict="faster", rule="repeats")
+    assert [p.ratio for p in e2e.points] == [{"tma": want, "auto": replace(want, ratio=0.99, repeat_range=0.004)},
+                                             {"tma": want}] and not e2e.points[0].extra  # fmt: skip
 
 
 def test_the_committed_documents_are_in_todays_names():

@@ -2,8 +2,8 @@
 
 Each model's fields are the keys its writer saves; what no field names stays in ``extra`` (a document
 reads back whole). Every committed document names kernels in the switch's words (``upstream``,
-``upstream_aa``, ``tma``, ``auto``); older shapes are read by each model's ``normalise``: ratios of before
-:class:`suite.stats.Comparison`, ``series_bench`` rows of ``verified_sets``.
+``upstream_aa``, ``tma``, ``auto``); older shapes are read by each model's ``normalise`` (ratios of before
+:class:`suite.stats.Comparison`) or were migrated once (:mod:`suite.migrate`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from suite.kernels import Kernel
 from suite.models.base import Document, Model, field
 from suite.models.paired import Paired, comparisons
-from suite.stats import Comparison, median, verdict
+from suite.stats import Comparison, verdict
 
 
 @dataclasses.dataclass
@@ -89,22 +89,6 @@ class E2EPoint(Model):
     extra: dict[str, Any] = field({})
 
     NESTED = {"ratio": (dict, Comparison)}
-
-    @classmethod
-    def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        """A point of before the Comparison: ``versus_upstream`` (or tma's figures at the top level), each arm's
-        ratio, its per-repeat ratios and verdict, the repeats' range from the arms' own."""
-        if "versus_upstream" not in doc and isinstance(doc.get("ratio"), dict):
-            return doc
-        top = {k: doc.pop(k, None) for k in ("ratio", "ratio_paired", "ratio_paired_min", "ratio_paired_max",
-                                             "verdict")}  # fmt: skip
-        arms, ranges = doc.pop("versus_upstream", None) or {Kernel.TMA: top}, doc.get("variants") or {}
-        base = (ranges.get(Kernel.UPSTREAM) or {}).get("tokens_per_s_range")
-        noise = {a: [x for x in (base, (ranges.get(a) or {}).get("tokens_per_s_range")) if x is not None] for a in arms}
-        doc["ratio"] = {a: Comparison(v["ratio"], median(v.get("ratio_paired") or []), v.get("ratio_paired_min"),
-                                      v.get("ratio_paired_max"), repeat_range=max(noise[a], default=None),
-                                      verdict=v["verdict"], rule="repeats") for a, v in arms.items()}  # fmt: skip
-        return doc
 
 
 @dataclasses.dataclass
