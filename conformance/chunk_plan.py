@@ -1,30 +1,17 @@
-"""A pure-Python model of decode_gather's chunk plan and TMA ring, mirroring decode_gather.cuh.
+"""A pure-Python model of decode_gather's chunk plan, mirroring ``freetoken/kernel/csrc/jit/decode_gather.cuh``
+statement by statement, so that property tests on the host can check what the GPU will do.
 
-The kernel (``freetoken/kernel/csrc/jit/decode_gather.cuh``) cuts one call -- ``n`` rows of
-``B`` banks -- into chunks of at most ``chunk_bytes``, each inside one bank row, and deals
-chunk ``k`` to CTA ``k % ctas``. Each CTA walks its chunks with an incremental cursor (no 64-bit
-division per chunk) and, on sm_90+, moves them through a ``stages``-deep ring of bulk copies.
-
-This module mirrors that device code statement by statement, so that property tests on the
-host can check what the GPU will do:
-
-* :func:`build_bank_table`   -- the warp scan that writes the per-bank ``first_chunk`` prefix sums,
-* :func:`clamp_count`        -- the device-side miss count, clamped to ``[0, length]``,
-* :class:`ChunkCursor`       -- ``ChunkCursor::next``: the incremental ``(row, j)`` walk with
-  ``row_step = ctas / cpr``, ``j_step = ctas % cpr`` and the bank scan
-  ``while (j >= first_chunk[b + 1]) ++b``,
-* :func:`cta_chunks` / :func:`plan` -- the kernel's prologue (``n == 0`` and
-  ``first_chunk >= total`` early exits, ``my_chunks``) and cursor loop, per CTA,
-* the TMA branch's ring: :mod:`conformance.tma_ring`, which walks this plan's chunks,
-
-It also has the independent references the tests compare against: :func:`direct_chunk` (the
-closed form ``row = k // cpr``, ``j = k % cpr``, bank by bisection) and the interval-arithmetic
-checker :func:`plan_problems`. :data:`KERNEL_SOURCE_ANCHORS` lists the device statements this
-model mirrors; a test asserts each is still in the installed ``.cuh``, so a kernel change that
-the model does not follow fails loudly instead of leaving the model checking an old kernel.
-
-The statements this model and :mod:`conformance.tma_ring` mirror are both in
-:data:`KERNEL_SOURCE_ANCHORS`.
+The kernel cuts one call -- ``n`` rows of ``B`` banks -- into chunks of at most ``chunk_bytes``, each inside one
+bank row, and deals chunk ``k`` to CTA ``k % ctas``; each CTA walks its chunks with an incremental cursor (no
+64-bit division per chunk) and, on sm_90+, moves them through a ``stages``-deep ring of bulk copies (the ring:
+:mod:`conformance.tma_ring`, which walks this plan's chunks). The mirrors: :func:`build_bank_table` (the warp scan
+of the per-bank ``first_chunk`` prefix sums), :func:`clamp_count`, :class:`ChunkCursor` (``row_step = ctas / cpr``,
+``j_step = ctas % cpr``, the bank scan ``while (j >= first_chunk[b + 1]) ++b``), :func:`cta_chunks` / :func:`plan`
+(the prologue's early exits, ``my_chunks``, the cursor loop); the independent references the tests compare them
+against: :func:`direct_chunk` (the closed form) and :func:`plan_problems` (interval arithmetic).
+:data:`KERNEL_SOURCE_ANCHORS` lists the device statements this model and :mod:`conformance.tma_ring` mirror; a
+test asserts each is still in the installed ``.cuh``, so a kernel change that the model does not follow fails
+loudly instead of leaving the model checking an old kernel.
 """
 
 from __future__ import annotations
@@ -114,10 +101,8 @@ def build_bank_table(feat_bytes: Sequence[int], chunk_bytes: int) -> BankTable:
     for b, feat in enumerate(feat_bytes):
         if feat < 0 or feat % 16:
             raise ModelError(f"feat_bytes[{b}]={feat} must be a non-negative multiple of 16")
-    feat = [None] * K_MAX_BANKS
-    for lane in range(K_THREADS):  # if (lane < num_banks) table.feat[lane] = p.feat_bytes[lane]
-        if lane < num_banks:
-            feat[lane] = int(feat_bytes[lane])
+    # if (lane < num_banks) table.feat[lane] = p.feat_bytes[lane]
+    feat = [int(feat_bytes[lane]) if lane < num_banks else None for lane in range(K_MAX_BANKS)]
     lanes = range(K_THREADS)
     bank_chunks = [  # lanes past num_banks count no chunks
         _int32(_c_div(feat[lane] + chunk_bytes - 1, chunk_bytes), "chunks of a row") if lane < num_banks else 0
@@ -137,11 +122,8 @@ def build_bank_table(feat_bytes: Sequence[int], chunk_bytes: int) -> BankTable:
 
 def clamp_count(length: int, valid_length: int | None) -> int:
     """``n = p.length``, or ``valid_length[0]`` clamped to ``[0, length]``."""
-    n = length
-    if valid_length is not None:
-        v = valid_length
-        n = 0 if v < 0 else (v if v < length else length)
-    return n
+    v = valid_length
+    return length if v is None else (0 if v < 0 else (v if v < length else length))
 
 
 class ChunkCursor:
@@ -249,69 +231,52 @@ def direct_chunk(table: BankTable, chunk_bytes: int, k: int) -> tuple[int, int, 
 def plan_problems(
     feat_bytes: Sequence[int], n: int, ctas: int, chunk_bytes: int, cta_plans: Sequence[Sequence[Chunk]], *, limit: int = 20
 ) -> list[str]:
-    """Everything wrong with ``cta_plans`` as the copy of ``n`` rows of every bank (empty: correct).
+    """Everything wrong with ``cta_plans`` as the copy of ``n`` rows of every bank, the first ``limit`` (empty: correct).
 
     Coverage by interval arithmetic: per (bank, row < n) the chunks, sorted by offset, must tile
     ``[0, feat)`` exactly -- no gap, no overlap, nothing outside. Plus: every chunk in one row,
     ``0 < size <= chunk_bytes``, 16-byte multiples; CTA loads within one chunk of each other;
     each CTA's chunks are k = cta, cta + ctas, cta + 2*ctas, ... in that order.
     """
-    problems: list[str] = []
-
-    def bad(msg: str) -> bool:
-        problems.append(msg)
-        return len(problems) >= limit
-
     if len(cta_plans) != ctas:
-        bad(f"{len(cta_plans)} CTA plans for {ctas} CTAs")
-        return problems
+        return [f"{len(cta_plans)} CTA plans for {ctas} CTAs"]
+    problems: list[str] = []
     intervals: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
     for cta, chunks in enumerate(cta_plans):
         for i, c in enumerate(chunks):
             where = f"CTA {cta} chunk #{i} {c}"
-            if c.cta != cta and bad(f"{where}: dealt to CTA {cta} but says CTA {c.cta}"):
-                return problems
+            if c.cta != cta:
+                problems.append(f"{where}: dealt to CTA {cta} but says CTA {c.cta}")
             if not 0 <= c.bank < len(feat_bytes):
-                if bad(f"{where}: bank out of range"):
-                    return problems
+                problems.append(f"{where}: bank out of range")
                 continue
-            if not 0 <= c.row < n and bad(f"{where}: row {c.row} outside [0, {n})"):
-                return problems
             feat = feat_bytes[c.bank]
-            if not 0 < c.size <= chunk_bytes and bad(f"{where}: size not in (0, {chunk_bytes}]"):
-                return problems
-            if (c.size % 16 or c.offset % 16) and bad(f"{where}: not whole 16-byte units"):
-                return problems
-            if (c.offset < 0 or c.end > feat) and bad(f"{where}: outside the {feat}-byte row"):
-                return problems
+            checks = ((0 <= c.row < n, f"row {c.row} outside [0, {n})"),
+                      (0 < c.size <= chunk_bytes, f"size not in (0, {chunk_bytes}]"),
+                      (not (c.size % 16 or c.offset % 16), "not whole 16-byte units"),
+                      (c.offset >= 0 and c.end <= feat, f"outside the {feat}-byte row"))  # fmt: skip
+            problems += [f"{where}: {why}" for ok, why in checks if not ok]
             intervals[(c.bank, c.row)].append((c.offset, c.end))
     for (bank, row), spans in intervals.items():
-        spans.sort()
         pos = 0
-        for start, end in spans:
-            if start < pos and bad(f"bank {bank} row {row}: bytes [{start}, {min(pos, end)}) copied twice"):
-                return problems
-            if start > pos and bad(f"bank {bank} row {row}: bytes [{pos}, {start}) never copied"):
-                return problems
+        for start, end in sorted(spans):
+            if start < pos:
+                problems.append(f"bank {bank} row {row}: bytes [{start}, {min(pos, end)}) copied twice")
+            if start > pos:
+                problems.append(f"bank {bank} row {row}: bytes [{pos}, {start}) never copied")
             pos = max(pos, end)
-        feat = feat_bytes[bank]
-        if pos < feat and bad(f"bank {bank} row {row}: bytes [{pos}, {feat}) never copied"):
-            return problems
-    for bank, feat in enumerate(feat_bytes):
-        if feat == 0:
-            continue
-        for row in range(n):
-            if (bank, row) not in intervals and bad(f"bank {bank} row {row}: never copied"):
-                return problems
+        if pos < feat_bytes[bank]:
+            problems.append(f"bank {bank} row {row}: bytes [{pos}, {feat_bytes[bank]}) never copied")
+    problems += [f"bank {bank} row {row}: never copied" for bank, feat in enumerate(feat_bytes) if feat
+                 for row in range(n) if (bank, row) not in intervals]  # fmt: skip
     counts = [len(chunks) for chunks in cta_plans]
     if counts and max(counts) - min(counts) > 1:
-        bad(f"CTA loads unbalanced: {counts}")
+        problems.append(f"CTA loads unbalanced: {counts}")
     for cta, chunks in enumerate(cta_plans):
-        ks = [c.k for c in chunks]
-        want = [cta + i * ctas for i in range(len(chunks))]
-        if ks != want and bad(f"CTA {cta}: chunk order k={ks[:8]}... is not {want[:8]}..."):
-            return problems
-    return problems
+        ks, want = [c.k for c in chunks], [cta + i * ctas for i in range(len(chunks))]
+        if ks != want:
+            problems.append(f"CTA {cta}: chunk order k={ks[:8]}... is not {want[:8]}...")
+    return problems[:limit]
 
 
 def cursor_vs_direct_problems(
@@ -322,13 +287,10 @@ def cursor_vs_direct_problems(
     for cta, chunks in enumerate(cta_plans):
         for i, c in enumerate(chunks):
             k = cta + i * ctas
-            want = direct_chunk(table, chunk_bytes, k)
-            got = (c.row, c.bank, c.j, c.offset, c.size)
+            got, want = (c.row, c.bank, c.j, c.offset, c.size), direct_chunk(table, chunk_bytes, k)
             if got != want:
                 problems.append(f"CTA {cta} chunk #{i} (k={k}): cursor {got} != direct {want}")
-                if len(problems) >= limit:
-                    return problems
-    return problems
+    return problems[:limit]
 
 
 # --------------------------------------------------------------------------------------------
