@@ -30,11 +30,8 @@ def numa_of(addr: int) -> str | None:
         lines = Path("/proc/self/numa_maps").read_text().splitlines()
     except OSError:
         return None
-    best = None
-    for line in lines:
-        start = int(line.split()[0], 16)
-        if start <= addr and (best is None or start > best[0]):
-            best = (start, line)
+    mappings = [(int(line.split()[0], 16), line) for line in lines]
+    best = max((m for m in mappings if m[0] <= addr), key=lambda m: m[0], default=None)
     if best is None:
         return None
     return " ".join(f for f in best[1].split() if f.startswith("N") and "=" in f) or best[1]

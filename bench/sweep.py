@@ -34,7 +34,7 @@ from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_sl
 from gpukit.timing import bench, reps_for
 from suite import results
 from suite.commands import MEASUREMENTS
-from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes
+from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes, parse_size
 from suite.models import Sweep
 
 DEFAULTS = {"ctas": "1,2,4,8,16,32,64,132", "rings": "2x4K,4x8K,4x16K,3x32K", "ldg_blocks": "1,2,4,8,16,32",
@@ -44,14 +44,8 @@ FLAT_ROW = 1 << 20
 say = logging.getLogger("bench.sweep").info  # named: the module runs as __main__
 
 
-def parse_size(text: str) -> int:
-    t = text.strip().upper().rstrip("B")
-    return int(float(t.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1))
-
-
 def parse_rings(ctas: list[int], rings: str) -> list[Ring]:
-    specs = [spec.lower().split("x") for spec in rings.split(",")]
-    return [Ring(c, int(stages), parse_size(chunk)) for stages, chunk in specs for c in ctas]
+    return [Ring.parse(f"{c}x{spec}") for spec in rings.split(",") for c in ctas]
 
 
 def ldg_record(blocks: int, **figures: Any) -> dict[str, Any]:
@@ -143,10 +137,7 @@ def buildable(doc: dict[str, Any], rings: list[Ring], why_not: Callable[[Ring], 
 
 
 def over(max_ring: int) -> Callable[[Ring], str | None]:
-    def why_not(r: Ring) -> str | None:
-        return f"stages*chunk_bytes {r.ring_bytes} > MAX_RING_BYTES {max_ring}" if r.ring_bytes > max_ring else None
-
-    return why_not
+    return lambda r: f"stages*chunk_bytes {r.ring_bytes} > MAX_RING_BYTES {max_ring}" if r.ring_bytes > max_ring else None
 
 
 def smem_reason(decode_gather, device) -> Callable[[Ring], str | None]:

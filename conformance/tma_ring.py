@@ -159,5 +159,3 @@ class RingModel:
 def simulate_ring(chunks: Sequence[Chunk], stages: int, *, model_cls: type[RingModel] = RingModel) -> list[Chunk]:
     """Run one CTA's chunks through the ring; the chunks in the order their stores completed."""
     return model_cls(stages, chunks).run(len(chunks))
-
-

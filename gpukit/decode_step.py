@@ -66,17 +66,14 @@ class StepConfig:
 @contextlib.contextmanager
 def gather_env(env: Mapping[str, str]) -> Iterator[None]:
     """``FREETOKEN_DECODE_GATHER*`` exactly as ``env`` says for the duration (restored after)."""
-    saved = {k: os.environ.get(k) for k in GATHER_ENV}
+    saved = {k: os.environ.pop(k) for k in GATHER_ENV if k in os.environ}
     try:
-        for k in GATHER_ENV:
-            os.environ.pop(k, None)
         os.environ.update(env)
         yield
     finally:
-        for k, v in saved.items():
+        for k in GATHER_ENV:
             os.environ.pop(k, None)
-            if v is not None:
-                os.environ[k] = v
+        os.environ.update(saved)
 
 
 @contextlib.contextmanager
@@ -219,17 +216,11 @@ class DecodeStep:
 
     def state_diff(self, a: str, b: str) -> str | None:
         """None when the two caches hold the same slot map, routed slots and bank bytes."""
-        torch, ca, cb = self.torch, self.caches[a], self.caches[b]
-        if not torch.equal(ca.slot_for_id, cb.slot_for_id):
-            return f"{b}: slot_for_id differs from {a}"
-        if not torch.equal(ca.id_of_slot, cb.id_of_slot):
-            return f"{b}: id_of_slot differs from {a}"
-        if not torch.equal(self.static[a], self.static[b]):
-            return f"{b}: routed slots differ from {a}"
-        for g in self.geoms:
-            if not torch.equal(cache_rows(ca, g.name), cache_rows(cb, g.name)):
-                return f"{b}: bank {g.name} differs from {a}"
-        return None
+        ca, cb = self.caches[a], self.caches[b]
+        pairs = [("slot_for_id", ca.slot_for_id, cb.slot_for_id), ("id_of_slot", ca.id_of_slot, cb.id_of_slot),
+                 ("the routed slots", self.static[a], self.static[b]),
+                 *((f"bank {g.name}", cache_rows(ca, g.name), cache_rows(cb, g.name)) for g in self.geoms)]  # fmt: skip
+        return next((f"{b}: {what} differs from {a}" for what, x, y in pairs if not self.torch.equal(x, y)), None)
 
     def reference_diff(self, name: str) -> str | None:
         """None when every resident slot of ``name``'s cache holds its source row (see cache_reference_diff)."""

@@ -177,4 +177,3 @@ def call_upstream(fast_index_copy, cache: SlotCache, src_ptrs, dst, src, num,
     """Upstream's kernel on the same descriptor (the cache's default grid: 1024 x 8 per bank)."""
     kw = {"num_threads": UPSTREAM_THREADS, "blocks_per_bank": blocks_per_bank}
     fast_index_copy.fast_index_copy_multi_jit(cache.dst_ptrs, src_ptrs, cache.feat, dst, src, num, **kw)
-

@@ -12,7 +12,6 @@ from suite.geometry import BankGeom, align_up
 from gpukit.runtime import device_pointer, host_register, host_unregister
 
 
-
 class PinnedBuffer:
     """One GPU-mapped host allocation of ``nbytes`` whose LAST byte is the last byte of its mapping.
 

@@ -118,11 +118,11 @@ class Ring(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> "Ring":
-        """``16x4x8192`` or ``16x4x8K``."""
+        """``16x4x8192`` or ``16x4x8K`` (the chunk as :func:`parse_size` reads it)."""
         parts = text.lower().split("x")
         if len(parts) != 3:
             raise ValueError(f"ring {text!r}: expected CTASxSTAGESxCHUNK, e.g. 16x4x8K")
-        return cls(int(parts[0]), int(parts[1]), int(parts[2].rstrip("kb")) * (1024 if parts[2].endswith("k") else 1))
+        return cls(int(parts[0]), int(parts[1]), parse_size(parts[2]))
 
 
 # Rings past the default 48 KiB of shared memory per block, which the kernel opts in to: FreeToken #751's
@@ -138,6 +138,12 @@ UPSTREAM_THREADS = 1024
 UPSTREAM_BLOCKS_PER_BANK = 8
 
 
+def parse_size(text: str) -> int:
+    """``64K``, ``1M``, ``2G``, ``16384`` (a trailing ``B`` allowed) in bytes."""
+    t = text.strip().upper().rstrip("B")
+    return int(float(t.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1))
+
+
 def align_up(x: int, a: int) -> int:
     return -(-x // a) * a
 
@@ -148,5 +154,3 @@ def fmt_bytes(n: float) -> str:
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.3g} {unit}"
         n /= 1024
-
-

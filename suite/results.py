@@ -198,9 +198,8 @@ def history_folder(doc: Any) -> str:
 def history(kind: str, device: str | None = None, tree: str | None = None, base: Path | None = None) -> list[Path]:
     """The documents of ``kind`` kept in ``<base>/<device>/history/tree-<tree>/`` (every tree's without
     ``tree``), in the order they were replaced."""
-    k, base = MEASUREMENTS[kind], base or root()
-    rel = Path(k.file)
-    home = (base / (device or device_dir(None, k.gpus).name)) if k.per_device else base
+    k = MEASUREMENTS[kind]
+    rel, home = Path(k.file), _home(k, base or root(), device)
     folders = [home / HISTORY / f"tree-{tree[:12]}"] if tree else sorted((home / HISTORY).glob("*/"))
     found = [p for f in folders for p in (f / rel.parent).glob(f"{rel.stem}.*{rel.suffix}")]
     return sorted(found, key=lambda p: (p.parent, _run_number(p)))
@@ -234,10 +233,10 @@ def supersede(kind: str, target: Path, new_text: str | None = None) -> Path | No
 def move_new(src: Path, dst: Path) -> Path:
     """Move ``src`` to ``dst``, which must not exist (FileExistsError, both files left as they were)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.exists():
-        raise FileExistsError(f"{dst} exists: not overwriting a kept document (moving {src} there refused)")
     try:
-        os.link(src, dst)  # fails when dst exists, even if it appeared since the check
+        if dst.exists():  # os.link fails on it too, even where it appeared since this check
+            raise FileExistsError
+        os.link(src, dst)
     except FileExistsError:
         raise FileExistsError(f"{dst} exists: not overwriting a kept document (moving {src} there refused)") from None
     except OSError:  # no hard links on this file system
@@ -316,10 +315,13 @@ def read_json(source: str | os.PathLike) -> Any:
 def load(kind: str, device: str | None = None, base: Path | None = None) -> dict[str, Any] | None:
     """The document of ``kind`` in ``<base>/<device>/`` (``device``: a directory name such as ``h200x2``; by
     default this machine's), ``base`` defaulting to :func:`root`; None when missing."""
-    k, base = MEASUREMENTS[kind], base or root()
-    if not k.per_device:
-        return read_json(base / k.file)
-    return read_json(base / (device or device_dir(None, k.gpus).name) / k.file)
+    k = MEASUREMENTS[kind]
+    return read_json(_home(k, base or root(), device) / k.file)
+
+
+def _home(k: Any, base: Path, device: str | None) -> Path:
+    """``<base>/<device>`` (this machine's by default) for a per-device measurement ``k``, else ``base``."""
+    return base / (device or device_dir(None, k.gpus).name) if k.per_device else base
 
 
 def load_device(device: str, base: Path | None = None) -> dict[str, dict[str, Any]]:

@@ -213,4 +213,3 @@ def compile_cubin(
     if proc.returncode != 0 or not cubin.is_file():
         raise CompileError(f"nvcc failed ({proc.returncode}) for sm_{arch}:\n{' '.join(cmd)}\n{log}")
     return CompileResult(cubin=cubin, ptxas_log=log, command=cmd)
-

@@ -68,4 +68,3 @@ def decode_gather_violations(report: SassReport) -> list[str]:
     for name in report.syscalls:
         problems.append(f"sm_{arch}: the cubin references the driver routine {name}")
     return problems
-
