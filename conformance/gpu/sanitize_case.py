@@ -29,11 +29,8 @@ LAYERS, EXPERTS, SLOTS = 2, 6, 9
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--rings",
-        default="default,32x2x23K,8x3x16K,4x4x16K,8x4x24K",  # the last three opt in past 48 KiB of shared memory
-        help="comma-separated rings: 'default' or CTASxSTAGESxCHUNK (default: %(default)s)",
-    )
+    ap.add_argument("--rings", default="default,32x2x23K,8x3x16K,4x4x16K,8x4x24K",  # the last three opt in past 48 KiB
+                    help="comma-separated rings: 'default' or CTASxSTAGESxCHUNK (default: %(default)s)")  # fmt: skip
     ap.add_argument("--kernel", choices=[Kernel.TMA, Kernel.UPSTREAM, "both"], default=Kernel.TMA)
     args = ap.parse_args(argv)
 

@@ -76,19 +76,15 @@ def parse_sass(text: str) -> dict[str, list[Instruction]]:
     functions: dict[str, list[Instruction]] = {}
     current: str | None = None
     for line in text.splitlines():
-        if m := _SASS_FUNC.match(line):
+        if m := _SASS_FUNC.match(line) or _TEXT_LABEL.match(line):
             current = m.group(1)
             functions.setdefault(current, [])
             continue
-        if m := _SECTION.match(line):
+        if m := _SECTION.match(line):  # a .text.<function> section starts one; any other ends it
             name = m.group(1)
             current = name[len(".text."):] if name.startswith(".text.") else None
             if current is not None:
                 functions.setdefault(current, [])
-            continue
-        if m := _TEXT_LABEL.match(line):
-            current = m.group(1)
-            functions.setdefault(current, [])
             continue
         if current is None:
             continue
@@ -120,18 +116,15 @@ def parse_res_usage(text: str) -> dict[str, dict[str, int]]:
 
 
 def demangle(names: Iterable[str]) -> dict[str, str]:
-    names = list(names)
-    cxxfilt = shutil.which("c++filt")
-    if not cxxfilt or not names:
-        return {n: n for n in names}
+    """{mangled: demangled} by ``c++filt`` (each name as it is where c++filt is missing or fails)."""
+    names, cxxfilt, lines = list(names), shutil.which("c++filt"), []
     try:
-        out = subprocess.run([cxxfilt], input="\n".join(names) + "\n", capture_output=True, text=True, timeout=60)
-        lines = out.stdout.splitlines()
+        if cxxfilt and names:
+            lines = subprocess.run([cxxfilt], input="\n".join(names) + "\n", capture_output=True, text=True,
+                                   timeout=60).stdout.splitlines()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
-        return {n: n for n in names}
-    if len(lines) != len(names):
-        return {n: n for n in names}
-    return dict(zip(names, lines))
+        pass
+    return dict(zip(names, lines)) if len(lines) == len(names) else {n: n for n in names}
 
 
 def parse_syscalls(elf_text: str) -> list[str]:
