@@ -54,8 +54,5 @@ def calibrate_zipf(target: float, *, steps: int, layers: int, experts: int, top_
         tr = zipf_routing_trace(steps, layers, experts, top_k, mid, batch=batch, seed=seed)
         rate = lru_miss_rate(tr, experts, cache_size, warm_steps)
         best = (mid, rate)
-        if rate > target:
-            lo = mid  # not skewed enough
-        else:
-            hi = mid
+        lo, hi = (mid, hi) if rate > target else (lo, mid)  # above the target: not skewed enough
     return best

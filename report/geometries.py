@@ -25,11 +25,7 @@ def auto_speeds(line: str | None) -> dict[str, Any] | None:
     m = _SPEEDS.search(line or "")
     if not m:
         return None
-    speeds = {}
-    for part in m["speeds"].split(", "):
-        s = _SPEED.match(part.strip())
-        if s:
-            speeds[s["name"]] = float(s["x"])
+    speeds = {s["name"]: float(s["x"]) for part in m["speeds"].split(", ") if (s := _SPEED.match(part.strip()))}
     return {"base": m["base"], "speeds": speeds, "bar": float(m["bar"])}
 
 
@@ -63,12 +59,9 @@ def verdict_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _best_speed(geos: list[dict[str, Any]], prefix: str = "") -> dict[str, Any] | None:
     """The fastest candidate (its name starting with ``prefix``) any probe timed against its default:
     ``{"x", "name", "model", "bar"}`` (that probe's A/A bar)."""
-    best = None
-    for g in geos:
-        for name, x in ((g["speeds"] or {}).get("speeds") or {}).items():
-            if name.startswith(prefix) and (best is None or x > best["x"]):
-                best = {"x": x, "name": name, "model": g["model"], "bar": g["speeds"]["bar"]}
-    return best
+    timed = [{"x": x, "name": name, "model": g["model"], "bar": g["speeds"]["bar"]} for g in geos
+             for name, x in ((g["speeds"] or {}).get("speeds") or {}).items() if name.startswith(prefix)]  # fmt: skip
+    return max(timed, key=lambda b: b["x"], default=None)
 
 
 def auto_summary(geos: list[dict[str, Any]]) -> dict[str, Any] | None:
