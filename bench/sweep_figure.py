@@ -57,10 +57,8 @@ def render_png(doc: dict[str, Any], path: Path) -> str | None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     m = doc.get("machine") or {}
-    title = machine_line(m) if m else ""
-    if doc.get("synthetic"):
-        title = "SYNTHETIC (--dry-run): not a measurement. " + title
-    fig.suptitle(title, fontsize=9)
+    synthetic = "SYNTHETIC (--dry-run): not a measurement. " if doc.get("synthetic") else ""
+    fig.suptitle(synthetic + (machine_line(m) if m else ""), fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -226,12 +226,10 @@ def check_slot_cache(cache: SlotCache, poison: int, writes: Sequence[tuple[Any, 
     the canaries around each bank must be intact. Returns None, or what differs."""
     import torch
 
-    dev = cache.device
-    norm = []
-    for slots, rows, sources in writes:
-        s = torch.as_tensor(slots, device=dev).long().flatten()
-        r = torch.as_tensor(rows, device=dev).long().flatten()
-        norm.append((s, r, sources))
+    def flat(x: Any) -> Any:
+        return torch.as_tensor(x, device=cache.device).long().flatten()
+
+    norm = [(flat(slots), flat(rows), sources) for slots, rows, sources in writes]
     for b, d in enumerate(cache.dst):
         exp = torch.full_like(d, poison)
         for s, r, sources in norm:

@@ -105,11 +105,8 @@ def model_info(model: str) -> dict[str, Any]:
         "name": Path(model).resolve().name,  # not the path: on another host it names a home directory
         "config_sha256": hashlib.sha256(raw).hexdigest(),
         "architecture": (cfg.get("architectures") or [None])[0],
-        "num_hidden_layers": text.get("num_hidden_layers"),
-        "num_experts": text.get("num_experts"),
-        "num_experts_per_tok": text.get("num_experts_per_tok"),
-        "hidden_size": text.get("hidden_size"),
-        "moe_intermediate_size": text.get("moe_intermediate_size"),
+        **{k: text.get(k) for k in ("num_hidden_layers", "num_experts", "num_experts_per_tok", "hidden_size",
+                                    "moe_intermediate_size")},
         "quant_algo": (cfg.get("quantization_config") or text.get("quantization_config") or {}).get("quant_algo"),
         "synthetic": None if sidecar is None else {k: sidecar.get(k) for k in ("spec", "generated_on",
                                                                               "bank_bytes_per_expert", "miss_table")},
