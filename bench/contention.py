@@ -60,10 +60,8 @@ def worker(rank: int, args, barrier, queue) -> None:
     dev = torch.device("cuda", rank)
     layers, experts = args.layers, 256
     gen = torch.Generator(device=dev).manual_seed(10 + rank)
-    host = []
-    for _ in range(args.sources):
-        host.append([torch.randint(0, 256, (experts, f), dtype=torch.uint8, device=dev, generator=gen).cpu().pin_memory()
-                     for f in NVFP4_ROW_BYTES])
+    host = [[torch.randint(0, 256, (experts, f), dtype=torch.uint8, device=dev, generator=gen).cpu().pin_memory()
+             for f in NVFP4_ROW_BYTES] for _ in range(args.sources)]  # fmt: skip
     caches = {}
     for kernel in KERNELS:
         with gather_env(kernel.env):

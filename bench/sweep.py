@@ -264,6 +264,7 @@ class SweepRun:
     def measure(self, kind: str, rec: dict[str, Any], calls) -> bool:
         """Flat and gather GB/s of one config into ``rec``, appended to ``doc[kind]``; False (after saving
         partial results) when a failed measurement left the CUDA context unusable."""
+        self.doc[kind].append(rec)  # filled in below
         if rec["error"] is None:
             flat, gather = calls()
             try:
@@ -272,10 +273,8 @@ class SweepRun:
             except Exception as e:
                 rec["error"] = f"{type(e).__name__}: {str(e)[-300:]}"
                 if not self.healthy():
-                    self.doc[kind].append(rec)
                     self.save(True)
                     return False
-        self.doc[kind].append(rec)
         say(f"{kind} {rec.get('tag') or rec['blocks_per_bank']} ({fmt_bytes(rec['bytes_in_flight'])} in flight): flat "
             f"{_g(rec['flat_gbps'])} gather {_g(rec['gather_gbps'])} GB/s"
             + (f"  ERROR {rec['error']}" if rec["error"] else ""))

@@ -79,10 +79,8 @@ class ModelBanks:
             if (layer + 1) % 10 == 0 or layer + 1 == fp.layers:
                 progress(f"banks: {layer + 1}/{fp.layers} layers, {fmt_bytes((layer + 1) * fp.nbytes / fp.layers)} "
                          f"filled and registered in {time.perf_counter() - t0:.0f}s")  # fmt: skip
-        self.src_ptrs = [
-            torch.tensor([hb.tensor.data_ptr() for hb in banks], dtype=torch.int64, device=self.device)
-            for banks in self.host
-        ]
+        self.src_ptrs = [torch.tensor([hb.tensor.data_ptr() for hb in banks], dtype=torch.int64, device=self.device)
+                         for banks in self.host]  # fmt: skip
 
     def close(self) -> None:
         import torch

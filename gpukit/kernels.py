@@ -65,12 +65,10 @@ def precompile(decode_gather, fast_index_copy, rings: Iterable[Ring],
     {name: error} for the builds that failed."""
     from concurrent.futures import ThreadPoolExecutor
 
-    jobs: dict[str, Callable[[], Any]] = {}
-    for r in dict.fromkeys(rings):
-        jobs[f"ring {r.tag}"] = functools.partial(decode_gather.decode_gather_module, **r.kwargs())
-    for b in dict.fromkeys(upstream_blocks):
-        build = functools.partial(getattr(fast_index_copy, UPSTREAM_FACTORY), num_threads=UPSTREAM_THREADS)
-        jobs[f"upstream {UPSTREAM_THREADS}x{b}"] = functools.partial(build, blocks_per_bank=b)
+    ring = decode_gather.decode_gather_module
+    build = functools.partial(getattr(fast_index_copy, UPSTREAM_FACTORY), num_threads=UPSTREAM_THREADS)
+    jobs: dict[str, Callable[[], Any]] = {f"ring {r.tag}": functools.partial(ring, **r.kwargs()) for r in rings}
+    jobs |= {f"upstream {UPSTREAM_THREADS}x{b}": functools.partial(build, blocks_per_bank=b) for b in upstream_blocks}
     errors: dict[str, str] = {}
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max(1, workers)) as ex:

@@ -60,11 +60,7 @@ def schedule(points: int, repeats: int, names: Sequence[str] = VARIANTS) -> list
     """``(repeat, point, variant)`` in run order: repeats outermost so an early stop still leaves
     every point with whole repeats; within a (repeat, point) both variants, upstream first when
     ``repeat + point`` is even and ``tma`` first when it is odd (drift cancels across repeats)."""
-    out = []
-    for r in range(repeats):
-        for p in range(points):
-            out += [(r, p, v) for v in round_order(ORDER, r + p, tuple(names))]
-    return out
+    return [(r, p, v) for r in range(repeats) for p in range(points) for v in round_order(ORDER, r + p, tuple(names))]
 
 
 def resolve_points(model: str, slots: Sequence[int] | None, miss_rates: Sequence[float] | None) -> list[dict[str, Any]]:

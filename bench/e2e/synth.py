@@ -181,13 +181,8 @@ def router_bias(spec: SynthSpec):
     ranks = torch.arange(1, spec.experts + 1, dtype=torch.float64)
     by_rank = -spec.zipf * torch.log(ranks) * (math.sqrt(6.0) / math.pi)
     by_rank -= by_rank.mean()
-    rows = []
-    for _ in range(spec.layers):
-        order = torch.randperm(spec.experts, generator=g)  # order[k]: the expert of rank k + 1
-        row = torch.empty(spec.experts, dtype=torch.float64)
-        row[order] = by_rank
-        rows.append(row)
-    return torch.stack(rows)
+    # per layer a random order (order[k]: the expert of rank k + 1); expert e's term is by_rank at its rank
+    return torch.stack([by_rank[torch.randperm(spec.experts, generator=g).argsort()] for _ in range(spec.layers)])
 
 
 def routing_trace(spec: SynthSpec, steps: int, *, seed: int = 1):
