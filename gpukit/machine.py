@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from freetoken_overlay.toolchain import find_nvcc
 from gpukit.runtime import versions as cuda_versions
-from suite.results import device_slug
+from suite.results import device_slug, freetoken_version
 
 
 def _run(cmd: Sequence[str], timeout: float = 20.0) -> str | None:
@@ -53,15 +53,6 @@ def nvcc_version() -> str | None:
         return None
     m = re.search(r"release\s+([\d.]+)", out)
     return m.group(1) if m else out.splitlines()[-1]
-
-
-def freetoken_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("freetoken")
-    except PackageNotFoundError:
-        return None
 
 
 def decode_gather_defaults() -> dict[str, Any] | None:

@@ -62,13 +62,11 @@ class PinnedBuffer:
             host_register(base, span)
             self._registered = base
             try:
-                dptr = device_pointer(base)
+                if device_pointer(base) != base:
+                    raise RuntimeError("registered host memory is not GPU-visible at its host address (no UVA identity)")
             except Exception:
                 self.close()  # never leave the range registered behind a failed check
                 raise
-            if dptr != base:
-                self.close()
-                raise RuntimeError("registered host memory is not GPU-visible at its host address (no UVA identity)")
         self.tensor = full[span - self.nbytes : span]
         self.end_exact = True
 

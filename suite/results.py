@@ -82,17 +82,21 @@ def _git(repo: Path, *args: str, stdin: str | None = None) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def installed_series() -> str | None:
-    """``<series>`` of the installed freetoken's version ``<version>+dg.<series>`` (None: not a patched wheel)."""
+def freetoken_version() -> str | None:
+    """The installed freetoken's version (None: not installed)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from freetoken_overlay.wheel import LOCAL_LABEL
-
     try:
-        local = version("freetoken").partition("+")[2]
+        return version("freetoken")
     except PackageNotFoundError:
         return None
-    label, _, series = local.partition(".")
+
+
+def installed_series() -> str | None:
+    """``<series>`` of the installed freetoken's version ``<version>+dg.<series>`` (None: not a patched wheel)."""
+    from freetoken_overlay.wheel import LOCAL_LABEL
+
+    label, _, series = (freetoken_version() or "").partition("+")[2].partition(".")
     return series if label == LOCAL_LABEL and series else None
 
 

@@ -39,15 +39,9 @@ log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character map, the alphabet of a byte-level BPE."""
-    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    cs = list(bs)
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    rest = [b for b in range(256) if b not in printable]  # the others, to 256, 257, ... in byte order
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + k) for k, b in enumerate(rest)}}
 
 
 def write_tokenizer(out: Path, vocab_size: int) -> int:
@@ -57,9 +51,7 @@ def write_tokenizer(out: Path, vocab_size: int) -> int:
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     chars = _bytes_to_unicode()
-    vocab = {chars[b]: b for b in range(256)}
-    for i, tok in enumerate(SPECIAL_TOKENS):
-        vocab[tok] = 256 + i
+    vocab = {chars[b]: b for b in range(256)} | {tok: 256 + i for i, tok in enumerate(SPECIAL_TOKENS)}
     vocab.update({f"<|x{i}|>": i for i in range(256 + len(SPECIAL_TOKENS), vocab_size)})
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
