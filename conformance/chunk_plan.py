@@ -48,9 +48,7 @@ def _int32(value: int, what: str) -> int:
     return value
 
 
-# --------------------------------------------------------------------------------------------
-# the plan
-# --------------------------------------------------------------------------------------------
+# --- the plan -------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,9 +221,7 @@ def direct_chunk(table: BankTable, chunk_bytes: int, k: int) -> tuple[int, int, 
     return row, bank, j, offset, min(chunk_bytes, feat - offset)
 
 
-# --------------------------------------------------------------------------------------------
-# checks (independent of the model's internals)
-# --------------------------------------------------------------------------------------------
+# --- checks (independent of the model's internals) ------------------------------------------
 
 
 def plan_problems(
@@ -293,9 +289,7 @@ def cursor_vs_direct_problems(
     return problems[:limit]
 
 
-# --------------------------------------------------------------------------------------------
-# the device statements this model mirrors
-# --------------------------------------------------------------------------------------------
+# --- the device statements this model mirrors -----------------------------------------------
 
 KERNEL_SOURCE_ANCHORS = (
     "inline constexpr int kMaxBanks = 8;",

@@ -36,9 +36,8 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
 def main_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per miss count, the row of the largest graph it was measured in (e.g. 40 layers, 4 at n = 600)."""
     best: dict[Any, dict[str, Any]] = {}
-    for r in rows:
-        if r["n"] not in best or r["layers"] > best[r["n"]]["layers"]:
-            best[r["n"]] = r
+    for r in sorted(rows, key=lambda r: -r["layers"]):  # a stable sort: the first row of the largest graph
+        best.setdefault(r["n"], r)
     return [best[n] for n in sorted(best)]
 
 
@@ -56,13 +55,11 @@ def gather_view(bench: BenchRun | None) -> dict[str, Any] | None:
     regimes = sorted({r["regime"] for r in rows}, key=regime_key)
     mains = [{"regime": reg, "rows": main_rows([r for r in rows if r["regime"] == reg])} for reg in regimes]
     main, ring = mains[0]["rows"], bench.tma_default_ring
-    by_layers: dict[int, list[Any]] = {}
-    for r in main:
-        by_layers.setdefault(r["layers"], []).append(r["n"])
     return {
         "tables": tables, "all_rows": rows, "regime": regimes[0], "regimes": regimes, "mains": mains, "main": main,
         "groups": verdicts(main),
-        "graphs": [{"layers": k, "ns": by_layers[k]} for k in sorted(by_layers, reverse=True)],
+        "graphs": [{"layers": k, "ns": [r["n"] for r in main if r["layers"] == k]}
+                   for k in sorted({r["layers"] for r in main}, reverse=True)],
         "ring": Ring(**ring) if ring else None, "upstream": bench.upstream_kernel,
         "bytes_per_expert": bench.geometry.get("bytes_per_expert"), "rounds": bench.method.get("rounds"),
         "ceiling_start": bench.ceiling.get("start") or {}, "ceiling_end": bench.ceiling.get("end") or {},

@@ -43,12 +43,9 @@ class Rounds:
     @property
     def values(self) -> dict[str, list[float]]:
         """One number per round for each variant that timed something (a list reduced by ``reduce``)."""
-        out = {}
-        for name, got in self.samples.items():
-            timed = [self.reduce(x) if isinstance(x, (list, tuple)) else x for x in got if x is not None]
-            if timed:
-                out[name] = timed
-        return out
+        timed = {name: [self.reduce(x) if isinstance(x, (list, tuple)) else x for x in got if x is not None]
+                 for name, got in self.samples.items()}  # fmt: skip
+        return {name: values for name, values in timed.items() if values}
 
     def summary(self, candidate: str) -> Comparison:
         """``candidate`` against ``base`` (and ``aa``): :func:`suite.stats.paired_rounds`."""
