@@ -203,13 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     probes = pdl_probes()
     log(f"PDL probes built in {time.perf_counter() - t0:.0f}s")
-    fields = {"args": vars(args)}
-    fields["decode_step"] = s = breakdown(args, probes)
+    s = breakdown(args, probes)
     for name, b in s["breakdown"].items():
         if b.get("calls"):
             log(f"  {name}: per layer call ensure {b['mean_us']['ensure_us']:.2f} us, gap {b['mean_us']['gap_us']:.2f} us, "
                 f"copy {b['mean_us']['copy_us']:.2f} us ({b['calls']} calls)")
-    doc = StepPdl(args=fields["args"], decode_step=StepBreakdown.from_doc(s), per_layer=per_layer(args, probes))
+    doc = StepPdl(args=vars(args), decode_step=StepBreakdown.from_doc(s), per_layer=per_layer(args, probes))
     entry.save("step_pdl", args, doc)
     log(f"done in {time.perf_counter() - t0:.0f}s")
     return 0

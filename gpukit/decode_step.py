@@ -83,12 +83,12 @@ def variant_modules(v: StepVariant) -> Iterator[None]:
     from freetoken.kernel import decode_gather
     from freetoken.kernel import fast_index_copy
 
-    swaps = [(decode_gather, TMA_FACTORY, v.module), (fast_index_copy, UPSTREAM_FACTORY, v.upstream_module)]
-    saved = [(mod, attr, getattr(mod, attr)) for mod, attr, module in swaps if module is not None]
+    wanted = ((decode_gather, TMA_FACTORY, v.module), (fast_index_copy, UPSTREAM_FACTORY, v.upstream_module))
+    swaps = [(mod, attr, module) for mod, attr, module in wanted if module is not None]
+    saved = [(mod, attr, getattr(mod, attr)) for mod, attr, _ in swaps]
     try:
         for mod, attr, module in swaps:
-            if module is not None:
-                setattr(mod, attr, lambda *a, _m=module, **kw: _m)
+            setattr(mod, attr, lambda *a, _m=module, **kw: _m)
         yield
     finally:
         for mod, attr, orig in saved:

@@ -127,8 +127,7 @@ def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
             time.sleep(PAUSE_S)
         calls.append((repeat, point, variant))
         tag = f"r{repeat}-p{point}-{variant}"
-        result = log_dir / f"{tag}.json"
-        log_path = log_dir / f"{tag}.log"
+        result, log_path = log_dir / f"{tag}.json", log_dir / f"{tag}.log"
         env = {k: v for k, v in os.environ.items() if k != SWITCH_ENV} | Kernel(variant).env
         env.setdefault("PYTHONUNBUFFERED", "1")
         cmd = [sys.executable, "-m", "bench.e2e", "worker", "--model", str(args.model), "--slots", str(p["slots"]),
