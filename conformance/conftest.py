@@ -16,6 +16,7 @@ import pytest
 from conformance.sass import build as sass
 from conformance.prereq import skip_or_fail
 from freetoken_overlay import toolchain
+from freetoken_overlay.util import Workdir
 
 @pytest.fixture(scope="session")
 def freetoken_dir() -> pathlib.Path:
@@ -78,3 +79,10 @@ def disassembler() -> sass.Disassembler:
 def cuda_cflags() -> tuple[str, ...]:
     """The nvcc flags upstream's JIT uses (the installed freetoken's DEFAULT_CUDA_CFLAGS)."""
     return sass.upstream_cuda_cflags()[0]
+
+
+@pytest.fixture(scope="session")
+def nvcc_cache() -> pathlib.Path:
+    """Where the SASS tests keep the cubins nvcc built, by their inputs (conformance.sass.build.compile_cubin's
+    ``cache``): a re-run compiles only what changed.  ``<work dir>/nvcc-cache``; deleting it is always safe."""
+    return Workdir.from_env().root / "nvcc-cache"
