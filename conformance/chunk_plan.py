@@ -268,21 +268,21 @@ def plan_problems(
     intervals: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
     for cta, chunks in enumerate(cta_plans):
         for i, c in enumerate(chunks):
-            where = f"CTA {cta} chunk #{i} {c}"
-            if c.cta != cta and bad(f"{where}: dealt to CTA {cta} but says CTA {c.cta}"):
+            where = lambda: f"CTA {cta} chunk #{i} {c}"  # noqa: E731  (only for a problem: a repr costs)
+            if c.cta != cta and bad(f"{where()}: dealt to CTA {cta} but says CTA {c.cta}"):
                 return problems
             if not 0 <= c.bank < len(feat_bytes):
-                if bad(f"{where}: bank out of range"):
+                if bad(f"{where()}: bank out of range"):
                     return problems
                 continue
-            if not 0 <= c.row < n and bad(f"{where}: row {c.row} outside [0, {n})"):
+            if not 0 <= c.row < n and bad(f"{where()}: row {c.row} outside [0, {n})"):
                 return problems
             feat = feat_bytes[c.bank]
-            if not 0 < c.size <= chunk_bytes and bad(f"{where}: size not in (0, {chunk_bytes}]"):
+            if not 0 < c.size <= chunk_bytes and bad(f"{where()}: size not in (0, {chunk_bytes}]"):
                 return problems
-            if (c.size % 16 or c.offset % 16) and bad(f"{where}: not whole 16-byte units"):
+            if (c.size % 16 or c.offset % 16) and bad(f"{where()}: not whole 16-byte units"):
                 return problems
-            if (c.offset < 0 or c.end > feat) and bad(f"{where}: outside the {feat}-byte row"):
+            if (c.offset < 0 or c.end > feat) and bad(f"{where()}: outside the {feat}-byte row"):
                 return problems
             intervals[(c.bank, c.row)].append((c.offset, c.end))
     for (bank, row), spans in intervals.items():
