@@ -9,6 +9,7 @@ job that is meant to have the toolchain cannot go green by skipping everything.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 import pytest
@@ -71,8 +72,8 @@ def nvcc() -> str:
 
 
 @pytest.fixture(scope="session")
-def disassembler() -> sass.Disassembler:
-    return _require(sass.find_disassembler, toolchain.DISASSEMBLER_INSTALL_HINT)
+def disassembler(sass_cache: pathlib.Path) -> sass.Disassembler:
+    return dataclasses.replace(_require(sass.find_disassembler, toolchain.DISASSEMBLER_INSTALL_HINT), cache=sass_cache)
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +83,8 @@ def cuda_cflags() -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="session")
-def nvcc_cache() -> pathlib.Path:
-    """Where the SASS tests keep the cubins nvcc built, by their inputs (conformance.sass.build.compile_cubin's
-    ``cache``): a re-run compiles only what changed.  ``<work dir>/nvcc-cache``; deleting it is always safe."""
-    return Workdir.from_env().root / "nvcc-cache"
+def sass_cache() -> pathlib.Path:
+    """Where the SASS tests keep the cubins nvcc built and their listings, by their inputs (the ``cache`` of
+    conformance.sass.build's compile_cubin and Disassembler): a re-run compiles and disassembles only what changed.
+    ``<work dir>/sass-cache``; deleting it is always safe."""
+    return Workdir.from_env().root / "sass-cache"

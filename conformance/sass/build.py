@@ -46,13 +46,25 @@ class Disassembler:
 
     kind: str  # "cuobjdump" | "nvdisasm"
     path: str
+    #: where a listing is kept by its inputs (the tool's full ``--version``, the arguments, the cubin's bytes), as
+    #: compile_cubin's ``cache`` keeps cubins: the same cubin is not disassembled again
+    cache: pathlib.Path | None = None
 
     def _run(self, *args: str) -> str:
+        *options, cubin = args
+        entry = None
+        if self.cache is not None:
+            version = subprocess.run([self.path, "--version"], capture_output=True, timeout=60).stdout
+            entry = self.cache / _digest(version, *(a.encode() for a in options), pathlib.Path(cubin).read_bytes())
+            if (entry / "out").is_file():
+                return (entry / "out").read_text(encoding="utf-8")
         proc = subprocess.run([self.path, *args], capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"{self.kind} failed ({proc.returncode}): {' '.join([self.path, *args])}\n{proc.stdout}\n{proc.stderr}"
             )
+        if entry is not None:
+            _store(entry, out=proc.stdout)
         return proc.stdout
 
     def sass(self, cubin: str | os.PathLike) -> str:
@@ -223,20 +235,24 @@ def _cache_key(nvcc: str, options: Sequence[str], source: pathlib.Path) -> str:
     pre = subprocess.run([nvcc, *options, "-E", str(source)], capture_output=True, timeout=900)
     if pre.returncode != 0:
         raise CompileError(f"nvcc -E failed ({pre.returncode}) for {source}:\n{pre.stderr.decode()}")
+    env = (os.environ.get(k, "").encode() for k in NVCC_ENV)
+    return _digest(version, *(a.encode() for a in options), *env, _LINE_MARKER.sub(b"", pre.stdout))
+
+
+def _digest(*parts: bytes) -> str:
     digest = hashlib.sha256()
-    for part in (version, *(a.encode() for a in options), *(os.environ.get(k, "").encode() for k in NVCC_ENV)):
-        digest.update(part + b"\0")
-    digest.update(_LINE_MARKER.sub(b"", pre.stdout))
+    for part in parts:
+        digest.update(hashlib.sha256(part).digest())  # each part its own: no two splits of the bytes collide
     return digest.hexdigest()
 
 
-def _store(entry: pathlib.Path, cubin: pathlib.Path, log: str) -> None:
-    """Put ``cubin`` and ``log`` into the cache as ``entry``: written aside, then renamed (of two compiles of the same
+def _store(entry: pathlib.Path, **files: bytes | str) -> None:
+    """Put ``files`` (name: content) into the cache as ``entry``: written aside, then renamed (of two runs on the same
     inputs at once, one stores it)."""
     entry.parent.mkdir(parents=True, exist_ok=True)
     aside = pathlib.Path(tempfile.mkdtemp(dir=entry.parent, prefix=".aside-"))
-    shutil.copyfile(cubin, aside / "cubin")
-    (aside / "log").write_text(log)
+    for name, content in files.items():
+        (aside / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     try:
         os.rename(aside, entry)
     except OSError:  # the other one stored it first
@@ -269,11 +285,11 @@ def compile_cubin(
     entry = pathlib.Path(cache) / _cache_key(nvcc, [*options, f"-arch=sm_{arch}"], source) if cache else None
     if entry is not None and (entry / "cubin").is_file():
         shutil.copyfile(entry / "cubin", cubin)
-        return CompileResult(cubin=cubin, ptxas_log=(entry / "log").read_text(), command=cmd, cached=True)
+        return CompileResult(cubin=cubin, ptxas_log=(entry / "log").read_text(encoding="utf-8"), command=cmd, cached=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     log = proc.stdout + proc.stderr
     if proc.returncode != 0 or not cubin.is_file():
         raise CompileError(f"nvcc failed ({proc.returncode}) for sm_{arch}:\n{' '.join(cmd)}\n{log}")
     if entry is not None:
-        _store(entry, cubin, log)
+        _store(entry, cubin=cubin.read_bytes(), log=log)
     return CompileResult(cubin=cubin, ptxas_log=log, command=cmd)
