@@ -6,7 +6,23 @@ location (37 on a CPU machine, most of them "needs a CUDA GPU").  ``-rs`` still 
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+
+
+def _long_first(item) -> tuple[bool, bool]:
+    """Who goes first: the tests that run other processes (``integration``, ``slow``), then hypothesis's (each runs
+    its body on many examples)."""
+    others = any(item.iter_markers("integration")) or any(item.iter_markers("slow"))
+    return not others, not getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """In a pytest-xdist worker: the long tests first (:func:`_long_first`), each kind in its order.  xdist hands the
+    tests out in this order (one list for every worker): the long ones spread over the workers first and the short
+    ones fill in at the end, so that the workers end together."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_long_first)
 
 
 def _reason(report) -> str:

@@ -240,18 +240,18 @@ def plan_problems(
     intervals: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
     for cta, chunks in enumerate(cta_plans):
         for i, c in enumerate(chunks):
-            where = f"CTA {cta} chunk #{i} {c}"
+            where = lambda: f"CTA {cta} chunk #{i} {c}"  # noqa: E731  (a repr costs: only for a problem)
             if c.cta != cta:
-                problems.append(f"{where}: dealt to CTA {cta} but says CTA {c.cta}")
+                problems.append(f"{where()}: dealt to CTA {cta} but says CTA {c.cta}")
             if not 0 <= c.bank < len(feat_bytes):
-                problems.append(f"{where}: bank out of range")
+                problems.append(f"{where()}: bank out of range")
                 continue
             feat = feat_bytes[c.bank]
             checks = ((0 <= c.row < n, f"row {c.row} outside [0, {n})"),
                       (0 < c.size <= chunk_bytes, f"size not in (0, {chunk_bytes}]"),
                       (not (c.size % 16 or c.offset % 16), "not whole 16-byte units"),
                       (c.offset >= 0 and c.end <= feat, f"outside the {feat}-byte row"))  # fmt: skip
-            problems += [f"{where}: {why}" for ok, why in checks if not ok]
+            problems += [f"{where()}: {why}" for ok, why in checks if not ok]
             intervals[(c.bank, c.row)].append((c.offset, c.end))
     for (bank, row), spans in intervals.items():
         pos = 0

@@ -9,6 +9,7 @@ job that is meant to have the toolchain cannot go green by skipping everything.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from conformance.sass import build as sass
 from conformance.prereq import skip_or_fail
 from freetoken_overlay import toolchain
+from freetoken_overlay.util import Workdir
 
 @pytest.fixture(scope="session")
 def freetoken_dir() -> pathlib.Path:
@@ -70,11 +72,19 @@ def nvcc() -> str:
 
 
 @pytest.fixture(scope="session")
-def disassembler() -> sass.Disassembler:
-    return _require(sass.find_disassembler, toolchain.DISASSEMBLER_INSTALL_HINT)
+def disassembler(sass_cache: pathlib.Path) -> sass.Disassembler:
+    return dataclasses.replace(_require(sass.find_disassembler, toolchain.DISASSEMBLER_INSTALL_HINT), cache=sass_cache)
 
 
 @pytest.fixture(scope="session")
 def cuda_cflags() -> tuple[str, ...]:
     """The nvcc flags upstream's JIT uses (the installed freetoken's DEFAULT_CUDA_CFLAGS)."""
     return sass.upstream_cuda_cflags()[0]
+
+
+@pytest.fixture(scope="session")
+def sass_cache() -> pathlib.Path:
+    """Where the SASS tests keep the cubins nvcc built and their listings, by their inputs (the ``cache`` of
+    conformance.sass.build's compile_cubin and Disassembler): a re-run compiles and disassembles only what changed.
+    ``<work dir>/sass-cache``; deleting it is always safe."""
+    return Workdir.from_env().root / "sass-cache"

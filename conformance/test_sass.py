@@ -32,6 +32,8 @@ from freetoken_overlay import toolchain
 ARCHS = (80, 90, 100, 120)
 CONTROLS = pathlib.Path(__file__).parent / "controls"
 JOBS = 2  # CI has 2 cores
+# one xdist worker builds the session's cubins (nox -s test: --dist loadgroup), not each worker its own
+pytestmark = pytest.mark.xdist_group("sass")
 
 
 def _scan_all(jobs: list[tuple], common: dict) -> dict:
@@ -60,18 +62,19 @@ def _get(results: dict, key):
 @pytest.fixture(scope="session")
 def decode_gather_reports(
     tmp_path_factory, nvcc, disassembler, decode_gather_header, decode_gather_include_dirs, decode_gather_rings,
-    cuda_cflags,
+    cuda_cflags, sass_cache,
 ) -> dict:
     """arch -> SassReport of the decode_gather module of the prebuilt rings, compiled once per session."""
     build = tmp_path_factory.mktemp("decode_gather_sass")
     source = build / "decode_gather_prebuilt.cu"
     source.write_text(decode_gather_source(decode_gather_rings, decode_gather_header))
-    common = dict(include_dirs=decode_gather_include_dirs, flags=cuda_cflags, nvcc=nvcc, disassembler=disassembler)
+    common = dict(include_dirs=decode_gather_include_dirs, flags=cuda_cflags, nvcc=nvcc, disassembler=disassembler,
+                  cache=sass_cache)
     return _scan_all([(a, source, a, build / f"sm_{a}", {}) for a in ARCHS], common)
 
 
 @pytest.fixture(scope="session")
-def control_reports(tmp_path_factory, nvcc, disassembler, cuda_cflags) -> dict:
+def control_reports(tmp_path_factory, nvcc, disassembler, cuda_cflags, sass_cache) -> dict:
     """(control, arch) -> SassReport of the negative controls, compiled once per session."""
     build = tmp_path_factory.mktemp("control_sass")
     wanted = [
@@ -82,7 +85,7 @@ def control_reports(tmp_path_factory, nvcc, disassembler, cuda_cflags) -> dict:
         ("register_spill", 120),
     ]
     jobs = [((name, arch), CONTROLS / f"{name}.cu", arch, build / f"{name}_sm_{arch}", {}) for name, arch in wanted]
-    common = dict(flags=cuda_cflags, nvcc=nvcc, disassembler=disassembler)
+    common = dict(flags=cuda_cflags, nvcc=nvcc, disassembler=disassembler, cache=sass_cache)
     return _scan_all(jobs, common)
 
 
@@ -189,7 +192,7 @@ def test_record_register_counts(decode_gather_reports):
 
 
 @pytest.mark.integration
-def test_nvdisasm_reads_the_same_sass(decode_gather_reports):
+def test_nvdisasm_reads_the_same_sass(decode_gather_reports, sass_cache):
     """The nvdisasm fallback parser sees the same instructions as cuobjdump (sm_120 cubin)."""
     report = _get(decode_gather_reports, 120)
     if report.disassembler != "cuobjdump":
@@ -197,7 +200,7 @@ def test_nvdisasm_reads_the_same_sass(decode_gather_reports):
     nvdisasm = toolchain.find_tool("nvdisasm")
     if nvdisasm is None:
         pytest.skip("no nvdisasm to compare with (set NVDISASM, or pip install nvidia-cuda-nvdisasm)")
-    other = scan_cubin(report.cubin, 120, report.ptxas_log, Disassembler("nvdisasm", nvdisasm))
+    other = scan_cubin(report.cubin, 120, report.ptxas_log, Disassembler("nvdisasm", nvdisasm, cache=sass_cache))
     assert {f.name: f.opcodes for f in other.functions} == {f.name: f.opcodes for f in report.functions}
     assert other.syscalls == report.syscalls
 

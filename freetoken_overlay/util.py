@@ -132,6 +132,8 @@ class Workdir:
     * ``dist/``           patched wheels ``freetoken-<v>+dg.<series hash>-...whl``
     * ``kernel-cache/``   AOT kernel cache built by ``build`` (FREETOKEN_KERNEL_CACHE_DIR)
     * ``kernel-build/``   its intermediate build files
+    * ``sass-cache/``     the SASS tests' cubins and listings, by their inputs (conformance/conftest.py; safe to delete)
+    * ``pycache/``        bytecode of ``nox -s test``/``quick`` under PYTHONDONTWRITEBYTECODE (noxfile; safe to delete)
 
     ``upstream/`` is created once and never deleted, moved or recreated by the tools (another
     release is another tag and branch in it).  ``git clean -xfd`` in the checkout deletes ``.work/`` (it is

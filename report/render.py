@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ def ns(xs: Any) -> str:
 FILTERS = {"num": num, "ratio": ratio, "pm": pm, "bytes": nbytes, "pct": pct, "ns": ns, **words.FILTERS}
 
 
+@functools.cache  # one per process: it compiles each template once (and again when its file changes)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True, trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)  # fmt: skip

@@ -62,6 +62,7 @@ def throwaway_template(tmp_path_factory, wheel_cache: Path, official_wheel: Path
     commit_project(patches)
     shutil.rmtree(repo)  # (the fixture's own doing: the tools never delete it)
     overlay("apply", "--patches", str(patches), workdir=workdir)  # a fresh apply: canonical commit ids
+    git(workdir / "upstream", "repack", "-a", "-d", "-q")  # its objects in one pack: each test copies a few files, not 700
     return root
 
 

@@ -136,13 +136,15 @@ def test_gather(totals, benchmark, regime, layers, n, kernel):
 
 def run_synthetic(where: Path, *args: str, slow: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
     """pytest-benchmark over the SYNTHETIC test file in ``where``, with the benchmark's own conftest as a
-    plugin (its hooks, ``--bench-store``) and its timer, gpukit.timing.device_clock."""
+    plugin (its hooks, ``--bench-store``) and its timer, gpukit.timing.device_clock.  No other installed plugin
+    loads (hypothesis, xdist, anyio: half of each run's time)."""
     where.mkdir(parents=True, exist_ok=True)
     (where / "test_synthetic_bench.py").write_text(SYNTHETIC_TEST)
     outer = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # not an xdist worker itself
-    env = {**outer, "SYN_SLOW": slow, "PYTHONPATH": str(REPO), **(env or {})}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "bench.conftest", "--rootdir",
-           str(where), str(where), "--benchmark-timer=gpukit.timing.device_clock", *args]  # fmt: skip
+    env = {**outer, "SYN_SLOW": slow, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **(env or {})}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_benchmark.plugin",
+           "-p", "bench.conftest", "--rootdir", str(where), str(where), "--benchmark-timer=gpukit.timing.device_clock",
+           *args]  # fmt: skip
     return subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True, timeout=300)
 
 

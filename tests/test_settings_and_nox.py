@@ -267,5 +267,6 @@ def test_args_after_dashes_keep_the_spread_unless_they_choose() -> None:
                               env=env, capture_output=True, text=True, check=True)  # fmt: skip
         return next(line for line in (proc.stdout + proc.stderr).splitlines() if " -m pytest " in line)
 
-    assert " -m pytest -n auto -m 'not integration and not slow' --collect-only " in pytest_line("-s", "quick", "--")
+    assert (" -m pytest -n auto --dist loadgroup -m 'not integration and not slow' --collect-only "
+            in pytest_line("-s", "quick", "--"))
     assert " -m pytest -n 0 --collect-only " in pytest_line("-s", "test", "--", "-n", "0")

@@ -50,6 +50,7 @@ def _pytest(tree: Path, report: Path, *args: str) -> tuple[dict[str, int], ET.El
     return pytest_junit(tree, report, "-c", str(tree / "pytest.ini"), "--rootdir", str(tree), *args)
 
 
+@pytest.mark.integration  # pytest in a subprocess
 def test_the_series_tests_pass_in_upstreams_layout(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     repo = work_repo(Workdir.from_env())

@@ -433,7 +433,7 @@ def test_editing_the_series_does_not_make_the_pages_stale(tmp_path: Path, monkey
     from report.__main__ import stale_pages
 
     project = tmp_path / "project"
-    subprocess.run(["git", "clone", "-q", "--local", str(REPO_ROOT), str(project)], check=True, capture_output=True)
+    subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(project)], check=True, capture_output=True)
     monkeypatch.setattr(series, "PATCHES_DIR", project / "patches")
     assert stale_pages(project / "results", project / "results") == []
     third = sorted((project / "patches").glob("*.patch"))[2]

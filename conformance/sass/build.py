@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import os
 import pathlib
+import re
+import shutil
 import subprocess
+import tempfile
 from typing import Iterable, Sequence
 
 from freetoken_overlay.toolchain import (  # the one home of the tool finders
@@ -42,13 +46,25 @@ class Disassembler:
 
     kind: str  # "cuobjdump" | "nvdisasm"
     path: str
+    #: where a listing is kept by its inputs (the tool's full ``--version``, the arguments, the cubin's bytes), as
+    #: compile_cubin's ``cache`` keeps cubins: the same cubin is not disassembled again
+    cache: pathlib.Path | None = None
 
     def _run(self, *args: str) -> str:
+        *options, cubin = args
+        entry = None
+        if self.cache is not None:
+            version = subprocess.run([self.path, "--version"], capture_output=True, timeout=60).stdout
+            entry = self.cache / _digest(version, *(a.encode() for a in options), pathlib.Path(cubin).read_bytes())
+            if (entry / "out").is_file():
+                return (entry / "out").read_text(encoding="utf-8")
         proc = subprocess.run([self.path, *args], capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"{self.kind} failed ({proc.returncode}): {' '.join([self.path, *args])}\n{proc.stdout}\n{proc.stderr}"
             )
+        if entry is not None:
+            _store(entry, out=proc.stdout)
         return proc.stdout
 
     def sass(self, cubin: str | os.PathLike) -> str:
@@ -186,6 +202,44 @@ class CompileResult:
     cubin: pathlib.Path
     ptxas_log: str
     command: list[str]
+    cached: bool = False  # taken from ``cache`` (compile_cubin): nvcc compiled these exact inputs before
+
+
+#: What nvcc reads from the environment besides its arguments (it appends or prepends these to every command).
+NVCC_ENV = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+_LINE_MARKER = re.compile(rb"^#(?:line)? \d+ .*\n", re.MULTILINE)
+
+
+def _cache_key(nvcc: str, options: Sequence[str], source: pathlib.Path) -> str:
+    """sha256 of every input of the cubin: nvcc's full ``--version``, the ``options`` (all but the fixed ones, the source
+    and the output), :data:`NVCC_ENV`, and the translation unit as nvcc's preprocessor gives it for the device (every
+    header's text and every macro in it; the ``# line`` markers, which name the paths, left out)."""
+    version = subprocess.run([nvcc, "--version"], capture_output=True, timeout=60).stdout
+    pre = subprocess.run([nvcc, *options, "-E", str(source)], capture_output=True, timeout=900)
+    if pre.returncode != 0:
+        raise CompileError(f"nvcc -E failed ({pre.returncode}) for {source}:\n{pre.stderr.decode()}")
+    env = (os.environ.get(k, "").encode() for k in NVCC_ENV)
+    return _digest(version, *(a.encode() for a in options), *env, _LINE_MARKER.sub(b"", pre.stdout))
+
+
+def _digest(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(hashlib.sha256(part).digest())  # each part its own: no two splits of the bytes collide
+    return digest.hexdigest()
+
+
+def _store(entry: pathlib.Path, **files: bytes | str) -> None:
+    """Put ``files`` (name: content) into the cache as ``entry``: written aside, then renamed (of two runs on the same
+    inputs at once, one stores it)."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    aside = pathlib.Path(tempfile.mkdtemp(dir=entry.parent, prefix=".aside-"))
+    for name, content in files.items():
+        (aside / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    try:
+        os.rename(aside, entry)
+    except OSError:  # the other one stored it first
+        shutil.rmtree(aside)
 
 
 def compile_cubin(
@@ -197,8 +251,11 @@ def compile_cubin(
     flags: Sequence[str] | None = None,
     extra_flags: Sequence[str] = (),
     nvcc: str | None = None,
+    cache: str | os.PathLike | None = None,
 ) -> CompileResult:
-    """``nvcc <flags> -I... -cubin -arch=sm_<arch> -Xptxas -v <source>``; the log is ptxas's."""
+    """``nvcc <flags> -I... -cubin -arch=sm_<arch> -Xptxas -v <source>``; the log is ptxas's.  With ``cache`` (a
+    directory), the cubin and log nvcc made before from the same inputs (:func:`_cache_key`) are taken from there,
+    and a new one is stored there."""
     nvcc = nvcc or require_nvcc()
     source = pathlib.Path(source)
     out_dir = pathlib.Path(out_dir)
@@ -206,10 +263,16 @@ def compile_cubin(
     cubin = out_dir / f"{source.stem}.sm_{arch}.cubin"
     if flags is None:
         flags = upstream_cuda_cflags()[0]
-    cmd = [nvcc, *flags, *extra_flags, *(f"-I{d}" for d in include_dirs), "-cubin", f"-arch=sm_{arch}", "-Xptxas", "-v",
-           str(source), "-o", str(cubin)]  # fmt: skip
+    options = [*flags, *extra_flags, *(f"-I{d}" for d in include_dirs)]
+    cmd = [nvcc, *options, "-cubin", f"-arch=sm_{arch}", "-Xptxas", "-v", str(source), "-o", str(cubin)]
+    entry = pathlib.Path(cache) / _cache_key(nvcc, [*options, f"-arch=sm_{arch}"], source) if cache else None
+    if entry is not None and (entry / "cubin").is_file():
+        shutil.copyfile(entry / "cubin", cubin)
+        return CompileResult(cubin=cubin, ptxas_log=(entry / "log").read_text(encoding="utf-8"), command=cmd, cached=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     log = proc.stdout + proc.stderr
     if proc.returncode != 0 or not cubin.is_file():
         raise CompileError(f"nvcc failed ({proc.returncode}) for sm_{arch}:\n{' '.join(cmd)}\n{log}")
+    if entry is not None:
+        _store(entry, cubin=cubin.read_bytes(), log=log)
     return CompileResult(cubin=cubin, ptxas_log=log, command=cmd)
