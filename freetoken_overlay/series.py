@@ -61,6 +61,10 @@ SERIES_HASH_LENGTH = 12
 # its one-patch run in a temporary worktree, not about what to do here.
 _AM_NOISE = re.compile(r"^(Applying: |Patch failed at |hint: |When you have resolved |If you prefer to skip "
                        r"|To restore the original branch |The copy of the patch )")  # fmt: skip
+# the file an error line of ``git am``/``git apply`` names
+_FAILED = re.compile(r"^error: (?:patch failed: (.+):\d+|(.+?): (?:patch does not apply|does not exist in index"
+                     r"|already exists in index|already exists in working directory|does not match index"
+                     r"|No such file or directory))$")  # fmt: skip
 
 
 class PatchError(OverlayError):
@@ -100,20 +104,8 @@ def series_hash(patches_dir: Path | str | None = None) -> str:
 
 def _failed_files(output: str) -> list[str]:
     """The files ``git am``/``git apply`` names in its error lines, in order."""
-    patterns = (
-        r"^error: patch failed: (.+):\d+$",
-        (
-            r"^error: (.+?): (?:patch does not apply|does not exist in index|already exists in index"
-            r"|already exists in working directory|does not match index|No such file or directory)$"
-        ),
-    )
-    found: list[str] = []
-    for line in output.splitlines():
-        for pattern in patterns:
-            match = re.match(pattern, line.strip())
-            if match and match.group(1) not in found:
-                found.append(match.group(1))
-    return found
+    matches = (_FAILED.match(line.strip()) for line in output.splitlines())
+    return list(dict.fromkeys(m[1] or m[2] for m in matches if m))
 
 
 def am_series(
