@@ -10,6 +10,7 @@ apply and export, and ``git commit --amend`` or ``git rebase`` in the work repos
 
 from __future__ import annotations
 
+import itertools
 import re
 import textwrap
 from pathlib import Path
@@ -25,11 +26,7 @@ def patch_note(data: bytes) -> str:
     """The note below the ``---`` of a patch file's text ('' when there is none); export's own ``Notes:`` block
     is read back as the note it holds."""
     _, sep, rest = data.decode(errors="replace").partition("\n---\n")
-    lines = []
-    for line in rest.split("\n") if sep else ():
-        if _END.match(line):
-            break
-        lines.append(line)
+    lines = itertools.takewhile(lambda line: not _END.match(line), rest.split("\n") if sep else ())
     note = "\n".join(lines).strip("\n")
     if note.startswith("Notes:\n"):
         note = textwrap.dedent(note.removeprefix("Notes:\n"))
