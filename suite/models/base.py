@@ -54,22 +54,16 @@ class Model:
         if isinstance(doc, cls):
             return doc
         rest = cls.normalise(dict(doc))
-        kw = {}
-        for f in dataclasses.fields(cls):
-            if f.name != "extra" and f.name in rest:
-                kw[f.name] = _load(cls.NESTED.get(f.name), rest.pop(f.name))
-        if "extra" in {f.name for f in dataclasses.fields(cls)}:
+        names = [f.name for f in dataclasses.fields(cls)]
+        kw = {k: _load(cls.NESTED.get(k), rest.pop(k)) for k in names if k != "extra" and k in rest}
+        if "extra" in names:
             kw["extra"] = rest
         return cls(**kw)
 
     def to_doc(self) -> dict[str, Any]:
         """The JSON a writer saves (the header only where set)."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == "extra" or (value is None and (f.name in HEADER or f.name in self.OPTIONAL)):
-                continue
-            out[f.name] = _dump(value)
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out = {k: _dump(v) for k, v in values.items() if v is not None or k not in (*HEADER, *self.OPTIONAL)}
         out.update(_dump(getattr(self, "extra", {})))
         return out
 
