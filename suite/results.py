@@ -303,9 +303,7 @@ def write_json(target: Path, doc: Any) -> Path:
 
 
 def _json_default(o: Any) -> Any:
-    if dataclasses.is_dataclass(o):
-        return dataclasses.asdict(o)
-    return str(o)
+    return dataclasses.asdict(o) if dataclasses.is_dataclass(o) else str(o)
 
 
 def read_json(source: str | os.PathLike) -> Any:
