@@ -154,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     from gpukit.skips import cuda_skip_reason
 
-    why = cuda_skip_reason()
-    if why:
+    if why := cuda_skip_reason():
         log(f"cannot run: {why}")
         return EXIT_FAILED
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="ft-auto-"))

@@ -84,8 +84,7 @@ class Runner:
         reps = reps_for(self.args.target_ms / 1e3, bench(call)[0], 2, 200)
 
         def verify(i: int) -> None:
-            err = check(poison_value(i))
-            if err:
+            if err := check(poison_value(i)):
                 raise AssertionError(err)
 
         seconds = bench(call, reps=reps, rounds=self.args.samples, before=lambda i: poison(poison_value(i)),

@@ -151,13 +151,11 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
             f"to export {branch}, run git -C {repo} switch {branch}, then {hint('export', *args)}\n"
             f"to export the other branch's work, bring it onto {branch} first (rebase or cherry-pick)"
         )
-    status = git_out(repo, "status", "--porcelain")
-    if status:
+    if status := git_out(repo, "status", "--porcelain"):
         logger.warning(f"warning: {dirt(status)} in {repo} are not exported "
             f"(commit them there first: git -C {repo} add -A && git -C {repo} commit):\n{status}")  # fmt: skip
     head = git_out(repo, "rev-parse", f"refs/heads/{branch}")
-    empty = empty_commits(repo, pin.tag, head)
-    if empty:
+    if empty := empty_commits(repo, pin.tag, head):
         listed = "".join(f"\n  {s}" for s in empty)
         raise OverlayError(f"{branch} has commits that change nothing (they would export as empty patches):{listed}\n"
                            f"drop them (git -C {q(repo)} rebase -i {pin.tag}), then run {hint('export', *args)}")  # fmt: skip

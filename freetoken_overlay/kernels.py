@@ -51,8 +51,7 @@ def cuda_arch_list() -> str:
     """$TVM_FFI_CUDA_ARCH_LIST (default :data:`DEFAULT_CUDA_ARCH_LIST`), validated."""
     raw = os.environ.get(CUDA_ARCH_LIST_ENV, "")
     archs = raw.split() or DEFAULT_CUDA_ARCH_LIST.split()
-    bad = [a for a in archs if not _ARCH.match(a)]
-    if bad:
+    if bad := [a for a in archs if not _ARCH.match(a)]:
         raise OverlayError(
             f"{CUDA_ARCH_LIST_ENV}={raw!r}: {', '.join(bad)} is not a CUDA architecture; "
             "allowed values: space-separated MAJOR.MINOR, optionally with an a or f suffix (e.g. '9.0 10.0a')"

@@ -209,8 +209,7 @@ def _exported(repo: Path, pin: Pin, tip: str, applied: str | None, patches: list
 
 def _refuse_local_changes(repo: Path, branch: str, args: list[str]) -> None:
     """Refuse to move the checked-out ``branch`` while tracked files have uncommitted changes."""
-    status = git_out(repo, "status", "--porcelain", "--untracked-files=no")
-    if status:
+    if status := git_out(repo, "status", "--porcelain", "--untracked-files=no"):
         raise OverlayError(
             f"{repo} has {dirt(status)} on {branch}, which apply would move:\n{status}\n"
             f"commit them (git -C {q(repo)} commit -a) or set them aside (git -C {q(repo)} stash push), "
@@ -260,8 +259,7 @@ def apply(
     if tip is not None and recorded == series and tip == applied:
         logger.info(f"{repo} is up to date: {branch} at {tip} (series {series}); nothing to do")
         return repo
-    elsewhere = checked_out_elsewhere(repo, branch)
-    if elsewhere:
+    if elsewhere := checked_out_elsewhere(repo, branch):
         raise OverlayError(f"{repo}: {branch} is checked out in the worktree {elsewhere}; switch it to another "
                            f"branch there (git -C {q(elsewhere)} switch --detach), then run {hint('apply', *args)}")  # fmt: skip
     if on_branch(repo, branch) and tip is not None:
@@ -296,8 +294,7 @@ def apply(
 
 def refuse_empty(patches: Sequence[Path], args: Sequence[str] = ()) -> None:
     """Refuse a patch file that is empty (only blank): git am would skip it and the series hash not see it."""
-    empty = [p for p in patches if not p.read_bytes().strip()]
-    if empty:
+    if empty := [p for p in patches if not p.read_bytes().strip()]:
         listed = "".join(f"\n  {p}" for p in empty)
         raise OverlayError(f"empty patch file(s), which no commit can come from:{listed}\n"
                            f"remove them (or write a patch into them), then run {hint('apply', *args)}")  # fmt: skip
@@ -420,8 +417,7 @@ def _refuse_a_mix(repo: Path, branch: str, applied: str | None, args: list[str])
     if branch_tip(repo, branch) != applied:
         problems.append(f"{repo}: branch {branch} has commits not exported to patches/; "
                         f"run {hint('export', *args)}, {again}, so the wheel matches the series")  # fmt: skip
-    status = git_out(repo, "status", "--porcelain")
-    if status:
+    if status := git_out(repo, "status", "--porcelain"):
         problems.append(
             f"{repo} has {dirt(status)}, which the patched wheel (built from commits) would not "
             f"hold while the tests ran from that work tree:\n{status}\n"

@@ -66,8 +66,7 @@ def tool_candidates(tool: str) -> Iterator[str]:
     Raises ToolNotFound when the tool's variable is set but names no executable (a typo should not
     silently fall through to another toolkit); a set variable is the only candidate."""
     env = TOOL_ENV[tool]  # the variable that names the tool explicitly
-    explicit = os.environ.get(env)
-    if explicit:
+    if explicit := os.environ.get(env):
         found = executable(explicit)
         if found is None:
             raise ToolNotFound(f"{env}={explicit!r} is not an executable file")
@@ -78,13 +77,11 @@ def tool_candidates(tool: str) -> Iterator[str]:
     dirs.append(pathlib.Path(DEFAULT_CUDA_HOME) / "bin")
     dirs += [t / "backends" / "nvidia" / "bin" for t in package_dirs("triton")]
     for d in dirs:
-        found = executable(d / tool)
-        if found:
+        if found := executable(d / tool):
             yield found
     for nvidia_dir in package_dirs("nvidia"):
         for candidate in sorted(nvidia_dir.glob(f"*/bin/{tool}")):
-            found = executable(candidate)
-            if found:
+            if found := executable(candidate):
                 yield found
 
 

@@ -32,8 +32,7 @@ def probe_headers(texts: Mapping[str, str], jit_dir: Path | None = None) -> Iter
         from freetoken.kernel.utils import KERNEL_PATH
 
         jit_dir = KERNEL_PATH / "jit"
-    clash = sorted(n for n in texts if (jit_dir / n).exists())
-    if clash:
+    if clash := sorted(n for n in texts if (jit_dir / n).exists()):
         raise FileExistsError(f"{jit_dir}: {clash} exist already; a probe header never replaces a file there")
     written: list[Path] = []
     try:

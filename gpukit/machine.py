@@ -106,8 +106,7 @@ def pcie_under_load(work: Callable[[], None]) -> dict[str, Any]:
 
     def sample() -> None:
         time.sleep(0.05)
-        d = nvidia_smi(gpu_smi_id())
-        if d:
+        if d := nvidia_smi(gpu_smi_id()):
             result["pcie_gen_under_load"] = d.get("pcie_gen_current")
             result["pcie_width_under_load"] = d.get("pcie_width_current")
 

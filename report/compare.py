@@ -102,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print(LEGEND)
         print(UNITS)
         print(table([cells(r) for r in records(bench)]))
-    skipped = sorted(set(found) - set(benches))
-    if skipped:
+    if skipped := sorted(set(found) - set(benches)):
         print(f"\n(no benchmark run: {', '.join(skipped)})")
     return 0
 

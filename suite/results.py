@@ -45,8 +45,7 @@ def device_slug(name: str | None = None) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _this_device() -> str:
-    explicit = os.environ.get(DEVICE_ENV, "").strip()
-    if explicit:
+    if explicit := os.environ.get(DEVICE_ENV, "").strip():
         return explicit
     try:
         import torch

@@ -261,8 +261,7 @@ def make_checkpoint(out: Path, spec: SynthSpec, *, device: str | None = None, fo
     out = Path(out)
     device = device or default_device()
     if (out / "config.json").exists() and not force:
-        why = _reuse_mismatch(out, spec, device)
-        if why:
+        if why := _reuse_mismatch(out, spec, device):
             raise FileExistsError(f"{out} already holds a checkpoint ({why}); pass --force to overwrite it")
         log(f"{out} already holds this checkpoint ({_describe(spec)}, drawn on {device}); reusing it")
         return out

@@ -242,8 +242,7 @@ def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]], model: di
     if doc is None:
         return [], None
     doc = E2E.from_doc(doc).to_doc()
-    why = resume_mismatch(doc, model, args, points, results.provenance().get("tree"))
-    if why:
+    if why := resume_mismatch(doc, model, args, points, results.provenance().get("tree")):
         log(f"--resume: not continuing {path}: {why}; starting afresh (it will be overwritten)")
         return [], None
     return list(doc.get("runs") or []), doc.get("machine")

@@ -40,11 +40,9 @@ def parse_summary(text: str) -> dict:
     """Errors (and racecheck's hazards/warnings) from compute-sanitizer's closing lines; errors is
     None when no closing line was found (the tool or the process died)."""
     out: dict = {"errors": None, "warnings": 0, "hazards": 0}
-    m = _ERROR_SUMMARY.findall(text)
-    if m:
+    if m := _ERROR_SUMMARY.findall(text):
         out["errors"] = int(m[-1])
-    r = _RACE_SUMMARY.findall(text)
-    if r:
+    if r := _RACE_SUMMARY.findall(text):
         hazards, errors, warnings = (int(x) for x in r[-1])
         out["hazards"], out["warnings"] = hazards, warnings
         out["errors"] = max(out["errors"] or 0, errors)
