@@ -128,13 +128,10 @@ def _use_kernel_cache(session: nox.Session, python: str) -> None:
     if os.environ.get(KERNEL_CACHE_ENV):
         session.log(f"{KERNEL_CACHE_ENV}={os.environ[KERNEL_CACHE_ENV]} (as set)")
         return
-
-    def rebuild(settings: dict[str, str]) -> None:
-        _step(session, python, "build-kernels", env=settings)
-
     installed = local_version(get_pin(), series_hash())
-    cache = _setting(session, lambda: kernel_cache_for(_setting(session, Workdir.from_env).kernel_cache, installed,
-                                                       rebuild=rebuild, log=session.log))  # fmt: skip
+    cache = _setting(session, lambda: kernel_cache_for(
+        _setting(session, Workdir.from_env).kernel_cache, installed, log=session.log,
+        rebuild=lambda settings: _step(session, python, "build-kernels", env=settings)))  # fmt: skip
     if cache is not None:
         session.env[KERNEL_CACHE_ENV] = str(cache)
 
