@@ -80,6 +80,11 @@ def _patches(args: argparse.Namespace) -> Path:
     return path
 
 
+def _in_workdir(args: argparse.Namespace) -> dict:
+    """The work directory, series and wheelhouse that apply and build-wheel act on (keyword arguments)."""
+    return {"workdir": Workdir.from_env(), "patches_dir": _patches(args), "wheelhouse": wheelhouse_dir(args.wheelhouse)}
+
+
 def cmd_apply(args: argparse.Namespace) -> None:
     if (args.upstream is None) != (args.rev is None):
         raise OverlayError("--upstream PATH and --rev REV go together")
@@ -91,13 +96,7 @@ def cmd_apply(args: argparse.Namespace) -> None:
             author=args.author,
         )  # fmt: skip
         return
-    series.apply(
-        pins.get_pin(args.release),
-        workdir=Workdir.from_env(),
-        patches_dir=_patches(args),
-        wheelhouse=wheelhouse_dir(args.wheelhouse),
-        force=args.force,
-    )
+    series.apply(pins.get_pin(args.release), **_in_workdir(args), force=args.force)
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -109,12 +108,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_build_wheel(args: argparse.Namespace) -> None:
     from .wheel import build_wheel, install_wheel
 
-    wheel = build_wheel(
-        pins.get_pin(args.release),
-        workdir=Workdir.from_env(),
-        patches_dir=_patches(args),
-        wheelhouse=wheelhouse_dir(args.wheelhouse),
-    )
+    wheel = build_wheel(pins.get_pin(args.release), **_in_workdir(args))
     if args.install:
         install_wheel(wheel)
 
