@@ -199,14 +199,9 @@ def keep_ref(repo: Path, branch: str, commit: str) -> str:
 
 
 def _base_env() -> dict[str, str]:
-    return {
-        "GIT_AUTHOR_NAME": BASE_AUTHOR_NAME,
-        "GIT_AUTHOR_EMAIL": BASE_AUTHOR_EMAIL,
-        "GIT_AUTHOR_DATE": BASE_DATE,
-        "GIT_COMMITTER_NAME": BASE_AUTHOR_NAME,
-        "GIT_COMMITTER_EMAIL": BASE_AUTHOR_EMAIL,
-        "GIT_COMMITTER_DATE": BASE_DATE,
-    }
+    """The base commit's author and committer (the same fixed identity and date)."""
+    base = {"NAME": BASE_AUTHOR_NAME, "EMAIL": BASE_AUTHOR_EMAIL, "DATE": BASE_DATE}
+    return {f"GIT_{role}_{key}": value for role in ("AUTHOR", "COMMITTER") for key, value in base.items()}
 
 
 def init_repo(repo: Path, branch: str) -> None:
