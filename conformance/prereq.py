@@ -10,13 +10,9 @@ from freetoken_overlay.util import env_flag
 STRICT_ENV = "CONFORMANCE_STRICT"
 
 
-def strict() -> bool:
-    """``CONFORMANCE_STRICT`` read by the overlay's one boolean parser (a bad spelling is an error)."""
-    return env_flag(STRICT_ENV)
-
-
 def skip_or_fail(reason: str) -> None:
-    """Skip with ``reason``; under ``CONFORMANCE_STRICT=1`` fail with it instead."""
-    if strict():
+    """Skip with ``reason``; under ``CONFORMANCE_STRICT=1`` fail with it instead (``CONFORMANCE_STRICT`` read by the
+    overlay's one boolean parser: a bad spelling is an error)."""
+    if env_flag(STRICT_ENV):
         pytest.fail(f"{reason} ({STRICT_ENV} is set, so a missing prerequisite fails)", pytrace=False)
     pytest.skip(reason)
