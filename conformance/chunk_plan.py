@@ -183,11 +183,8 @@ def cta_chunks(
         return []
     my_chunks = my_chunk_count(total, first_chunk, ctas)
     cursor = cursor_cls(table, chunk_bytes, first_chunk, ctas)
-    out = []
-    for _ in range(my_chunks):
-        row, bank, j, offset, size = cursor.next()
-        out.append(Chunk(cta, row * cpr + j, row, bank, j, offset, size))
-    return out
+    return [Chunk(cta, row * cpr + j, row, bank, j, offset, size)
+            for row, bank, j, offset, size in (cursor.next() for _ in range(my_chunks))]
 
 
 def plan(
