@@ -115,8 +115,7 @@ def find_cuda_home(workdir: Workdir) -> Path | None:
         for root in dict.fromkeys(p for p in (_nvcc_top(nvcc), Path(nvcc).resolve().parent.parent) if p):
             if _has_cudart(root):
                 return root
-            shim = _shim_cuda_home(root, workdir.root / "cuda-home")
-            if shim is not None:
+            if (shim := _shim_cuda_home(root, workdir.root / "cuda-home")) is not None:
                 return shim
     return None
 
