@@ -109,8 +109,7 @@ def rewrite_wheel(official: Path, out: Path, pin: Pin, series: str, changes: Ser
     with zipfile.ZipFile(official) as src:
         infos = src.infolist()
         date_time = infos[0].date_time
-        missing = {p for p in changes.deleted if p not in src.namelist()}
-        if missing:
+        if missing := {p for p in changes.deleted if p not in src.namelist()}:
             raise OverlayError(f"the series deletes files the wheel does not have: {sorted(missing)}")
         for info in infos:
             name = info.filename
@@ -156,10 +155,7 @@ def _zipinfo(name: str, date_time: tuple[int, int, int, int, int, int], external
 
 
 def _first_dist_info(entries: list[tuple[zipfile.ZipInfo, bytes]]) -> int:
-    for index, (info, _) in enumerate(entries):
-        if ".dist-info/" in info.filename:
-            return index
-    return len(entries)
+    return next((index for index, (info, _) in enumerate(entries) if ".dist-info/" in info.filename), len(entries))
 
 
 def build_wheel(
