@@ -43,8 +43,7 @@ def upgrade(doc: dict) -> bool:
         p["ratio"] = {a: Comparison(v["ratio"], median(v["ratio_paired"]), v["ratio_paired_min"], v["ratio_paired_max"],
                                     repeat_range=max(noise[Kernel.UPSTREAM], noise[a]), verdict=v["verdict"],
                                     rule="repeats") for a, v in arms.items()}  # fmt: skip
-    choice = ring_choice(doc) if kind == "series_bench" and "ring_choice" not in doc else None
-    if choice:
+    if choice := (ring_choice(doc) if kind == "series_bench" and "ring_choice" not in doc else None):
         doc["ring_choice"] = choice
     return bool(points or choice)
 
