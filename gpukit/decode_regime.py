@@ -62,8 +62,7 @@ class ModelBanks:
         from freetoken.moe.host_banks import HostBank
 
         self.fp, self.device = fp, torch.device(device)
-        g = torch.Generator(device=self.device)
-        g.manual_seed(seed)
+        g = torch.Generator(device=self.device).manual_seed(seed)
         self.ref = [torch.empty((fp.layers, fp.experts, r), dtype=torch.uint8, device=self.device) for r in fp.row_bytes]
         self.host: list[list] = []
         t0 = time.perf_counter()
