@@ -6,6 +6,7 @@ decode_gather header, include directories and default ring, upstream's CUDA flag
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -187,13 +188,11 @@ def upstream_cuda_cflags() -> tuple[tuple[str, ...], str]:
     root = freetoken_dir()
     utils = root / "kernel" / "utils.py" if root else None
     if utils and utils.is_file():
-        try:
+        with contextlib.suppress(SyntaxError, ValueError):
             for node in ast.parse(utils.read_text()).body:
                 names = [getattr(t, "id", None) for t in getattr(node, "targets", ())]  # an Assign's
                 if "DEFAULT_CUDA_CFLAGS" in names:
                     return tuple(str(v) for v in ast.literal_eval(node.value)), str(utils)
-        except (SyntaxError, ValueError):
-            pass
     return FALLBACK_CUDA_CFLAGS, "conformance.sass.build.FALLBACK_CUDA_CFLAGS"
 
 

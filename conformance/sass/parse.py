@@ -3,6 +3,7 @@ listings, ``cuobjdump -res-usage``, and ``cu++filt`` demangling."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import shutil
@@ -118,12 +119,10 @@ def parse_res_usage(text: str) -> dict[str, dict[str, int]]:
 def demangle(names: Iterable[str]) -> dict[str, str]:
     """{mangled: demangled} by ``c++filt`` (each name as it is where c++filt is missing or fails)."""
     names, cxxfilt, lines = list(names), shutil.which("c++filt"), []
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         if cxxfilt and names:
             lines = subprocess.run([cxxfilt], input="\n".join(names) + "\n", capture_output=True, text=True,
                                    timeout=60).stdout.splitlines()  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        pass
     return dict(zip(names, lines)) if len(lines) == len(names) else {n: n for n in names}
 
 
