@@ -36,13 +36,9 @@ def source_files(wheel: Path) -> dict[str, bytes]:
     Only ``freetoken/`` entries are kept; compiled extension modules (``*.so``)
     and the ``.dist-info`` directory are left out.
     """
-    files: dict[str, bytes] = {}
     with zipfile.ZipFile(wheel) as archive:
-        for info in archive.infolist():
-            name = info.filename
-            if info.is_dir() or not name.startswith(f"{PACKAGE}/") or name.endswith(".so"):
-                continue
-            files[SOURCE_PREFIX + name] = archive.read(info)
+        files = {SOURCE_PREFIX + info.filename: archive.read(info) for info in archive.infolist()
+                 if not info.is_dir() and info.filename.startswith(f"{PACKAGE}/") and not info.filename.endswith(".so")}
     if not files:
         raise OverlayError(f"{wheel}: holds no {PACKAGE}/ package")
     return files
@@ -154,11 +150,9 @@ def preferred_wheel(pin: Pin, *, wheelhouse: Path | None, cache: Path) -> str:
     own = f"freetoken-{pin.version}-{python_tag()}-{python_tag()}-{PLATFORM_TAG}.whl"
     if own in pin.wheels:
         return own
-    for folder in (wheelhouse, cache):
-        for name in sorted(pin.wheels):
-            if folder is not None and (folder / name).is_file():
-                return name
-    return min(pin.wheels)
+    at_hand = (name for folder in (wheelhouse, cache) if folder is not None for name in sorted(pin.wheels)
+               if (folder / name).is_file())  # fmt: skip
+    return next(at_hand, min(pin.wheels))
 
 
 def load_source_tree(
