@@ -184,7 +184,7 @@ def cta_chunks(
     my_chunks = my_chunk_count(total, first_chunk, ctas)
     cursor = cursor_cls(table, chunk_bytes, first_chunk, ctas)
     return [Chunk(cta, row * cpr + j, row, bank, j, offset, size)
-            for row, bank, j, offset, size in (cursor.next() for _ in range(my_chunks))]
+            for row, bank, j, offset, size in (cursor.next() for _ in range(my_chunks))]  # fmt: skip
 
 
 def plan(

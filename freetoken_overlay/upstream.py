@@ -38,7 +38,8 @@ def source_files(wheel: Path) -> dict[str, bytes]:
     """
     with zipfile.ZipFile(wheel) as archive:
         files = {SOURCE_PREFIX + info.filename: archive.read(info) for info in archive.infolist()
-                 if not info.is_dir() and info.filename.startswith(f"{PACKAGE}/") and not info.filename.endswith(".so")}
+                 if not info.is_dir() and info.filename.startswith(f"{PACKAGE}/")
+                 and not info.filename.endswith(".so")}  # fmt: skip
     if not files:
         raise OverlayError(f"{wheel}: holds no {PACKAGE}/ package")
     return files
