@@ -75,6 +75,7 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
         "series": bench_prov.get("series_hash") or machine.get("series_hash"),
         "readme": (base / slug / "README.md").is_file(), "history": (base / slug / results.HISTORY).is_dir(),
         "gather": gather, "step": decode_step_view(bench), "ceiling": ceiling, "series_bench": ubench,
+        "series_bench_current": bool(ubench and trees["full"] and ubench["doc"].tree == trees["full"]),
         "series_markdown": pasted_markdown((base / slug / MEASUREMENTS["series_bench"].file).with_suffix(".md"),
                                            ubench["doc"].generated_at if ubench else None),
         "step_pdl": step_pdl_view(docs.get("step_pdl")), "contention": contention_view(docs.get("contention")),
