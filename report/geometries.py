@@ -40,7 +40,8 @@ def geometry_view(g: SeriesGeometry) -> dict[str, Any]:
     return {"model": g.model, "quant_format": g.quant_format, "expert_bytes": g.expert_bytes, "skipped": g.skipped,
             "rows": [geometry_row(g, r) for r in sorted(g.rows, key=lambda r: (r.regime, r.n))],
             "chose": auto.get("chose"), "default": auto.get("default"), "auto_line": auto.get("line"),
-            "layers": g.extra.get("graph_layers"), "probe_ms": auto.get("probe_ms"), "load_ms": auto.get("load_ms"), "bar": auto.get("bar"),
+            "layers": g.extra.get("graph_layers"), "probe_ms": auto.get("probe_ms"), "load_ms": auto.get("load_ms"),
+            "bar": auto.get("bar"),
             "speeds": ({"base": auto["default"], "speeds": auto["speed"], "bar": auto["bar"]} if auto.get("speed")
                        else None) if "speed" in auto else auto_speeds(auto.get("line"))}  # fmt: skip
 

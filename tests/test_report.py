@@ -167,6 +167,20 @@ def test_report_renders_the_synthetic_tree(synthetic_results, tmp_path):
     assert "No results yet" in render(empty)["REPORT.md"]
 
 
+def test_a_device_the_series_benchmark_alone_measured_has_its_verdict_and_probe_table(tmp_path):
+    """A device with only a run of the series' benchmark (a committed one with auto, copied): its verdict
+    is that benchmark's, not "no benchmark yet", and PR-2 tables its probes with their loading ms."""
+    src = next(p for p in sorted(RESULTS.glob("*/series_bench.json")) if '"probe_ms"' in p.read_text())
+    doc = json.loads(src.read_text())
+    name, lone = doc["machine"]["device_name"], tmp_path / "results" / "lone-gpu"
+    lone.mkdir(parents=True)
+    (lone / "series_bench.json").write_text(src.read_text())
+    pages = render(tmp_path / "results")
+    assert f"{name}: no benchmark yet" not in pages["README.md"]
+    assert f"**Verdict.** On {name}, the series' benchmark over {len(doc['geometries'])} model geometries" in pages["REPORT.md"]
+    assert "| probe ms | loading ms | A/A bar |" in pages["PR-2.md"]
+
+
 def test_the_vocabulary_is_stated_once_on_the_entry_page():
     pages = render(RESULTS)
     definition = "It is called *faster*, *tie* or *slower* against the A/A spread of its own run"
