@@ -323,9 +323,10 @@ def main(args: argparse.Namespace) -> int:
 def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]], names: Sequence[str] = VARIANTS) -> None:
     for i, pt in enumerate(points):
         s = summarize_point(pt, i, runs, names)
+        variants = {v: s["variants"][v] for v in names}
         parts = [f"{v} {d['tokens_per_s_median']:.2f} tok/s [{d['tokens_per_s_min']:.2f}-{d['tokens_per_s_max']:.2f}] "
                  f"x{d['repeats']}, {d['misses_per_token_median']:.1f} misses/token"
-                 for v, d in ((v, s["variants"][v]) for v in names) if d["repeats"]]  # fmt: skip
+                 for v, d in variants.items() if d["repeats"]]  # fmt: skip
         ratios = [f"{arm}/upstream {c.ratio:.4f} (paired {c.paired_min:.4f}-{c.paired_max:.4f}, {c.verdict})"
                   if c.ratio and c.paired_min else f"{arm}/upstream n/a" for arm, c in s["ratio"].items()]  # fmt: skip
         log(f"slots {pt['slots']}: {'; '.join(parts) or 'no runs'}; {'; '.join(ratios)}; "
