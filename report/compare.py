@@ -121,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     rows, named = side_by_side(runs), len(runs) > 1  # several runs: each row starts with its run's name
     if args.csv:
-        csv.writer(sys.stdout, lineterminator="\n").writerows([("run", *COLUMNS), *rows])
+        csv.writer(sys.stdout, lineterminator="\n").writerows([("run" if args.runs else "device", *COLUMNS), *rows])
         return 0
-    print("\n".join([*(f"{name}: {header(name, b)}" for name, b in runs.items()), LEGEND, UNITS]))
+    print("\n".join([*(f"{name}: " * named + header(name, b) for name, b in runs.items()), LEGEND, UNITS]))
     print(table([[r[0], *cells(r[1:])] if named else cells(r[1:]) for r in rows], ("run",) * named + COLUMNS))
     if skipped := sorted(set(found) - set(runs)):
         print(f"\n(no benchmark run: {', '.join(skipped)})")
