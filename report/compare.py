@@ -1,16 +1,14 @@
 """``python -m report.compare``: upstream, its A/A control and tma per (regime, layers, n), with the paired verdict.
 
-    python -m report.compare                  # every device's run, named by the device (or: nox -s compare)
-    python -m report.compare --device h200    # one device
-    python -m report.compare OLD.json NEW.json   # two saved runs
-    python -m report.compare --csv | head     # the same rows as CSV, on stdout
+    python -m report.compare                     # every device's run (or: nox -s compare); --device h200: one
+    python -m report.compare OLD.json NEW.json   # saved runs, each case's rows together, each under its run's name
+    python -m report.compare --csv | head        # the same rows as CSV, on stdout
 
-A thin layer over the store (``results/<device>/bench.json``, :class:`suite.models.BenchRun`): pytest-benchmark's
-own medians of each kernel in µs per layer (per step for the decode step; ``pytest-benchmark compare`` prints
-one round, the whole graph: :data:`UNITS`), beside the case's paired result measured in the same session (its
-:class:`suite.stats.Comparison`: ratio upstream / tma, A/A spread, verdict). Several runs: one table, each
-case's rows together, each row led by its run's name (a file's: its path past the folder the files share, without
-``.json``: ``bench``, ``history/tree-<id>/bench.1``). Stdlib only.
+pytest-benchmark's own medians of each kernel from the store (``results/<device>/bench.json``,
+:class:`suite.models.BenchRun`) in µs per layer (per step for the decode step; :data:`UNITS`), beside the case's
+paired result (its :class:`suite.stats.Comparison`: ratio upstream / tma, A/A spread, verdict). A device's run is
+named by the device, a file by its path past the folder the files share, without .json (``bench``,
+``history/tree-<id>/bench.1``). Stdlib only.
 """
 
 from __future__ import annotations
@@ -49,11 +47,12 @@ def _order(rec: tuple) -> tuple:
 
 
 def records(bench: BenchRun) -> list[tuple]:
-    """The rows as figures, in :func:`_order`."""
-    out = [(r["regime"], r["layers"], r["n"], *_times(r), *_decided(r["ratio"])) for r in map(gather_row, bench.gather)]
+    """The rows as figures (case, the kernels' times, paired ratio, A/A spread, verdict), in :func:`_order`."""
+    views = [((r["regime"], r["layers"], r["n"]), r) for r in map(gather_row, bench.gather)]
     if s := decode_step_view(bench):
-        out.append(("decode step", s["layers"], s["misses_per_step"], *_times(s), *_decided(s["ratio"])))
-    return sorted(out, key=_order)
+        views.append((("decode step", s["layers"], s["misses_per_step"]), s))
+    rows = ((*case, *_times(v), v["ratio"].ratio, v["ratio"].aa_spread, v["ratio"].verdict) for case, v in views)
+    return sorted(rows, key=_order)
 
 
 def side_by_side(runs: dict[str, BenchRun]) -> list[tuple]:
@@ -68,10 +67,6 @@ def read_runs(files: list) -> dict[str, BenchRun | None]:
         with f:
             runs[Path(os.path.relpath(f.name, top)).with_suffix("").as_posix()] = BenchRun.read(json.load(f), f.name)
     return runs
-
-
-def _decided(c) -> tuple:
-    return c.ratio, c.aa_spread, c.verdict
 
 
 def cells(rec: tuple) -> list[str]:
@@ -105,23 +100,24 @@ def table(rows: list[list[str]], columns: tuple = COLUMNS) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m report.compare", description=__doc__.splitlines()[0])
-    runs_or_devices = ap.add_mutually_exclusive_group()
-    runs_or_devices.add_argument("runs", nargs="*", default=[], type=argparse.FileType(), metavar="RUN.json",
-                                 help="saved runs of the benchmark (a results/<device>/bench.json, one in its history/, "
-                                      "a --benchmark-json file) instead of the devices' stores")  # fmt: skip
-    runs_or_devices.add_argument("--device", action="append", help="a results/ directory name (repeatable; default: all)")
-    ap.add_argument("--results", type=Path, default=None, help="the devices' results directory (default: suite.results.root())")
+    one_of = ap.add_mutually_exclusive_group()
+    one_of.add_argument("runs", nargs="*", default=[], type=argparse.FileType(), metavar="RUN.json",
+                        help="saved runs of the benchmark (a results/<device>/bench.json, one in its history/, "
+                             "a --benchmark-json file) instead of the devices' stores")  # fmt: skip
+    one_of.add_argument("--device", action="append", help="a results/ directory name (repeatable; default: all)")
+    ap.add_argument("--results", type=Path, help="the devices' results directory (default: suite.results.root())")
     ap.add_argument("--csv", action="store_true", help="CSV on stdout (the run's name first) instead of the table")
     args = ap.parse_args(argv)
     base = args.results or results.root()
-    found = read_runs(args.runs) if args.runs else {s: BenchRun.load(s, base) for s in args.device or results.devices(base)}
+    devices = args.device or results.devices(base)
+    found = read_runs(args.runs) if args.runs else {s: BenchRun.load(s, base) for s in devices}
     runs = {name: doc for name, doc in found.items() if doc and (doc.gather or doc.decode_step)}
     if not runs or (args.runs and len(runs) < len(found)):
         print(f"[compare] no benchmark run in {', '.join(sorted(set(found) - set(runs))) or base}", file=sys.stderr)
         return 1
     rows, named = side_by_side(runs), len(runs) > 1  # several runs: each row starts with its run's name
     if args.csv:
-        csv.writer(sys.stdout, lineterminator="\n").writerows([("run" if args.runs else "device", *COLUMNS), *rows])
+        csv.writer(sys.stdout, lineterminator="\n").writerows([("run" if args.runs else "device",) + COLUMNS, *rows])
         return 0
     print("\n".join([*(f"{name}: " * named + header(name, b) for name, b in runs.items()), LEGEND, UNITS]))
     print(table([[r[0], *cells(r[1:])] if named else cells(r[1:]) for r in rows], ("run",) * named + COLUMNS))
@@ -131,5 +127,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a reader that stops early (`| head`) ends it quietly, as it does cat
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a reader that stops early (`| head`) ends it quietly, as cat
     sys.exit(main())

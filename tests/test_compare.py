@@ -96,6 +96,6 @@ def test_a_reader_that_stops_early_ends_it_quietly() -> None:
     read, write = os.pipe()
     os.close(read)
     with os.fdopen(write, "wb") as out:
-        proc = subprocess.run([sys.executable, "-m", "report.compare", "--csv", "--results", str(RESULTS)], cwd=REPO_ROOT,
-                              stdout=out, stderr=subprocess.PIPE, text=True, timeout=120, check=False)  # fmt: skip
+        cmd = [sys.executable, "-m", "report.compare", "--csv", "--results", str(RESULTS)]
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.PIPE, text=True, timeout=120, check=False)
     assert proc.stderr == "" and proc.returncode == -signal.SIGPIPE, (proc.returncode, proc.stderr)
