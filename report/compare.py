@@ -1,19 +1,23 @@
 """``python -m report.compare``: upstream, its A/A control and tma per (regime, layers, n), with the paired verdict.
 
-    python -m report.compare                  # every device with a benchmark run (or: nox -s compare)
-    python -m report.compare --device h200    # one device
-    python -m report.compare --csv            # the same rows as CSV, on stdout
+    python -m report.compare                     # every device's run (or: nox -s compare); --device h200: one
+    python -m report.compare OLD.json NEW.json   # saved runs, each case's rows together, each under its run's name
+    python -m report.compare --csv | head        # the same rows as CSV, on stdout
 
-A thin layer over the store (``results/<device>/bench.json``, :class:`suite.models.BenchRun`): pytest-benchmark's
-own medians of each kernel in µs per layer (per step for the decode step; ``pytest-benchmark compare`` prints
-one round, the whole graph: :data:`UNITS`), beside the case's paired result measured in the same session (its
-:class:`suite.stats.Comparison`: ratio upstream / tma, A/A spread, verdict). Stdlib only.
+pytest-benchmark's own medians of each kernel from the store (``results/<device>/bench.json``,
+:class:`suite.models.BenchRun`) in µs per layer (per step for the decode step; :data:`UNITS`), beside the case's
+paired result (its :class:`suite.stats.Comparison`: ratio upstream / tma, A/A spread, verdict). A device's run is
+named by the device, a file by its path past the folder the files share, without .json (``bench``,
+``history/tree-<id>/bench.1``). Stdlib only.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -36,19 +40,33 @@ def _times(view: dict) -> tuple:
     return tuple(t.get(k) for k in (BASE, AA, CANDIDATE))
 
 
+def _order(rec: tuple) -> tuple:
+    """Numerically by (regime, layers, n); the decode step last (its n, misses per step, differs run to run)."""
+    step = rec[0] == "decode step"
+    return step, regime_key(rec[0]), rec[1], 0 if step else rec[2]
+
+
 def records(bench: BenchRun) -> list[tuple]:
-    """The rows as figures, numerically ordered by (regime, layers, n); the decode step last (n: misses per step)."""
-    rows = sorted((gather_row(r) for r in bench.gather),
-                  key=lambda r: (regime_key(r["regime"]), r["layers"], r["n"]))  # fmt: skip
-    out = [(r["regime"], r["layers"], r["n"], *_times(r), *_decided(r["ratio"])) for r in rows]
-    s = decode_step_view(bench)
-    if s:
-        out.append(("decode step", s["layers"], s["misses_per_step"], *_times(s), *_decided(s["ratio"])))
-    return out
+    """The rows as figures (case, the kernels' times, paired ratio, A/A spread, verdict), in :func:`_order`."""
+    views = [((r["regime"], r["layers"], r["n"]), r) for r in map(gather_row, bench.gather)]
+    if s := decode_step_view(bench):
+        views.append((("decode step", s["layers"], s["misses_per_step"]), s))
+    rows = ((*case, *_times(v), v["ratio"].ratio, v["ratio"].aa_spread, v["ratio"].verdict) for case, v in views)
+    return sorted(rows, key=_order)
 
 
-def _decided(c) -> tuple:
-    return c.ratio, c.aa_spread, c.verdict
+def side_by_side(runs: dict[str, BenchRun]) -> list[tuple]:
+    """Every run's records with its name first, each case's rows together in the runs' order."""
+    return sorted(((name, *r) for name, bench in runs.items() for r in records(bench)), key=lambda r: _order(r[1:]))
+
+
+def read_runs(files: list) -> dict[str, BenchRun | None]:
+    """Each saved run (an open file, closed here) by its name: its path past the folder all share, without .json."""
+    top, runs = os.path.commonpath([os.path.dirname(os.path.abspath(f.name)) for f in files]), {}
+    for f in files:
+        with f:
+            runs[Path(os.path.relpath(f.name, top)).with_suffix("").as_posix()] = BenchRun.read(json.load(f), f.name)
+    return runs
 
 
 def cells(rec: tuple) -> list[str]:
@@ -70,42 +88,44 @@ def header(slug: str, bench: BenchRun) -> str:
     return f"{m.get('device_name') or slug} ({bench.store}, series {series}; times: {times})"
 
 
-def table(rows: list[list[str]]) -> str:
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
+def table(rows: list[list[str]], columns: tuple = COLUMNS) -> str:
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    left = len(columns) - len(COLUMNS) + 1  # the names left-aligned, the figures right-aligned
 
-    def line(cells) -> str:  # the regime left-aligned, the figures right-aligned
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    def line(cells) -> str:
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
-    return "\n".join([line(COLUMNS), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+    return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m report.compare", description=__doc__.splitlines()[0])
-    ap.add_argument("--device", action="append", help="a results/ directory name (repeatable; default: all)")
-    ap.add_argument("--results", type=Path, default=None, help="results directory (default: suite.results.root())")
-    ap.add_argument("--csv", action="store_true", help="CSV on stdout (device first) instead of the tables")
+    one_of = ap.add_mutually_exclusive_group()
+    one_of.add_argument("runs", nargs="*", default=[], type=argparse.FileType(), metavar="RUN.json",
+                        help="saved runs of the benchmark (a results/<device>/bench.json, one in its history/, "
+                             "a --benchmark-json file) instead of the devices' stores")  # fmt: skip
+    one_of.add_argument("--device", action="append", help="a results/ directory name (repeatable; default: all)")
+    ap.add_argument("--results", type=Path, help="the devices' results directory (default: suite.results.root())")
+    ap.add_argument("--csv", action="store_true", help="CSV on stdout (the run's name first) instead of the table")
     args = ap.parse_args(argv)
     base = args.results or results.root()
-    found = {slug: BenchRun.load(slug, base) for slug in args.device or results.devices(base)}
-    benches = {slug: doc for slug, doc in found.items() if doc and (doc.gather or doc.decode_step)}
-    if not benches:
-        print(f"[compare] no benchmark run under {base} for {', '.join(found) or 'any device'}", file=sys.stderr)
+    devices = args.device or results.devices(base)
+    found = read_runs(args.runs) if args.runs else {s: BenchRun.load(s, base) for s in devices}
+    runs = {name: doc for name, doc in found.items() if doc and (doc.gather or doc.decode_step)}
+    if not runs or (args.runs and len(runs) < len(found)):
+        print(f"[compare] no benchmark run in {', '.join(sorted(set(found) - set(runs))) or base}", file=sys.stderr)
         return 1
+    rows, named = side_by_side(runs), len(runs) > 1  # several runs: each row starts with its run's name
     if args.csv:
-        w = csv.writer(sys.stdout, lineterminator="\n")
-        w.writerow(["device", *COLUMNS])
-        for slug, bench in benches.items():
-            w.writerows([slug, *r] for r in records(bench))
+        csv.writer(sys.stdout, lineterminator="\n").writerows([("run" if args.runs else "device",) + COLUMNS, *rows])
         return 0
-    for i, (slug, bench) in enumerate(benches.items()):
-        print(("\n" if i else "") + header(slug, bench))
-        print(LEGEND)
-        print(UNITS)
-        print(table([cells(r) for r in records(bench)]))
-    if skipped := sorted(set(found) - set(benches)):
+    print("\n".join([*(f"{name}: " * named + header(name, b) for name, b in runs.items()), LEGEND, UNITS]))
+    print(table([[r[0], *cells(r[1:])] if named else cells(r[1:]) for r in rows], ("run",) * named + COLUMNS))
+    if skipped := sorted(set(found) - set(runs)):
         print(f"\n(no benchmark run: {', '.join(skipped)})")
     return 0
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a reader that stops early (`| head`) ends it quietly, as cat
     sys.exit(main())
