@@ -89,8 +89,7 @@ def patch_files(patches_dir: Path | None = None) -> list[Path]:
 
 
 def series_hash(patches_dir: Path | str | None = None, *, files: Sequence[Path] | None = None) -> str:
-    """Short sha256 over the patch files' bytes, in order (12 hex digits): those of ``patches_dir``
-    (:func:`patch_files`: nothing but its ``*.patch`` files), or ``files`` (the first patches of a series).
+    """Short sha256 over the bytes of ``patches_dir``'s :func:`patch_files` (or of ``files``), in order (12 hex digits).
 
     Patched wheels are versioned ``<version>+dg.<series hash>``; reports and
     results record it to say which series they measured.

@@ -219,10 +219,9 @@ NOTES_REF = "refs/notes/commits"
 def carry_notes(repo: Path) -> None:
     """Let git carry a commit's note (refs/notes/commits: a reviewer's note of its patch) to the commit that
     ``git commit --amend`` or ``git rebase`` makes of it.  Where no note exists yet the ref is made, with no notes:
-    ``notes.rewriteRef`` naming a missing ref made every rebase warn twice that it is invalid.  Its first commit's
-    tree, the empty tree, is written every time (git knows that tree without it, but ``git fsck`` wants it stored)."""
+    ``notes.rewriteRef`` naming a missing ref made every rebase warn twice that it is invalid."""
     git(repo, "config", "--local", "notes.rewriteRef", NOTES_REF)
-    tree = git(repo, "mktree", input="").stdout.strip()
+    tree = git(repo, "mktree", input="").stdout.strip()  # the empty tree, written: git fsck wants its object
     if git(repo, "rev-parse", "-q", "--verify", NOTES_REF, check=False).returncode:
         dated = {"GIT_AUTHOR_NAME": OVERLAY_NAME, "GIT_AUTHOR_EMAIL": OVERLAY_EMAIL, "GIT_AUTHOR_DATE": BASE_DATE,
                  "GIT_COMMITTER_DATE": BASE_DATE}  # fmt: skip
@@ -266,9 +265,8 @@ def make_base_commit(repo: Path, pin: Pin, files: Mapping[str, bytes]) -> str:
 
 
 def check_out_new_branch(repo: Path, branch: str, commit: str) -> None:
-    """Create ``branch`` at ``commit`` where HEAD points at it unborn (the first apply), filling the work tree: only
-    the files that are missing are written, so a file already there is kept (one the same as the commit's is clean,
-    another shows as a change).  Interrupted, it is run again as it is: HEAD stays unborn until the last step."""
+    """Create ``branch`` at ``commit`` where HEAD points at it unborn (the first apply), writing the missing files
+    only (one there is kept: clean if the same). Interrupted, it runs again as is: HEAD is unborn to the end."""
     git(repo, "read-tree", commit)
     git(repo, "checkout-index", "-u", "-z", "--stdin", input=git(repo, "ls-files", "-z", "--deleted").stdout)
     git(repo, "update-index", "-q", "--refresh", check=False)  # the files kept: their stat data, not a change

@@ -1,8 +1,7 @@
 """``python -m report [--results DIR] [--out DIR] [--patches DIR] [--check]``: render the pages (see ``report``).
 
-``--check`` writes nothing and exits 1 where a page is not the rendering of the JSON and of the series in
-patches/ (a PR text names its series and commits: after an export it is stale until re-rendered), or where a
-``PR-<n>.md`` is left over from a pull request the series no longer has."""
+``--check`` writes nothing and exits 1 where a page is not the rendering of the JSON and the series in patches/ (a
+PR text names its series and commits: an export makes it stale), or a ``PR-<n>.md`` is of a PR the series lacks."""
 
 from __future__ import annotations
 

@@ -14,9 +14,7 @@ from report import words
 from report.model import context
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-PAGES = {"README.md": "README.md.j2", "REPORT.md": "REPORT.md.j2"}
-#: A pull request's text: ``PR-<n>.md.j2``, else this one (a PR with no template of its own)
-PR_PAGE = "PR-N.md.j2"
+PAGES = {"README.md": "README.md.j2", "REPORT.md": "REPORT.md.j2"}  # and PR-<n>.md: PR-<n>.md.j2, else PR-N.md.j2
 
 
 def num(x: Any, digits: int = 2, unit: str = "") -> str:
@@ -69,7 +67,7 @@ def render(base: Path, patches: Path | None = None) -> dict[str, str]:
     env, ctx = environment(), context(base, patches)
     pages = {name: _tidy(env.get_template(t).render(ctx)) for name, t in PAGES.items()}
     for pr in ctx["prs"]:
-        template = env.select_template([f"PR-{pr['number']}.md.j2", PR_PAGE])
+        template = env.select_template([f"PR-{pr['number']}.md.j2", "PR-N.md.j2"])
         pages[f"PR-{pr['number']}.md"] = _tidy(template.render({**ctx, **pr["page"], "this": pr}))
     return pages
 

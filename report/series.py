@@ -27,19 +27,14 @@ def series_commits(patches: Path | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def commit_adding(commits: list[dict[str, Any]], suffix: str) -> dict[str, Any] | None:
-    return next((c for c in commits if any(f.endswith(suffix) for f in c["added"])), None)
-
-
 #: The file in patches/ that names the first patch of each stacked pull request (its comment lines say how).
 PULL_REQUESTS = "pull-requests.txt"
 
 
 def pull_requests(commits: list[dict[str, Any]], patches: Path | None = None) -> list[list[dict[str, Any]]]:
-    """The series (``commits``: :func:`series_commits` of ``patches``, default patches/) as the stacked pull
-    requests it is offered in: each begins at the patch whose subject a line of :data:`PULL_REQUESTS` names, the
-    first at the series' first patch (one pull request where that file is missing). OverlayError, naming the file,
-    the line and the subjects there are, for a line that names no patch, or lines out of series order."""
+    """The series (``commits`` of ``patches``, default patches/) as its stacked pull requests: each begins at the
+    patch whose subject a line of :data:`PULL_REQUESTS` names (one PR where that file is missing). OverlayError,
+    naming the file, the line and the subjects there are, for a line that names no patch, or lines out of order."""
     path = (patches or PATCHES_DIR) / PULL_REQUESTS
     subjects, starts = [c["subject"] for c in commits], []
     for n, line in enumerate(path.read_text().splitlines() if path.is_file() else [], 1):
