@@ -31,6 +31,7 @@ from .workrepo import (
     series_branch,
     sha256_hex,
     text_patch_id,
+    unfinished,
     write_manifest,
     write_state,
 )
@@ -151,6 +152,9 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
             f"to export {branch}, run git -C {repo} switch {branch}, then {hint('export', *args)}\n"
             f"to export the other branch's work, bring it onto {branch} first (rebase or cherry-pick)"
         )
+    if unfinished(repo, branch):
+        raise OverlayError(f"{repo} has no commits yet: its first apply did not finish; "
+                           f"run {hint('apply', *args)} again")
     if status := git_out(repo, "status", "--porcelain"):
         logger.warning(f"warning: {dirt(status)} in {repo} are not exported "
             f"(commit them there first: git -C {repo} add -A && git -C {repo} commit):\n{status}")  # fmt: skip

@@ -47,6 +47,7 @@ from .workrepo import (
     read_state,
     refuse_if_busy,
     series_branch,
+    unfinished,
     write_state,
 )
 
@@ -87,14 +88,14 @@ def patch_files(patches_dir: Path | None = None) -> list[Path]:
     return sorted((patches_dir or PATCHES_DIR).glob("*.patch"))
 
 
-def series_hash(patches_dir: Path | str | None = None) -> str:
-    """Short sha256 over the patch files' bytes, in order (12 hex digits).
+def series_hash(patches_dir: Path | str | None = None, *, files: Sequence[Path] | None = None) -> str:
+    """Short sha256 over the bytes of ``patches_dir``'s :func:`patch_files` (or of ``files``), in order (12 hex digits).
 
     Patched wheels are versioned ``<version>+dg.<series hash>``; reports and
     results record it to say which series they measured.
     """
     digest = hashlib.sha256()
-    for patch in patch_files(Path(patches_dir) if patches_dir is not None else None):
+    for patch in patch_files(Path(patches_dir) if patches_dir is not None else None) if files is None else files:
         digest.update(patch.read_bytes())
     return digest.hexdigest()[:SERIES_HASH_LENGTH]
 
@@ -253,7 +254,10 @@ def apply(
         files = load_source_tree(pin, cache=workdir.wheels, wheelhouse=wheelhouse)  # verified before anything is made
         init_repo(repo, branch)
         logger.info(f"created the work repository {repo}")
+    elif unfinished(repo, branch):
+        logger.info(f"{repo} has no commits yet: its first apply did not finish; finishing it")
     refuse_if_busy(repo, "apply", hint("apply", *args))
+    carry_notes(repo)  # (a work repository made before the empty tree was written gets it here)
     tip = branch_tip(repo, branch)
     recorded, applied = read_state(repo, branch)
     if tip is not None and recorded == series and tip == applied:
@@ -266,7 +270,6 @@ def apply(
         _refuse_local_changes(repo, branch, args)
     base = _base(repo, pin, workdir, wheelhouse, files)
     logger.info(f"applying {len(patches)} patch(es) onto {pin.tag}")
-    carry_notes(repo)
     try:
         new = build_aside(repo, base, patches, notes=True)
     except PatchError as exc:
@@ -406,7 +409,7 @@ def ensure_applied(
         if recorded == series:
             _refuse_a_mix(repo, branch, applied, args)
             return repo
-        logger.info(f"{repo} holds series {recorded}, patches/ is {series}: applying")
+        logger.info(f"{repo} holds series {recorded or '(none: no apply finished)'}, patches/ is {series}: applying")
     return apply(pin, workdir=workdir, patches_dir=patches_dir, wheelhouse=wheelhouse)
 
 

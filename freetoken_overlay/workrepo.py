@@ -23,8 +23,6 @@ from .upstream import write_tree
 from .util import OVERLAY_EMAIL, OVERLAY_NAME, OverlayError, git, git_out
 
 BRANCH = "decode-gather"
-#: git's empty tree (the "before" of a branch that does not exist yet).
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 # Build noise that must not count as uncommitted work in the work tree.
 WORK_EXCLUDES = ("__pycache__/", "*.pyc", ".pytest_cache/", ".hypothesis/", ".benchmarks/")
@@ -223,10 +221,11 @@ def carry_notes(repo: Path) -> None:
     ``git commit --amend`` or ``git rebase`` makes of it.  Where no note exists yet the ref is made, with no notes:
     ``notes.rewriteRef`` naming a missing ref made every rebase warn twice that it is invalid."""
     git(repo, "config", "--local", "notes.rewriteRef", NOTES_REF)
+    tree = git(repo, "mktree", input="").stdout.strip()  # the empty tree, written: git fsck wants its object
     if git(repo, "rev-parse", "-q", "--verify", NOTES_REF, check=False).returncode:
         dated = {"GIT_AUTHOR_NAME": OVERLAY_NAME, "GIT_AUTHOR_EMAIL": OVERLAY_EMAIL, "GIT_AUTHOR_DATE": BASE_DATE,
                  "GIT_COMMITTER_DATE": BASE_DATE}  # fmt: skip
-        empty = git(repo, "commit-tree", EMPTY_TREE, "-m", "Notes of the series' commits", env=dated).stdout.strip()
+        empty = git(repo, "commit-tree", tree, "-m", "Notes of the series' commits", env=dated).stdout.strip()
         git(repo, "update-ref", NOTES_REF, empty, "")  # made only where it is missing
 
 
@@ -266,7 +265,14 @@ def make_base_commit(repo: Path, pin: Pin, files: Mapping[str, bytes]) -> str:
 
 
 def check_out_new_branch(repo: Path, branch: str, commit: str) -> None:
-    """Create ``branch`` at ``commit`` where HEAD points at it unborn, filling the work tree (git refuses
-    rather than overwrite an untracked file in the way)."""
-    git(repo, "read-tree", "-m", "-u", EMPTY_TREE, commit)
+    """Create ``branch`` at ``commit`` where HEAD points at it unborn (the first apply), writing the missing files
+    only (one there is kept: clean if the same). Interrupted, it runs again as is: HEAD is unborn to the end."""
+    git(repo, "read-tree", commit)
+    git(repo, "checkout-index", "-u", "-z", "--stdin", input=git(repo, "ls-files", "-z", "--deleted").stdout)
+    git(repo, "update-index", "-q", "--refresh", check=False)  # the files kept: their stat data, not a change
     git(repo, "update-ref", f"refs/heads/{branch}", commit, "")
+
+
+def unfinished(repo: Path, branch: str) -> bool:
+    """Whether HEAD is on ``branch`` and it has no commit yet ("No commits yet"): the first apply did not finish."""
+    return on_branch(repo, branch) and branch_tip(repo, branch) is None

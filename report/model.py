@@ -4,15 +4,16 @@ series (:mod:`report.series`): what the templates lay out (nothing here writes M
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Mapping
 
-from freetoken_overlay.series import series_hash
+from freetoken_overlay.series import patch_files, series_hash
 from suite.results import machine_line
 from report.gather import decode_step_view, gather_view, targets_view
 from report.geometries import pasted_markdown
 from report.repeats import current_ratios, decode_losses, repeats_view
-from report.series import commit_adding, pull_requests, series_commits, series_footprint
+from report.series import pull_requests, series_commits, series_footprint
 from report.views import (auto_view, contention_view, e2e_view, gpu_view, sanitize_view, sass_view, series_bench_view,
                           step_pdl_view, sweep_view)  # fmt: skip
 from suite import results
@@ -96,15 +97,16 @@ def _losses(current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict
 
 def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
     """Everything the templates read, from the documents under ``base`` (a ``results/`` directory) and the
-    series in ``patches`` (default: the checkout's patches/)."""
-    series = series_hash(patches)
-    devices = [device_view(slug, base, series) for slug in results.devices(base)]
-    commits = series_commits(patches)
-    return {
-        "devices": devices, "measured": [d for d in devices if d["gather"]], "series_hash": series,
-        "sass": sass_view(results.load("sass", base=base)), "commits": commits,
-        "sass_test": commit_adding(commits, "tests/kernels/test_bulk_copy_sass.py"),
-        "footprint": series_footprint(patches),
-        "prs": [{"number": i, "commits": part, "footprint": series_footprint(patches, {c["number"] for c in part})}
-                for i, part in enumerate(pull_requests(commits), 1)],
-    }  # fmt: skip
+    series in ``patches`` (default: the checkout's patches/). Each of ``prs`` has its ``page``: the views of its
+    stack (it and the PRs before it: the series its ``series_hash`` names), so a later PR changes no earlier one."""
+    views = functools.cache(lambda series: [device_view(slug, base, series) for slug in results.devices(base)])
+
+    def page(series: str) -> dict[str, Any]:
+        return {"devices": views(series), "measured": [d for d in views(series) if d["gather"]], "series_hash": series}
+
+    files, commits = patch_files(patches), series_commits(patches)
+    prs = [{"number": i, "commits": part, "footprint": series_footprint(patches, {c["number"] for c in part}),
+            "page": page(series_hash(files=files[: part[-1]["number"]]))}
+           for i, part in enumerate(pull_requests(commits, patches), 1)]  # fmt: skip
+    return {**page(series_hash(patches)), "sass": sass_view(results.load("sass", base=base)), "prs": prs,
+            "sass_test": next((c for c in commits if "tests/kernels/test_bulk_copy_sass.py" in c["added"]), None)}

@@ -14,7 +14,7 @@ from report import words
 from report.model import context
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-PAGES = {"README.md": "README.md.j2", "REPORT.md": "REPORT.md.j2", "PR-1.md": "PR-1.md.j2", "PR-2.md": "PR-2.md.j2"}
+PAGES = {"README.md": "README.md.j2", "REPORT.md": "REPORT.md.j2"}  # and PR-<n>.md: PR-<n>.md.j2, else PR-N.md.j2
 
 
 def num(x: Any, digits: int = 2, unit: str = "") -> str:
@@ -62,10 +62,14 @@ def environment() -> jinja2.Environment:
 
 
 def render(base: Path, patches: Path | None = None) -> dict[str, str]:
-    """{page name: text} of the three pages, from the documents under ``base`` and the series in
-    ``patches`` (default: the checkout's patches/)."""
+    """{page name: text} of README.md, REPORT.md and one ``PR-<n>.md`` per stacked pull request, from the documents
+    under ``base`` and the series in ``patches`` (default: the checkout's patches/)."""
     env, ctx = environment(), context(base, patches)
-    return {name: _tidy(env.get_template(t).render(ctx)) for name, t in PAGES.items()}
+    pages = {name: _tidy(env.get_template(t).render(ctx)) for name, t in PAGES.items()}
+    for pr in ctx["prs"]:
+        template = env.select_template([f"PR-{pr['number']}.md.j2", "PR-N.md.j2"])
+        pages[f"PR-{pr['number']}.md"] = _tidy(template.render({**ctx, **pr["page"], "this": pr}))
+    return pages
 
 
 def _tidy(text: str) -> str:

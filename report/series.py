@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from email.header import decode_header, make_header
 from pathlib import Path
 from typing import Any
 
-from freetoken_overlay.series import patch_files
-from suite.kernels import SWITCH_ENV, Kernel
+from freetoken_overlay.series import PATCHES_DIR, patch_files
+from freetoken_overlay.util import OverlayError
 
 
 def series_commits(patches: Path | None = None) -> list[dict[str, Any]]:
@@ -19,26 +20,35 @@ def series_commits(patches: Path | None = None) -> list[dict[str, Any]]:
         subject = re.search(r"^Subject: (.*(?:\n .*)*)", head, re.M)
         message = rest.split("\n---\n", 1)[0]
         first = message.strip().split("\n\n", 1)[0]
-        title = re.sub(r"^\[PATCH[^\]]*\]\s*", "", " ".join(subject.group(1).split())) if subject else p.name
+        title = " ".join(str(make_header(decode_header(subject.group(1)))).split()) if subject else p.name
+        title = re.sub(r"^\[PATCH[^\]]*\]\s*", "", title)
         added = re.findall(r"^ create mode \d+ (\S+)$", text, re.M)
         out.append({"number": i, "subject": title, "summary": " ".join(first.split()), "added": added})
     return out
 
 
-def commit_adding(commits: list[dict[str, Any]], suffix: str) -> dict[str, Any] | None:
-    return next((c for c in commits if any(f.endswith(suffix) for f in c["added"])), None)
+#: The file in patches/ that names the first patch of each stacked pull request (its comment lines say how).
+PULL_REQUESTS = "pull-requests.txt"
 
 
-#: the subject words of the first patch of the second pull request (``auto``, stacked on the first)
-SECOND_PR_STARTS = f"{SWITCH_ENV}={Kernel.AUTO}"
-
-
-def pull_requests(commits: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """The series as the stacked pull requests it is offered in: PR 1 the commits before the one adding
-    ``FREETOKEN_DECODE_GATHER=auto`` (the kernel, its AOT entry, ``tma``, the benchmark), PR 2 that one and
-    the rest; one PR when the series has no such commit."""
-    cut = next((i for i, c in enumerate(commits) if SECOND_PR_STARTS in c["subject"]), len(commits))
-    return [part for part in (commits[:cut], commits[cut:]) if part]
+def pull_requests(commits: list[dict[str, Any]], patches: Path | None = None) -> list[list[dict[str, Any]]]:
+    """The series (``commits`` of ``patches``, default patches/) as its stacked pull requests: each begins at the
+    patch whose subject a line of :data:`PULL_REQUESTS` names (one PR where that file is missing). OverlayError,
+    naming the file, the line and the subjects there are, for a line that names no patch, or lines out of order."""
+    path = (patches or PATCHES_DIR) / PULL_REQUESTS
+    subjects, starts = [c["subject"] for c in commits], []
+    for n, line in enumerate(path.read_text().splitlines() if path.is_file() else [], 1):
+        if (want := line.strip()) and not want.startswith("#"):
+            if (found := subjects.count(want)) != 1:
+                what = f"the subject of {found} patches" if found else "no patch's subject"
+                raise OverlayError(f"{path}, line {n}: {want!r} is {what} in {path.parent}; each line names one "
+                                   "patch's subject, one of:" + "".join(f"\n  {s}" for s in subjects))
+            starts.append(subjects.index(want))
+    if starts and (starts[0] != 0 or starts != sorted(set(starts))):
+        raise OverlayError(f"{path}: its lines name the pull requests' first patches in series order, the first line "
+                           f"the series' first patch ({subjects[0]!r})")  # fmt: skip
+    cuts = (starts or [0]) + [len(commits)]
+    return [commits[a:b] for a, b in zip(cuts, cuts[1:]) if a < b]
 
 
 def _diffs(patch: Path) -> list[tuple[str, bool, int, int]]:

@@ -64,3 +64,24 @@ def test_an_autosquash_before_any_note_does_not_warn(throwaway_series: Path, wor
                           capture_output=True, text=True, check=True)  # fmt: skip
     assert "warning" not in proc.stdout + proc.stderr and git(repo, "notes", "list") == ""
     assert git(repo, "rev-list", "--count", f"upstream-0.2.1..{BRANCH}") == "2"
+
+
+@pytest.mark.integration
+def test_git_fsck_is_clean_in_the_applied_tree(throwaway_series: Path, workdir: Path, tmp_path: Path) -> None:
+    """The notes ref's first commit (made where there is no note yet) points at the empty tree, which no step wrote:
+    git fsck exited 2, "missing tree 4b825dc...".  Now a first apply writes it, and any apply writes it where an
+    earlier one did not (the repository is otherwise up to date)."""
+    fresh, repo = tmp_path / "fresh", tmp_path / "fresh" / "upstream"
+    fresh.mkdir()
+    (fresh / "wheels").symlink_to(workdir / "wheels", target_is_directory=True)
+
+    def fsck() -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(repo), "fsck", "--strict"], capture_output=True, text=True, check=False)
+
+    overlay("apply", "--patches", str(throwaway_series), workdir=fresh)
+    assert fsck().returncode == 0, fsck().stdout + fsck().stderr
+    tree = git(repo, "rev-parse", "refs/notes/commits^{tree}")
+    (repo / ".git/objects" / tree[:2] / tree[2:]).unlink()  # as a work repository applied before this fix has it
+    assert fsck().returncode == 2 and f"missing tree {tree}" in fsck().stdout + fsck().stderr
+    assert "up to date" in overlay("apply", "--patches", str(throwaway_series), workdir=fresh).stdout
+    assert fsck().returncode == 0, fsck().stdout + fsck().stderr

@@ -15,7 +15,7 @@ import pytest
 
 from freetoken_overlay.series import BRANCH, PATCHES_DIR, patch_files, series_hash
 from report.render import render
-from report.series import SECOND_PR_STARTS, pull_requests, series_commits, series_footprint
+from report.series import PULL_REQUESTS, pull_requests, series_commits, series_footprint
 
 from helpers import AUTHOR, PIN, commit_project, git, overlay, read_dir  # noqa: E402
 
@@ -106,13 +106,15 @@ def test_build_names_every_blocker_at_once(throwaway_series: Path, workdir: Path
 
 def check_stacked_pull_requests(patches: Path | None = None) -> list[dict]:
     """What holds for any series (``patches``, default patches/) as the stacked pull requests it is offered in; each
-    PR's footprint.  The commits, in order, are the PRs' (none empty; a later one starts at the commit of
-    ``SECOND_PR_STARTS``); each PR's footprint counts only its own patches and together they are the series' net lines;
-    a file a PR changes that the series added is one an earlier PR added; the upstream files changed are the same."""
+    PR's footprint.  The commits, in order, are the PRs' (none empty), each PR begins at the patch whose subject a line
+    of patches/pull-requests.txt names; each PR's footprint counts only its own patches and together they are the
+    series' net lines; a file a PR changes that the series added is one an earlier PR added; the upstream files
+    changed are the same."""
     commits = series_commits(patches)
-    prs = pull_requests(commits)
+    prs = pull_requests(commits, patches)
     assert [c["number"] for p in prs for c in p] == [c["number"] for c in commits] and all(prs)
-    assert pull_requests(prs[0]) == [prs[0]] and all(SECOND_PR_STARTS in p[0]["subject"] for p in prs[1:])
+    lines = ((patches or PATCHES_DIR) / PULL_REQUESTS).read_text().splitlines()
+    assert [p[0]["subject"] for p in prs] == [line for line in lines if line.strip() and not line.startswith("#")]
     whole = series_footprint(patches)
     parts = [series_footprint(patches, numbers={c["number"] for c in p}) for p in prs]
     assert sum(p["added"] - p["removed"] for p in parts) == whole["added"] - whole["removed"]
@@ -134,12 +136,23 @@ def check_fixed_point(patches: Path, wheels: Path, tmp_path: Path) -> None:
 
 
 def test_the_series_is_stacked_pull_requests_each_with_its_own_footprint() -> None:
-    """PR 1: the commits before the one adding FREETOKEN_DECODE_GATHER=auto; PR 2: that one on; each PR's page says
-    its own lines."""
+    """The pull requests patches/pull-requests.txt names; each PR's page says its own lines."""
     parts = check_stacked_pull_requests()
     pages = render(PATCHES_DIR.parent / "results")
-    for page, p in zip(("PR-1.md", "PR-2.md"), parts):
-        assert f"In all +{p['added']} / -{p['removed']} lines." in pages[page]
+    assert sorted(n for n in pages if n.startswith("PR-")) == [f"PR-{k}.md" for k in range(1, len(parts) + 1)]
+    for k, p in enumerate(parts, 1):
+        assert f"In all +{p['added']} / -{p['removed']} lines." in pages[f"PR-{k}.md"]
+
+
+def test_the_pull_request_file_is_no_part_of_the_series_hash(tmp_path: Path) -> None:
+    """patches/pull-requests.txt splits the series, it changes no commit: editing or removing it keeps the hash."""
+    patches = tmp_path / "patches"
+    shutil.copytree(PATCHES_DIR, patches)
+    before = series_hash(patches)
+    (patches / PULL_REQUESTS).write_text((patches / PULL_REQUESTS).read_text() + "# a comment\n")
+    assert series_hash(patches) == before
+    (patches / PULL_REQUESTS).unlink()
+    assert series_hash(patches) == before and len(pull_requests(series_commits(patches), patches)) == 1
 
 
 def _commit_as_the_user(repo: Path, name: str, onto: str | None = None) -> None:
@@ -172,6 +185,7 @@ def test_a_contributors_new_commits_keep_every_series_check(tmp_path: Path, work
     new = [p for p in patch_files(patches) if "a contributor's follow-up" in p.read_text()]
     assert [p.name[:4] for p in new] == ["0002", f"{len(patch_files(PATCHES_DIR)) + 2:04d}"]
     assert all(f"From: {AUTHOR['GIT_AUTHOR_NAME']} <{AUTHOR['GIT_AUTHOR_EMAIL']}>" in p.read_text() for p in new)
+    assert (patches / PULL_REQUESTS).read_bytes() == (PATCHES_DIR / PULL_REQUESTS).read_bytes()  # export kept it
     commit_project(patches, "series: a contributor's follow-ups")
     check_fixed_point(patches, workdir / "wheels", tmp_path)
     parts = check_stacked_pull_requests(patches)

@@ -7,9 +7,9 @@ that the work is still there afterwards, with no restore step.
 
 from __future__ import annotations
 
-import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -424,32 +424,6 @@ def test_another_release_is_another_tag_and_branch_in_the_same_repository(throwa
     assert marker.read_text() == "untracked\n" and not (workdir / "upstream-0.2.0").exists()
 
 
-def test_editing_the_series_does_not_make_the_pages_stale(tmp_path: Path, monkeypatch) -> None:
-    """`nox -s test` after an export and a commit: the page check compares the JSON to the pages, with patches/ as of
-    the commit that last wrote each page; a change to the JSON is still caught.  It runs on a clone of this checkout,
-    so that commit is the real one: a copy of the files in a new repository failed here once 0003's subject was
-    reworded and committed (``python3 -m report --check`` passed)."""
-    from freetoken_overlay import series
-    from report.__main__ import stale_pages
-
-    project = tmp_path / "project"
-    subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(project)], check=True, capture_output=True)
-    monkeypatch.setattr(series, "PATCHES_DIR", project / "patches")
-    assert stale_pages(project / "results", project / "results") == []
-    third = sorted((project / "patches").glob("*.patch"))[2]
-    third.write_text(re.sub(r"(?m)^Subject: (\[PATCH[^\]]*\]) ", r"Subject: \1 reworded: ", third.read_text(), count=1))
-    commit_project(project / "patches", "series: reword a subject")
-    from report.render import render
-
-    assert render(project / "results")["PR-1.md"] != (project / "results/PR-1.md").read_text()  # PR-1.md lists subjects
-    assert stale_pages(project / "results", project / "results") == []
-    store = project / "results/h200/series_bench.json"
-    doc = json.loads(store.read_text())
-    doc["geometries"][0]["rows"][1]["ratio"]["tma"] = 9.0  # a per-geometry ratio, which PR-1.md's table states
-    store.write_text(json.dumps(doc))
-    assert "PR-1.md" in stale_pages(project / "results", project / "results")
-
-
 @pytest.mark.parametrize("operation", ["rebase", "am"])
 def test_an_operation_in_progress_gets_one_command_a_line(operation: str, throwaway_series: Path, workdir: Path) -> None:
     """"git -C ... rebase --continue or am --continue (or --abort)" was several commands in one line."""
@@ -470,3 +444,45 @@ def test_an_operation_in_progress_gets_one_command_a_line(operation: str, throwa
     assert f"then run this again: python3 -m freetoken_overlay apply --patches {throwaway_series}" in lines
     subprocess.run(f"git -C {repo} {operation} --abort", shell=True, check=True, capture_output=True)  # as printed
     assert not (repo / ".git/rebase-merge").exists() and not (repo / ".git/rebase-apply").exists()
+
+
+def _interrupting_git(bin_dir: Path, point: str) -> None:
+    """A ``git`` first on PATH that, asked for ``point`` (its subcommand and first argument), sends SIGINT to its
+    caller (as Ctrl-C would) instead of running it."""
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(f'#!/bin/sh\ncase "$3 $4" in "{point}"*) kill -INT $PPID; sleep 30; exit 1;; esac\n'
+                                 f'exec {shutil.which("git")} "$@"\n')  # fmt: skip
+    (bin_dir / "git").chmod(0o755)
+
+
+@pytest.mark.parametrize("point", ["tag upstream-", "read-tree", f"update-ref refs/heads/{BRANCH}"])
+def test_an_interrupted_first_apply_is_named_and_finished_by_the_next(point: str, throwaway_series: Path,
+                                                                      workdir: Path, tmp_path: Path) -> None:
+    """A first apply interrupted before its base tag, while it filled the work tree or before its branch left "No
+    commits yet": export failed inside git, and apply stopped at the files it had written.  Now export says in one
+    line to run apply again, and apply finishes it: the commits of an apply that was not interrupted, a file already
+    in the work tree kept (one as the commit has it is clean), git fsck clean."""
+    fresh, repo = tmp_path / "fresh", tmp_path / "fresh" / "upstream"
+    fresh.mkdir()
+    (fresh / "wheels").symlink_to(workdir / "wheels", target_is_directory=True)
+    _interrupting_git(tmp_path / "bin", point)
+    path = {"PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=fresh, env=path, check=False)
+    assert proc.returncode == 130 and "No commits yet" in git(repo, "status"), proc.stderr
+    proc = overlay("export", "--patches", str(throwaway_series), workdir=fresh, check=False)
+    again = f"python3 -m freetoken_overlay apply --patches {throwaway_series} again"
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        f"freetoken_overlay export: error: {repo} has no commits yet: its first apply did not finish; run {again}"]
+    edited, done = None, workdir / "upstream"  # the same series, applied without an interruption
+    if point == "read-tree":  # as if stopped while it wrote the files: one as the commit has it, one edited since
+        same, edited = git(done, "ls-files").splitlines()[:2]
+        for name, data in ((same, (done / same).read_bytes()), (edited, b"mine\n")):
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_bytes(data)
+    proc = overlay("apply", "--patches", str(throwaway_series), workdir=fresh)
+    assert "its first apply did not finish; finishing it" in proc.stdout
+    assert git(repo, "rev-parse", BRANCH) == git(done, "rev-parse", BRANCH)
+    assert git(repo, "status", "--porcelain") == (f"M {edited}" if edited else "")  # (stripped: " M")
+    assert edited is None or (repo / edited).read_text() == "mine\n"
+    fsck = subprocess.run(["git", "-C", str(repo), "fsck"], capture_output=True, text=True, check=False)
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
