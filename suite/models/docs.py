@@ -122,6 +122,11 @@ class AutoSummary(Model):
     load_ms_max: float | None = None
     spread_max: float | None = None
     cache_left_as_found: bool | None = None
+    # schema /2 (auto reads ft bench bw's pick; the probe fields above are /1's)
+    followed_profile: bool | None = None
+    captured_or_timed: int | None = None
+    auto_ms_max: float | None = None
+    unset_ms_max: float | None = None
     extra: dict[str, Any] = field({})
 
 
@@ -131,7 +136,7 @@ class AutoStability(Document):
 
     settings: dict[str, Any] = field({})
     summary: AutoSummary = dataclasses.field(default_factory=AutoSummary)
-    runs: list[dict[str, Any]] = field([])  # per process: choice, again (each a probe's choice), timings
+    runs: list[dict[str, Any]] = field([])  # per process: what auto runs, set_bank_sources' time, captures
     errors: list[str] = field([])
 
     NESTED = {"summary": AutoSummary}
