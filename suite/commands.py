@@ -120,7 +120,7 @@ _TABLE = (
                 entry="bench.e2e.__main__",
                 doc="GPU: end-to-end A/B through FreeToken's engine, upstream vs tma (--auto adds auto), fresh process "
                     "per run: nox -s e2e -- --model PATH."),
-    Measurement("auto_stability", _bench("auto_stability"), note="what auto ran in N fresh processes", version=2,
+    Measurement("auto_stability", _bench("auto_stability"), note="what auto ran in N fresh processes",
                 model="AutoStability", words="auto's stability runs",
                 doc=f"GPU: ft bench bw, then what {SWITCH_ENV}=auto ran in fresh processes and that building the "
                     "cache timed nothing -> results/<device>/auto_stability.json."),

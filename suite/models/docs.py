@@ -122,12 +122,14 @@ class AutoSummary(Model):
     load_ms_max: float | None = None
     spread_max: float | None = None
     cache_left_as_found: bool | None = None
-    # schema /2 (auto reads ft bench bw's pick; the probe fields above are /1's)
+    # since auto reads ft bench bw's pick (the fields above from chosen_again on are the start-up probe's)
     followed_profile: bool | None = None
     captured_or_timed: int | None = None
     auto_ms_max: float | None = None
     unset_ms_max: float | None = None
     extra: dict[str, Any] = field({})
+
+    OPTIONAL = ("followed_profile", "captured_or_timed", "auto_ms_max", "unset_ms_max")
 
 
 @dataclasses.dataclass
