@@ -1,10 +1,9 @@
-"""Does ``FREETOKEN_DECODE_GATHER=auto`` run ``ft bench bw``'s pick in every fresh process, and time nothing at
-start-up? ``python -m bench.auto_stability [--runs 5] [--slots 3164] [--gib G] [--profile FILE]``: without
-``--profile`` it first runs ``ft bench bw`` on the model's layer kind (:data:`BENCH`), whose ``decode_gather``
-entry ``auto`` reads. Then each run a fresh ``--worker`` process allocates the model's host banks as FreeToken
-does (``--gib`` scales the layers down) and builds a real ``OffloadMoeCache`` on them twice, the switch unset and
-``auto`` (``FREETOKEN_BENCHBW_PATH=FILE``), each ``set_bank_sources`` timed; while ``auto``'s runs it counts CUDA
-graph captures and event timings. It records what ``auto`` runs and the line it logged.
+"""Does ``FREETOKEN_DECODE_GATHER=auto`` run ``ft bench bw``'s pick in every fresh process, timing nothing at
+start-up? ``python -m bench.auto_stability [--runs 5] [--slots 3164] [--gib G] [--profile FILE]``: ``ft bench bw``
+on the model's layer kind first (:data:`BENCH`; not with ``--profile``), then each run a fresh ``--worker`` process
+allocates the model's host banks as FreeToken does (``--gib`` scales the layers down) and builds a real
+``OffloadMoeCache`` on them unset, then with ``auto`` reading the profile, each ``set_bank_sources`` timed, CUDA
+graph captures and event timings counted; it records what ``auto`` runs and the line it logged.
 
 Exit codes: 0 every run ran the profile's pick, the same kernel, and captured and timed nothing while the cache
 was built; 1 a run did not; 2 a run or the bench failed, or a setting is invalid.
@@ -26,6 +25,7 @@ from typing import Any, Iterator
 
 from suite.models import AutoStability, AutoSummary
 from bench import entry
+from bench.e2e.harness import run_worker
 from suite.kernels import SWITCH_ENV, Kernel
 
 EXIT_OK, EXIT_DIFFERED, EXIT_FAILED = 0, 1, 2
@@ -33,7 +33,6 @@ EXIT_OK, EXIT_DIFFERED, EXIT_FAILED = 0, 1, 2
 DEFAULT_SLOTS = 3164
 #: ``ft bench bw`` on the layer kind of the model the runs allocate (Qwen3.6-35B-A3B NVFP4: the same bank rows)
 BENCH = ("-m", "freetoken.moe.benchbw", "--model", "qwen3.6-moe", "--formats", "nvfp4")
-PROFILE_ENV = "FREETOKEN_BENCHBW_PATH"
 
 
 log = logging.getLogger("bench.auto_stability").info  # the messages (named: the module runs as __main__); main() sets their format
@@ -52,15 +51,10 @@ def _typed_sources(banks, geoms) -> dict[str, list[Any]]:
 @contextlib.contextmanager
 def counted(torch) -> Iterator[dict[str, int]]:
     """``{"captured", "timed"}``: CUDA graph captures begun and event timings read meanwhile."""
-    seen = {"captured": 0, "timed": 0}
-    wrapped = ((torch.cuda.CUDAGraph, "capture_begin", "captured"), (torch.cuda.Event, "elapsed_time", "timed"))
-    saved = [(cls, attr, getattr(cls, attr)) for cls, attr, _ in wrapped]
-    for (cls, attr, key), (_, _, orig) in zip(wrapped, saved):
-        def count(*a, _orig=orig, _key=key, **kw):
-            seen[_key] += 1
-            return _orig(*a, **kw)
-
-        setattr(cls, attr, count)
+    seen, saved, cuda = {"captured": 0, "timed": 0}, [], torch.cuda
+    for cls, attr, key in ((cuda.CUDAGraph, "capture_begin", "captured"), (cuda.Event, "elapsed_time", "timed")):
+        saved.append((cls, attr, getattr(cls, attr)))
+        setattr(cls, attr, lambda *a, _f=saved[-1][2], _k=key, **kw: seen.update({_k: seen[_k] + 1}) or _f(*a, **kw))
     try:
         yield seen
     finally:
@@ -98,27 +92,23 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         torch.cuda.empty_cache()
     if out["pick"] is None:
         raise RuntimeError(f"{SWITCH_ENV}=auto built a cache that read no pick: the series lacks auto")
-    if args.machine:
-        out["machine"] = machine_info()
+    out |= {"machine": machine_info()} if args.machine else {}
     banks.close()
     return out
 
 
 def run_one(index: int, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
-    from bench.e2e.harness import run_worker
-
     result, log_path = log_dir / f"run{index}.json", log_dir / f"run{index}.log"
     cmd = [sys.executable, "-m", "bench.auto_stability", "--worker", "--result", str(result), "--slots",
            str(args.slots), "--seed", str(args.seed + index)] + (["--gib", str(args.gib)] if args.gib else []) + (
            ["--machine"] if index == 0 else [])  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != SWITCH_ENV} | {"PYTHONUNBUFFERED": "1", PROFILE_ENV: args.profile}
-    return run_worker(f"run {index}", cmd, env, result, log_path, args.timeout_s)
+    env = {k: v for k, v in os.environ.items() if k != SWITCH_ENV} | {"PYTHONUNBUFFERED": "1"}
+    return run_worker(f"run {index}", cmd, env | {"FREETOKEN_BENCHBW_PATH": args.profile}, result, log_path,
+                      args.timeout_s)  # fmt: skip
 
 
 def bench_profile(path: Path, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     """``ft bench bw`` (:data:`BENCH`) into ``path`` (its log beside the runs'); the profile it wrote."""
-    from bench.e2e.harness import run_worker
-
     env = {k: v for k, v in os.environ.items() if k != SWITCH_ENV} | {"PYTHONUNBUFFERED": "1"}
     return run_worker("ft bench bw", [sys.executable, *BENCH, "-o", str(path)], env, path, log_dir / "benchbw.log",
                       args.timeout_s)  # fmt: skip
@@ -128,13 +118,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """What auto ran over the runs, whether it followed the profile, and what building its cache cost."""
     chosen = [r["pick"]["label"] for r in runs]
     counts = {label: chosen.count(label) for label in dict.fromkeys(chosen)}
-    return {
-        "runs": len(runs), "chosen": chosen, "counts": counts, "same_every_time": len(counts) == 1,
-        "followed_profile": bool(runs) and all(r["pick"]["entry"] is not None for r in runs),
-        "captured_or_timed": sum(r["captured"] + r["timed"] for r in runs),
-        "auto_ms_max": max((r["auto_set_bank_sources_s"] * 1e3 for r in runs), default=None),
-        "unset_ms_max": max((r["unset_set_bank_sources_s"] * 1e3 for r in runs), default=None),
-    }  # fmt: skip
+    ms = {k: max((r[f"{k}_set_bank_sources_s"] * 1e3 for r in runs), default=None) for k in ("auto", "unset")}
+    return {"runs": len(runs), "chosen": chosen, "counts": counts, "same_every_time": len(counts) == 1,
+            "followed_profile": bool(runs) and all(r["pick"]["entry"] is not None for r in runs),
+            "captured_or_timed": sum(r["captured"] + r["timed"] for r in runs), "auto_ms_max": ms["auto"],
+            "unset_ms_max": ms["unset"]}  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -174,39 +162,34 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="ft-auto-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     runs, errors, profile = [], [], {}
-    try:
+    try:  # a failed bench or run (RunFailed) ends the session
         if args.profile is None:
             args.profile = str(log_dir / "benchbw.json")
             log(f"ft bench bw first: {' '.join(BENCH[1:])} -o {args.profile} (log {log_dir / 'benchbw.log'}) ...")
             bench_profile(Path(args.profile), args, log_dir)
         profile = json.loads(Path(args.profile).read_text())
-    except RuntimeError as exc:  # bench.e2e.harness.RunFailed
+        for i in range(args.runs):
+            log(f"run {i + 1}/{args.runs} (fresh process; logs in {log_dir}) ...")
+            r = run_one(i, args, log_dir)
+            runs.append(r)
+            log(f"  {r['pick']['line']}; set_bank_sources {r['auto_set_bank_sources_s'] * 1e3:.0f} ms (unset "
+                f"{r['unset_set_bank_sources_s'] * 1e3:.0f}), {r['captured']} captures, {r['timed']} timings")
+    except RuntimeError as exc:
         errors.append(str(exc))
         log(str(exc))
-    for i in range(args.runs if not errors else 0):
-        log(f"run {i + 1}/{args.runs} (fresh process; logs in {log_dir}) ...")
-        try:
-            runs.append(run_one(i, args, log_dir))
-        except RuntimeError as exc:  # bench.e2e.harness.RunFailed
-            errors.append(str(exc))
-            log(str(exc))
-            break
-        r = runs[-1]
-        log(f"  {r['pick']['line']}; set_bank_sources {r['auto_set_bank_sources_s'] * 1e3:.0f} ms (unset "
-            f"{r['unset_set_bank_sources_s'] * 1e3:.0f} ms), {r['captured']} captures, {r['timed']} timings")  # fmt: skip
     if not args.log_dir and (not errors or not any(log_dir.iterdir())):  # our temp dir: kept for a failed run's logs
         shutil.rmtree(log_dir, ignore_errors=True)
     machine = next((r.pop("machine") for r in runs if r.get("machine")), {})
     settings = {"runs": args.runs, "slots": args.slots, "gib": args.gib, "seed": args.seed, "profile": args.profile,
                 "decode_gather": profile.get("decode_gather")}  # fmt: skip
-    doc = AutoStability(settings=settings, summary=AutoSummary.from_doc(summarize(runs)), runs=runs, errors=errors)
-    entry.save("auto_stability", args, doc, machine=machine)
-    s = doc.summary
-    log(f"{s.counts} over {len(runs)} process(es); followed the profile: {s.followed_profile}; "
-        f"{s.captured_or_timed} captures or timings while building")
+    s = summarize(runs)  # the model's fields, and in its extra what auto does since it reads a profile
+    entry.save("auto_stability", args, AutoStability(settings=settings, summary=AutoSummary.from_doc(s), runs=runs,
+                                                      errors=errors), machine=machine)  # fmt: skip
+    log(f"{s['counts']} over {len(runs)} process(es); followed the profile: {s['followed_profile']}; "
+        f"{s['captured_or_timed']} captures or timings while building")
     if errors:
         return EXIT_FAILED
-    return EXIT_OK if s.same_every_time and s.followed_profile and not s.captured_or_timed else EXIT_DIFFERED
+    return EXIT_OK if s["same_every_time"] and s["followed_profile"] and not s["captured_or_timed"] else EXIT_DIFFERED
 
 
 if __name__ == "__main__":

@@ -24,9 +24,8 @@ GATHER_ENV = (SWITCH_ENV, RING_ENV)
 
 
 def auto_pick(cache) -> dict[str, Any] | None:
-    """What ``FREETOKEN_DECODE_GATHER=auto`` runs in ``cache`` (its switch's ``AutoPick``, read from ``ft bench bw``'s
-    profile when the copy plan was built) as JSON fields, the launcher left out; None without auto. The benchmark's
-    decode step, the stability runner and the e2e worker record it."""
+    """``FREETOKEN_DECODE_GATHER=auto``'s pick in ``cache`` (its switch's ``AutoPick``, read from ``ft bench bw``'s
+    profile) as JSON fields, no launcher; None without auto (the decode step, auto_stability and e2e record it)."""
     pick = getattr(getattr(cache, "_decode_gather_switch", None), "auto", None)
     return None if pick is None else {"label": pick.label, "line": pick.line, "entry": pick.entry}
 

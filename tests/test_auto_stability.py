@@ -11,8 +11,8 @@ import types
 import pytest
 
 from bench import auto_stability as stab
+from bench.e2e.harness import RunFailed
 from gpukit.decode_step import auto_pick
-from suite import results
 from suite.commands import MEASUREMENTS
 
 
@@ -126,7 +126,7 @@ def test_a_failed_bench_runs_nothing(fake_workers, monkeypatch, tmp_path):
     calls = fake_workers(lambda i: run())
 
     def failed(path, args, log_dir):
-        raise RuntimeError("ft bench bw: worker exit 1")
+        raise RunFailed("ft bench bw: worker exit 1")
 
     monkeypatch.setattr(stab, "bench_profile", failed)
     assert stab.main(["--runs", "2", "--out", str(tmp_path / "o")]) == stab.EXIT_FAILED
@@ -143,7 +143,7 @@ def test_bad_settings_are_refused(capsys):
 
 
 def test_run_worker_reads_the_result_or_says_why_not(tmp_path):
-    from bench.e2e.harness import RunFailed, run_worker
+    from bench.e2e.harness import run_worker
 
     result, log = tmp_path / "r.json", tmp_path / "r.log"
     write = f"import json; json.dump({{'ok': 1}}, open({str(result)!r}, 'w')); print('done')"

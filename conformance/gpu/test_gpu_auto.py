@@ -29,8 +29,8 @@ def test_auto_runs_the_profiles_pick_through_the_captured_decode_step(real_gpu, 
     from suite.geometry import NVFP4_ROW_BYTES
 
     ring, dev = decode_gather.default_ring(), real_gpu.device
-    entry = {"pick": "tma " + "x".join(map(str, ring)), "ring": list(ring), "blocks_per_bank": default_blocks_per_bank(dev),
-             "ratio": {}, "aa_spread": 0.0, "rounds": 0, "measured_at": "(written by this test)",
+    entry = {"pick": "tma " + "x".join(map(str, ring)), "ring": list(ring), "ratio": {}, "aa_spread": 0.0,
+             "blocks_per_bank": default_blocks_per_bank(dev), "rounds": 0, "measured_at": "(written by this test)",
              "gpu": {"uuid": gpu_identity(dev.index or 0)["uuid"]}, "freetoken": __version__,
              "series": bench_profile.decode_kernels_hash()}  # fmt: skip
     key = bench_profile.decode_gather_key("nvfp4", NVFP4_ROW_BYTES)

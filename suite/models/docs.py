@@ -122,14 +122,7 @@ class AutoSummary(Model):
     load_ms_max: float | None = None
     spread_max: float | None = None
     cache_left_as_found: bool | None = None
-    # since auto reads ft bench bw's pick (the fields above from chosen_again on are the start-up probe's)
-    followed_profile: bool | None = None
-    captured_or_timed: int | None = None
-    auto_ms_max: float | None = None
-    unset_ms_max: float | None = None
     extra: dict[str, Any] = field({})
-
-    OPTIONAL = ("followed_profile", "captured_or_timed", "auto_ms_max", "unset_ms_max")
 
 
 @dataclasses.dataclass
@@ -138,7 +131,7 @@ class AutoStability(Document):
 
     settings: dict[str, Any] = field({})
     summary: AutoSummary = dataclasses.field(default_factory=AutoSummary)
-    runs: list[dict[str, Any]] = field([])  # per process: what auto runs, set_bank_sources' time, captures
+    runs: list[dict[str, Any]] = field([])  # per process: choice, again (each a probe's choice), timings
     errors: list[str] = field([])
 
     NESTED = {"summary": AutoSummary}
