@@ -51,7 +51,7 @@ import pytest
 
 from bench.conftest import RUN_INFO
 from gpukit.decode_regime import Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
-from gpukit.decode_step import DEFAULT_VARIANTS, DecodeStep, StepConfig, StepVariant, choice_fields
+from gpukit.decode_step import DEFAULT_VARIANTS, DecodeStep, StepConfig, StepVariant, auto_pick
 from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
 from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels, precompile, runs_ring
 from gpukit.machine import machine_info
@@ -89,8 +89,8 @@ BANKS_GIB = float(os.environ["BENCH_BANKS_GIB"]) if os.environ.get("BENCH_BANKS_
 SLOTS = 640
 EXPERTS = MODEL["experts"]
 GATHER_KERNELS = (BASE, AA, CANDIDATE)  # round order; the replay regime adds copy_engine where n > 0
-#: the step's caches: upstream, its A/A control, tma, and auto (FREETOKEN_DECODE_GATHER=auto: the cache's
-#: start-up probe picks the kernel; the choice goes to the step's extra_info)
+#: the step's caches: upstream, its A/A control, tma, and auto (FREETOKEN_DECODE_GATHER=auto: the kernel ft bench
+#: bw's profile picked for this GPU, upstream's without one; what it runs goes to the step's extra_info)
 STEP_VARIANTS = (*DEFAULT_VARIANTS, StepVariant(Kernel.AUTO, Kernel.AUTO.env))
 STEP_KERNELS = tuple(v.name for v in STEP_VARIANTS) + (("tma_pdl", "upstream_pdl") if STEP_PDL else ())
 STEP_BLOCK = 10  # trace steps per paired round of the decode step
@@ -323,7 +323,7 @@ class Bench:
                  "zipf_exponent": step.zipf_exponent, "modelled_miss_rate": step.modelled_miss_rate,
                  "cache_slots": config.cache_slots, "top_k": config.top_k, "batch": config.batch,
                  "ideal_copy_us_per_step": misses * NVFP4_EXPERT_BYTES / (self.ceiling["start"]["gbps"] * 1e9) * 1e6,
-                 "auto_choice": results.scrub(choice_fields(step.caches[Kernel.AUTO].decode_gather_auto))}  # fmt: skip
+                 "auto_choice": results.scrub(auto_pick(step.caches[Kernel.AUTO]))}  # fmt: skip
         case = Case("step", config.layers, "zipf", round(misses * NVFP4_EXPERT_BYTES), paired(rounds, **extra))
         counter = {k: start for k in names}
 

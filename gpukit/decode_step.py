@@ -23,10 +23,11 @@ from suite.kernels import RING_ENV, SWITCH_ENV, TMA_FACTORY, UPSTREAM_FACTORY, K
 GATHER_ENV = (SWITCH_ENV, RING_ENV)
 
 
-def choice_fields(choice) -> dict[str, Any]:
-    """``FREETOKEN_DECODE_GATHER=auto``'s ``AutoChoice`` (``cache.decode_gather_auto``) as JSON fields, its
-    launcher left out (the benchmark's decode step, the stability runner and the e2e worker record it)."""
-    return {f.name: getattr(choice, f.name) for f in dataclasses.fields(choice) if f.name != "launch"}
+def auto_pick(cache) -> dict[str, Any] | None:
+    """``FREETOKEN_DECODE_GATHER=auto``'s pick in ``cache`` (its switch's ``AutoPick``, read from ``ft bench bw``'s
+    profile) as JSON fields, no launcher; None without auto (the decode step, auto_stability and e2e record it)."""
+    pick = getattr(getattr(cache, "_decode_gather_switch", None), "auto", None)
+    return None if pick is None else {"label": pick.label, "line": pick.line, "entry": pick.entry}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -120,10 +120,10 @@ _TABLE = (
                 entry="bench.e2e.__main__",
                 doc="GPU: end-to-end A/B through FreeToken's engine, upstream vs tma (--auto adds auto), fresh process "
                     "per run: nox -s e2e -- --model PATH."),
-    Measurement("auto_stability", _bench("auto_stability"), note="what auto chose in N fresh processes",
+    Measurement("auto_stability", _bench("auto_stability"), note="what auto ran in N fresh processes",
                 model="AutoStability", words="auto's stability runs",
-                doc=f"GPU: what {SWITCH_ENV}=auto chose in fresh processes, and the probe's cost "
-                    "-> results/<device>/auto_stability.json."),
+                doc=f"GPU: ft bench bw, then what {SWITCH_ENV}=auto ran in fresh processes and that building the "
+                    "cache timed nothing -> results/<device>/auto_stability.json."),
     Measurement("sass", ("conformance.sass", "--arch", "80,90,100,120", "--save", "--check"), per_device=False,
                 timestamped=False, version=2, gpu=False,
                 doc="Compile-only SASS gate of the patched kernel for sm_80..sm_120 -> results/sass.json (nvcc, no GPU)."),

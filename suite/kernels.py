@@ -3,7 +3,7 @@
     Kernel.UPSTREAM        upstream's fast_index_copy_multi (the switch unset)
     Kernel.UPSTREAM_AA     the same kernel a second time: the A/A control
     Kernel.TMA             the series' decode_gather ring (``tma``)
-    Kernel.AUTO            the start-up probe keeps the faster (``auto``)
+    Kernel.AUTO            the kernel ``ft bench bw``'s profile picked for the GPU (``auto``)
     Kernel.COPY_ENGINE     a cudaMemcpyAsync of the same bytes: the ceiling
 
 A :class:`Kernel` is a ``str`` (its word), the key of every per-kernel map a document holds. What a variant
@@ -65,7 +65,7 @@ class Variant:
 
 
 def launched(launch: Any, default_blocks_per_bank: int | None) -> Variant:
-    """The variant a launcher of the switch runs (``AutoChoice.launch``): a partial of the series' kernel's entry
+    """The variant a launcher of the switch runs (``cache._decode_miss_copy``): a partial of the series' kernel's entry
     with its ring's ``ctas``, ``stages``, ``chunk_bytes``, or of upstream's with its ``blocks_per_bank``; None:
     the cache's own upstream kernel at ``default_blocks_per_bank``."""
     keywords = getattr(launch, "keywords", None) or {}

@@ -344,8 +344,9 @@ def test_worker_reports_what_runs_from_the_launcher_not_a_label():
     """copy_kernel / copy_grid read the cache's decode miss launcher (``_decode_miss_copy``, auto's choice
     included): its kernel and ring or grid are its fields; a label is never parsed."""
     assert expected_kernel("auto") is None and expected_kernel(" AUTO ") is None
+    pick = types.SimpleNamespace(auto=types.SimpleNamespace(label="tma 1x1x1"))  # auto's label: never read
     cache = types.SimpleNamespace(_copy_fused_ok=True, _copy_blocks_per_bank=8, _decode_miss_copy=_upstream(32),
-                                  decode_gather_auto=types.SimpleNamespace(label="tma 1x1x1"))  # fmt: skip
+                                  _decode_gather_switch=pick)  # fmt: skip
     assert copy_kernel(cache) == "fast_index_copy_multi" and copy_grid(cache) == {"blocks_per_bank": 32}
     cache._decode_miss_copy = _ring(8, 2, 16384)
     assert copy_kernel(cache) == "decode_gather" and copy_grid(cache) == {"ctas": 8, "stages": 2, "chunk_bytes": 16384}

@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repeats", type=_positive, default=3, help="fresh processes per variant and point (default 3)")
     run.add_argument("--kv-tokens", type=_positive, default=8192, help="KV capacity in tokens (default 8192)")
     run.add_argument("--auto", action="store_true",
-                     help=f"a third arm, {SWITCH_ENV}=auto (each process's start-up probe picks the kernel)")
+                     help=f"a third arm, {SWITCH_ENV}=auto (the kernel ft bench bw's profile picked, read at start-up)")
     run.add_argument("--out", default=None, help="directory of e2e.json (default: results/<device>/, suite.results)")
     run.add_argument("--log-dir", default=None, help="worker logs and raw results (default: a new temp dir)")
     run.add_argument("--run-timeout-s", type=_positive, default=420, help="kill a worker after this long (default 420)")

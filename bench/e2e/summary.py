@@ -10,7 +10,7 @@ from suite.kernels import SWITCH_ENV, Kernel
 from suite.stats import fresh_processes, median, relative_range
 
 #: The A/B's variants by default: upstream (the baseline, first: the switch unset) and tma; ``run --auto`` adds
-#: auto (what each process's start-up probe chose).
+#: auto (the kernel ft bench bw's profile picked for the GPU).
 VARIANTS = (Kernel.UPSTREAM, Kernel.TMA)
 #: each variant's switch (None: unset)
 VARIANT_ENV: dict[str, str | None] = {k: k.env.get(SWITCH_ENV) for k in (Kernel.UPSTREAM, Kernel.TMA, Kernel.AUTO)}

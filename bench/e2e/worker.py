@@ -73,7 +73,7 @@ def engine_kwargs(args: argparse.Namespace, num_experts: int) -> dict[str, Any]:
 
 def copy_variant(cache) -> Variant:
     """The kernel and launch shape of ``cache``'s decode miss copy, from its launcher (``_decode_miss_copy``,
-    chosen once in ``_build_copy_plan``: upstream's at its grid, the ring, or what auto's probe kept)."""
+    chosen once in ``_build_copy_plan``: upstream's at its grid, the ring, or auto's pick)."""
     return launched(getattr(cache, "_decode_miss_copy", None), getattr(cache, "_copy_blocks_per_bank", None))
 
 
@@ -92,18 +92,10 @@ def copy_grid(cache) -> dict[str, Any]:
 
 
 def expected_kernel(env_value: str | None) -> str | None:
-    """The kernel a variant must run; None for ``auto``, whose probe may keep either."""
+    """The kernel a variant must run; None for ``auto``, whose pick (ft bench bw's profile) may be either."""
     if env_value and env_value.strip().lower() == Kernel.AUTO:
         return None
     return TMA_KERNEL if env_value else UPSTREAM_KERNEL
-
-
-def auto_choice(cache) -> dict[str, Any] | None:
-    """What ``auto``'s start-up probe chose and its figures (``cache.decode_gather_auto``), or None."""
-    from gpukit.decode_step import choice_fields
-
-    choice = getattr(cache, "decode_gather_auto", None)
-    return None if choice is None else choice_fields(choice)
 
 
 def _timed_llm(torch: Any, LLM: Any, DetokenizeMsg: Any) -> type:
@@ -194,6 +186,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
 
+    from gpukit.decode_step import auto_pick
+
     llm, cache, kernel, env_gather, graph_bs = _load(args, torch)
     t_loaded = time.perf_counter()
     ids, stamps, t_gen = _generate(llm, args, torch)
@@ -203,7 +197,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result = {
         "variant_env": env_gather, "copy_kernel": kernel,
         "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
-        "copy_grid": copy_grid(cache), "auto": auto_choice(cache), "slots": args.slots, "moe_layers": layers,
+        "copy_grid": copy_grid(cache), "auto": auto_pick(cache), "slots": args.slots, "moe_layers": layers,
         "num_experts": cache.num_experts, "prefill_overlap": bool(cache.prefill_overlap), "graph_bs": graph_bs,
         "prompt_tokens": len(llm.tokenizer.encode(PROMPT)), "generated_tokens": len(ids), "skip": args.skip,
         "tokens": args.tokens, **_timing(args, stamps, t_gen),
