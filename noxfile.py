@@ -1,10 +1,8 @@
 """nox sessions for the decode-gather patch series against FreeToken (README.md says how to use them)."""
 
-# Developer notes (not in the docstring, which ``nox -l`` prints).  build, test, quick and sass share one venv,
-# .nox/patched/ (CPU torch installed once), made by the ``patched`` session they require; GPU sessions keep their own,
-# made only where nvidia-smi finds their GPUs.  Settings: freetoken_overlay.util; what every session shares (interrupts,
-# the tests' environment): freetoken_overlay.sessions.  A new CPU session: ``@_session(python=False,
-# requires=_PATCHED_VENV)``, then ``session.run(_in_patched(session), "-m", ...)`` (the shared venv's Python).
+# Developer notes (``nox -l`` prints the docstring).  build, test, quick and sass share .nox/patched/, the venv of the
+# ``patched`` session they require.  Settings: freetoken_overlay.util; what every session shares: .sessions.  A new CPU
+# session: ``@_session(python=False, requires=_PATCHED_VENV)``, ``session.run(_in_patched(session), "-m", ...)``.
 
 from __future__ import annotations
 

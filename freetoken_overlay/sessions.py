@@ -1,13 +1,11 @@
-"""What every session of noxfile.py shares, in nox's own process: an interrupt that always stops, the environment the
-steps and the tests run in, the dependencies, the GPU count.  The noxfile calls :func:`install` once, as it loads (it
-starts no process and leaves os.environ as it was), and runs each session's function through :func:`around`.
+"""What every session of noxfile.py shares, in nox's own process.  The noxfile calls :func:`install` as it loads (it
+starts no process and leaves os.environ as it was) and runs each session's function through :func:`around`.
 
 SIGINT (Ctrl-C), SIGTERM or SIGHUP at any moment stops nox: the processes its sessions started (from /proc; nox adopts
-those whose parent died, e.g. pytest-xdist's workers) get the signal, where the terminal did not send it already,
-SIGTERM a second later, SIGKILL a minute after that (a step's time to remove what it made aside, freetoken_overlay.cli).
-nox names the signal and exits 128 + its number (130, 143, 129): no later session runs.  For tests,
-$FT_OVERLAY_SIGNAL_AT="start:NAME SIGNAL" (before session NAME's function) or "end:NAME SIGNAL" (after it returned:
-the session's last moment) makes nox send itself SIGNAL there.
+those whose parent died, e.g. pytest-xdist's workers) get the signal where the terminal did not send it, SIGTERM a
+second later, SIGKILL a minute after that (a step's time to remove what it made aside, freetoken_overlay.cli); nox
+names the signal and exits 128 + its number (130, 143, 129), running no later session.  For tests, $FT_OVERLAY_SIGNAL_AT
+"start:NAME SIGNAL" or "end:NAME SIGNAL" makes nox send itself SIGNAL before session NAME's function or after it returned.
 """
 
 from __future__ import annotations
@@ -108,9 +106,8 @@ def _signal_at(session, point: str) -> None:
 
 
 def around(func):
-    """A nox session's function, run between the points ``start:NAME`` and ``end:NAME`` of $FT_OVERLAY_SIGNAL_AT, with
-    what the steps' advice reads: that nox runs them, as started (``nox`` or ``python3 -m nox``) and the command line
-    as typed (what a refusal names, to run again)."""
+    """A nox session's function, between the points of $FT_OVERLAY_SIGNAL_AT, with what the steps' advice reads: that
+    nox runs them, how nox was started (``nox`` or ``python3 -m nox``), the command line (what a refusal names)."""
 
     @functools.wraps(func)
     def run(session) -> None:
@@ -128,10 +125,9 @@ CHOOSERS = re.compile(r"FREETOKEN_(DECODE_GATHER\w*|H2D_BLOCKS_PER_BANK|BENCHBW_
 
 
 def test_env(workdir: Workdir, name: str, environ: Mapping[str, str] = os.environ) -> tuple[dict, Path]:
-    """Test session ``name``'s environment (for nox's ``env=``, where None removes a variable) and pytest's base
-    temporary directory: the variables that choose what is under test cleared (FREETOKEN_KERNEL_CACHE_DIR and
-    FREETOKEN_DISABLE_JIT kept); temporary files (TMPDIR, pytest's) and caches (XDG_CACHE_HOME) under
-    ``<work dir>/session/NAME/``, none in /tmp.  Says so in one line."""
+    """Test session ``name``'s environment (nox's ``env=``: None removes a variable) and pytest's --basetemp: what
+    chooses what is under test cleared (FREETOKEN_KERNEL_CACHE_DIR, FREETOKEN_DISABLE_JIT kept), temporary files and
+    caches under ``<work dir>/session/NAME/`` (none in /tmp).  Says so in one line."""
     folder = workdir.root / "session" / name
     env: dict[str, str | None] = {k: None for k in sorted(environ) if CHOOSERS.fullmatch(k)}
     cleared = ", ".join(f"{k}={environ[k]!r}" for k in env) or "nothing"
@@ -139,8 +135,7 @@ def test_env(workdir: Workdir, name: str, environ: Mapping[str, str] = os.enviro
         (folder / sub).mkdir(parents=True, exist_ok=True)
         env[key] = str(folder / sub)
     if environ.get("PYTHONDONTWRITEBYTECODE"):
-        # as set, every process would compile the checkout's modules again and pytest rewrite its plugins and every
-        # test module again: their bytecode goes to <work dir>/pycache/ instead, still none beside the sources
+        # else every process compiles the checkout again and pytest rewrites every test module: <work dir>/pycache/
         env.update(PYTHONDONTWRITEBYTECODE="", PYTHONPYCACHEPREFIX=str(workdir.root / "pycache"))
     logger.info(f"the tests' environment: cleared {cleared} (what is under test); TMPDIR, XDG_CACHE_HOME and "
                 f"pytest's --basetemp under {folder}")  # fmt: skip
