@@ -50,20 +50,25 @@ def _stop(signum: int, _frame) -> None:
     if _stopping:  # a second signal: the stop is under way
         return
     _stopping.append(signum)
-    logger.error(f"got {signal.Signals(signum).name}: stopping; no later session runs (exit {128 + signum})")
-    if signum != signal.SIGINT or not (os.isatty(2) and os.tcgetpgrp(2) == os.getpgrp()):  # Ctrl-C reached them all
-        _send(signum)
-    _wait(INTERRUPT_S)
-    _send(signal.SIGTERM)
-    if left := _wait(0.5):
-        logger.error(f"waiting up to {GRACE_S:.0f} s for {left} process(es) to end")
-        if _wait(GRACE_S):
-            _send(signal.SIGKILL)
-            _wait(10.0)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(128 + signum)
+    try:  # whatever fails here, nox exits
+        logger.error(f"got {signal.Signals(signum).name}: stopping; no later session runs (exit {128 + signum})")
+        terminal = False
+        with contextlib.suppress(OSError):  # Ctrl-C: the terminal sent it to every process of its foreground group
+            terminal = signum == signal.SIGINT and os.tcgetpgrp(2) == os.getpgrp()
+        if not terminal:
+            _send(signum)
+        _wait(INTERRUPT_S)
+        _send(signal.SIGTERM)
+        if left := _wait(0.5):
+            logger.error(f"waiting up to {GRACE_S:.0f} s for {left} process(es) to end")
+            if _wait(GRACE_S):
+                _send(signal.SIGKILL)
+                _wait(10.0)
+        logging.shutdown()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
 
 
 def _ours() -> set[int]:
