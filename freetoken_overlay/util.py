@@ -25,15 +25,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 WORKDIR_ENV = "FT_OVERLAY_WORKDIR"
 WHEELHOUSE_ENV = "FT_OVERLAY_WHEELHOUSE"
+#: Read by the nox sessions: =1 reuses the torch, triton, ... of the Python running nox (``nox --no-venv`` runs in it).
 SYSTEM_SITE_ENV = "FT_OVERLAY_SYSTEM_SITE"
 VERBOSE_ENV = "FT_OVERLAY_VERBOSE"
 #: Read by the noxfile: a GPU session on a machine without its GPUs fails instead of skipping (for scripts).
 REQUIRE_GPU_ENV = "FT_OVERLAY_REQUIRE_GPU"
-#: Set by the nox sessions: advice names ``nox -s ...`` rather than this CLI.
+#: Set by the nox sessions (sessions.around): advice names ``nox -s ...`` rather than this CLI.
 NOX_ENV = "FT_OVERLAY_NOX"
-#: Set by the noxfile: how nox was started (``nox`` or ``python3 -m nox``), for that advice.
+#: Set by the nox sessions: how nox was started (``nox`` or ``python3 -m nox``), for that advice.
 NOX_COMMAND_ENV = "FT_OVERLAY_NOX_COMMAND"
-#: Set by the noxfile: the nox command line as typed (``nox -s test``): what a refusal names, to run again.
+#: Set by the nox sessions: the nox command line as typed (``nox -s test``): what a refusal names, to run again.
 NOX_RUN_ENV = "FT_OVERLAY_NOX_RUN"
 
 _TRUE = ("1", "true", "yes", "on")
@@ -133,7 +134,8 @@ class Workdir:
     * ``kernel-cache/``   AOT kernel cache built by ``build`` (FREETOKEN_KERNEL_CACHE_DIR)
     * ``kernel-build/``   its intermediate build files
     * ``sass-cache/``     the SASS tests' cubins and listings, by their inputs (conformance/conftest.py; safe to delete)
-    * ``pycache/``        bytecode of ``nox -s test``/``quick`` under PYTHONDONTWRITEBYTECODE (noxfile; safe to delete)
+    * ``pycache/``        bytecode of ``nox -s test``/``quick`` under PYTHONDONTWRITEBYTECODE (safe to delete)
+    * ``session/NAME/``   test session NAME's TMPDIR, XDG_CACHE_HOME, pytest's --basetemp (sessions.py; safe to delete)
 
     ``upstream/`` is created once and never deleted, moved or recreated by the tools (another
     release is another tag and branch in it).  ``git clean -xfd`` in the checkout deletes ``.work/`` (it is

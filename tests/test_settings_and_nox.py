@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from suite.commands import MEASUREMENTS
-from freetoken_overlay import kernels, series
+from freetoken_overlay import kernels, series, sessions
 from freetoken_overlay.pin import get_pin
 from freetoken_overlay.series import series_hash
 from freetoken_overlay.util import (
@@ -234,6 +234,7 @@ def test_skips_are_summed_up_by_reason_above_the_counts(tmp_path: Path) -> None:
     """-rs printed a line per test location (37 on this CPU machine) before the counts; the checkout's conftest.py
     sums them up, one line per reason with its files (-rs, given, still prints pytest's own lines instead)."""
     (tmp_path / "conftest.py").write_bytes((REPO_ROOT / "conftest.py").read_bytes())  # the hook under test
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # its own root, not the checkout (tmp_path is in .work/)
     for name in ("test_a.py", "test_b.py", "test_c.py"):
         (tmp_path / name).write_text("import pytest\n\ndef test_1():\n    pytest.skip('no GPU')\n\n"
                                      "def test_2():\n    pytest.skip('no GPU')\n")  # fmt: skip
@@ -249,7 +250,7 @@ def test_skips_are_summed_up_by_reason_above_the_counts(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_args_after_dashes_keep_the_spread_unless_they_choose() -> None:
+def test_args_after_dashes_keep_the_spread_unless_they_choose(tmp_path: Path) -> None:
     """Any `--` argument dropped `-n auto`: `nox -s test -- tests/x.py` ran in one process.  Now it is kept unless the
     arguments choose the processes; `nox -s quick` leaves the integration and slow tests out."""
     if not os.environ.get(NOX_ENV):
@@ -262,11 +263,76 @@ def test_args_after_dashes_keep_the_spread_unless_they_choose() -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in (NOX_ENV, NOX_COMMAND_ENV, NOX_RUN_ENV, "NOX_CURRENT_SESSION", "VIRTUAL_ENV")}  # fmt: skip
 
-    def pytest_line(*args: str) -> str:
-        proc = subprocess.run([nox, "-R", *args, "--collect-only", "-q", "tests/test_rounds.py"], cwd=REPO_ROOT,
-                              env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    def pytest_line(*args: str) -> str:  # its own --basetemp: the session's is the running one's
+        proc = subprocess.run([nox, "-R", *args, "--collect-only", f"--basetemp={tmp_path}", "tests/test_rounds.py"],
+                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True)  # fmt: skip
         return next(line for line in (proc.stdout + proc.stderr).splitlines() if " -m pytest " in line)
 
     assert (" -m pytest -n auto --dist loadgroup -m 'not integration and not slow' --collect-only "
             in pytest_line("-s", "quick", "--"))
     assert " -m pytest -n 0 --collect-only " in pytest_line("-s", "test", "--", "-n", "0")
+
+
+def test_the_tests_environment_leaves_out_what_chooses_what_is_under_test(tmp_path: Path) -> None:
+    environ = {"FREETOKEN_DECODE_GATHER": "bogus", "FREETOKEN_DECODE_GATHER_RING": "garbage",
+               "FREETOKEN_H2D_BLOCKS_PER_BANK": "3", "FREETOKEN_BENCHBW_PATH": "/x",
+               "FREETOKEN_KERNEL_CACHE_DIR": "/cache", "FREETOKEN_DISABLE_JIT": "1",
+               "XDG_CACHE_HOME": "/home/u/.cache", "TMPDIR": "/tmp", "PATH": "/bin"}  # fmt: skip
+    env, basetemp = sessions.test_env(Workdir(tmp_path), "test", environ)
+    assert {k: v for k, v in env.items() if v is None} == dict.fromkeys(list(environ)[:4])
+    folder = tmp_path / "session" / "test"
+    assert env["TMPDIR"] == str(folder / "tmp") and env["XDG_CACHE_HOME"] == str(folder / "cache")
+    assert basetemp == folder / "pytest" and Path(env["TMPDIR"]).is_dir()
+    assert not {"FREETOKEN_KERNEL_CACHE_DIR", "FREETOKEN_DISABLE_JIT", "PATH"} & set(env)  # kept as they are
+
+
+@pytest.mark.integration
+def test_the_users_choice_of_kernel_changes_no_verdict(tmp_path: Path) -> None:
+    """With FREETOKEN_DECODE_GATHER=bogus and FREETOKEN_DECODE_GATHER_RING=garbage exported (some of the series'
+    upstream tests failed), those tests pass, and a test sees neither, nor a temporary directory outside the work
+    directory."""
+    if not os.environ.get(NOX_ENV):
+        pytest.skip("runs nox -R in the shared venv nox -s test made")
+    nox = shutil.which("nox", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
+    if nox is None:
+        pytest.skip("no nox on PATH")
+    workdir = Workdir.from_env()
+    check = tmp_path / "test_environment.py"
+    check.write_text("import os, tempfile\n\ndef test_environment():\n"
+                     "    assert not [k for k in os.environ if k.startswith('FREETOKEN_DECODE_GATHER')]\n"
+                     f"    assert tempfile.gettempdir().startswith({str(workdir.root)!r})\n")  # fmt: skip
+    tests = series.work_repo(workdir) / "tests"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NOX_", "PYTEST_", "FT_OVERLAY_NOX", "TMPDIR", "VIRTUAL_ENV"))}  # fmt: skip
+    env.update(FREETOKEN_DECODE_GATHER="bogus", FREETOKEN_DECODE_GATHER_RING="garbage")
+    proc = subprocess.run([nox, "-R", "-s", "quick", "--", f"--basetemp={tmp_path / 'base'}", "-p", "no:cacheprovider",
+                           str(check), *([str(tests)] if tests.is_dir() else [])], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "cleared FREETOKEN_DECODE_GATHER='bogus', FREETOKEN_DECODE_GATHER_RING='garbage'" in out
+
+
+@pytest.mark.integration
+def test_importing_the_noxfile_starts_nothing_and_changes_no_variable(tmp_path: Path) -> None:
+    """It ran nvidia-smi and set FT_OVERLAY_NOX* as it loaded; now the sessions do what they need as they run."""
+    python = shutil.which("python3", path=os.environ.get("PATH", "").replace(str(Path(sys.executable).parent), ""))
+    if python is None or subprocess.run([python, "-c", "import nox"], capture_output=True).returncode != 0:
+        pytest.skip("no python3 with nox on PATH")
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f"#!/bin/sh\ntouch {tmp_path / 'smi-ran'}\necho 'GPU 0: NVIDIA H100'\n")
+    smi.chmod(0o755)
+    code = ("import importlib.util, json, os, sys\n"
+            "started = []\n"
+            "sys.addaudithook(lambda event, args: started.append(event) if event in ('subprocess.Popen', 'os.system', "
+            "'os.fork', 'os.forkpty', 'os.posix_spawn', 'os.exec', 'os.spawn') else None)\n"
+            "before = dict(os.environ)\n"
+            f"spec = importlib.util.spec_from_file_location('noxfile', {str(REPO_ROOT / 'noxfile.py')!r})\n"
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "print(json.dumps({'started': started, 'environ': dict(os.environ) == before}))\n")  # fmt: skip
+    env = {**os.environ, "PATH": f"{smi.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run([python, "-c", code, "-s", "test"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"started": [], "environ": True}
+    assert not (tmp_path / "smi-ran").exists()

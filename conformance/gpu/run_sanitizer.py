@@ -3,7 +3,7 @@
 
     python -m conformance.gpu.run_sanitizer                       # results/<device>/conformance/sanitize.json + logs
     python -m conformance.gpu.run_sanitizer --out DIR             # into DIR instead
-    python -m conformance.gpu.run_sanitizer --dry-run             # CPU: show the commands, self-test the log parser
+    python -m conformance.gpu.run_sanitizer --dry-run [--out DIR]  # CPU: show the commands (and a sample summary)
 
 First the case runs once without a sanitizer (it JIT-builds the modules and must be exact), then
 once per tool. The summary holds, per tool, the error count from the tool's closing line, its exit
@@ -18,7 +18,6 @@ import logging
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
 from freetoken_overlay.toolchain import find_tool
@@ -49,21 +48,6 @@ def parse_summary(text: str) -> dict:
     return out
 
 
-SAMPLES = {
-    "========= ERROR SUMMARY: 0 errors\n": (0, 0),
-    "========= Invalid __global__ read of size 16 bytes\n========= ERROR SUMMARY: 3 errors\n": (3, 0),
-    "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n": (1, 1),
-    "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n": (0, 0),
-}
-
-
-def self_test() -> None:
-    for text, (errors, warnings) in SAMPLES.items():
-        got = parse_summary(text)
-        assert got["errors"] == errors and got["warnings"] == warnings, (text, got)
-    assert parse_summary("Segmentation fault\n")["errors"] is None
-
-
 def find_sanitizer(explicit: str | None) -> str | None:
     """``explicit``, else compute-sanitizer in ``freetoken_overlay.toolchain``'s order."""
     return explicit or find_tool("compute-sanitizer")
@@ -78,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--case-args", default="", help="extra arguments for sanitize_case.py, e.g. '--kernel both'")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per tool run")
-    ap.add_argument("--dry-run", action="store_true", help="print the commands and self-test the parser; run nothing")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the commands; run nothing (with --out: a sample summary there)")
     args = ap.parse_args(argv)
     configure()
 
@@ -86,14 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     case_cmd = [sys.executable, "-m", CASE, *args.case_args.split()]
     san = find_sanitizer(args.sanitizer)
     if args.dry_run:
-        self_test()
-        logger.info("parser self-test: ok")
         logger.info("plain: %s", " ".join(case_cmd))
         for tool in tools:
             logger.info("%s: %s", tool, " ".join([san or "compute-sanitizer", "--tool", tool, "--print-limit", "100", *case_cmd]))
-        sample = results.path("sanitize", out_dir=tempfile.mkdtemp(prefix="sanitizer-dry-"))
-        results.write_json(sample, {"dry_run": True, "tools": {t: {"errors": 0} for t in tools}, "passed": True})
-        logger.info("sample summary (not a result): %s", sample)
+        if args.out:  # a sample summary (not a result)
+            logger.info("wrote %s", results.save("sanitize", out_dir=args.out, dry_run=True, passed=True,
+                                                 tools={t: {"errors": 0} for t in tools}))  # fmt: skip
         return 0
     if san is None:
         logger.error("run_sanitizer: compute-sanitizer not found ($COMPUTE_SANITIZER, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin)")
@@ -132,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                     case_ok, rc, rec["seconds"], "" if good else "  <-- FAIL")  # fmt: skip
     summary.total_errors = sum((r["errors"] or 0) for r in summary.tools.values())
     summary.passed = bool(ok)
-    results.supersede("sanitize", target)
-    path = results.write_json(target, results.scrub(results.document("sanitize", machine=info, **summary.to_doc())))
-    logger.info("wrote %s", path)
+    logger.info("wrote %s", results.save("sanitize", machine=info, out_dir=args.out, **summary.to_doc()))
     return 0 if ok else 1
 
 
