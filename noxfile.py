@@ -222,7 +222,7 @@ for _m in commands.MEASUREMENTS.values():
 
 @_session()
 def report(session: nox.Session) -> None:
-    """Render results/README.md, REPORT.md, PR-1.md and PR-2.md from the committed JSON with the templates (no GPU)."""
+    """Render results/README.md, REPORT.md and one PR-<n>.md per line of patches/pull-requests.txt (no GPU)."""
     session.install(*_group("report"))
     session.run("python", "-m", *commands.REPORT.args, *session.posargs)
 
