@@ -29,16 +29,7 @@ from . import pin as pins
 from . import requirements as req
 from . import series
 from .requirements import GPU_PYTHON
-from .util import (
-    VERBOSE_ENV,
-    OverlayError,
-    Workdir,
-    check_flags,
-    pip_source_args,
-    nox_run,
-    verbose,
-    wheelhouse_dir,
-)
+from .util import VERBOSE_ENV, OverlayError, Workdir, check_flags, nox_run, pip_source_args, verbose, wheelhouse_dir
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +82,8 @@ def cmd_apply(args: argparse.Namespace) -> None:
     if args.author is not None and args.upstream is None:
         raise OverlayError("--author is for the submission branch: use it with --upstream PATH --rev REV")
     if args.upstream is not None:
-        series.apply_to_clone(
-            Path(args.upstream).resolve(), args.rev, patches_dir=_patches(args), branch=args.branch, force=args.force,
-            author=args.author,
-        )  # fmt: skip
+        series.apply_to_clone(Path(args.upstream).resolve(), args.rev, patches_dir=_patches(args), branch=args.branch,
+                              force=args.force, author=args.author)  # fmt: skip
         return
     series.apply(pins.get_pin(args.release), **_in_workdir(args), force=args.force)
 
@@ -184,10 +173,8 @@ def cmd_kept(args: argparse.Namespace) -> None:
 def cmd_wheelhouse(args: argparse.Namespace) -> None:
     from .wheelhouse import download_wheelhouse
 
-    download_wheelhouse(
-        Path(args.dir).resolve(), pins.get_pin(args.release), workdir=Workdir.from_env(),
-        python_version=args.python_version,
-    )  # fmt: skip
+    download_wheelhouse(Path(args.dir).resolve(), pins.get_pin(args.release), workdir=Workdir.from_env(),
+                        python_version=args.python_version)  # fmt: skip
 
 
 def tool_version() -> str:
@@ -200,28 +187,20 @@ def tool_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m freetoken_overlay", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--version", action="version",
-        version=f"freetoken_overlay {tool_version()} (pinned FreeToken {pins.DEFAULT_VERSION})",
-    )  # fmt: skip
+    version = f"freetoken_overlay {tool_version()} (pinned FreeToken {pins.DEFAULT_VERSION})"
+    parser.add_argument("--version", action="version", version=version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, func, help: str, *, patches: bool = True, wheelhouse: bool = True, pip: bool = True,
                 locks: bool = True):
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(func=func, verbose=False, locks=locks)
-        sub.add_argument(
-            "--release", default=pins.DEFAULT_VERSION, choices=sorted(pins.PINS),
-            help=f"pinned upstream FreeToken release (default {pins.DEFAULT_VERSION})",
-        )  # fmt: skip
+        sub.add_argument("--release", default=pins.DEFAULT_VERSION, choices=sorted(pins.PINS),
+                         help=f"pinned upstream FreeToken release (default {pins.DEFAULT_VERSION})")  # fmt: skip
         if pip:  # only where pip runs (a download, an install)
-            sub.add_argument(
-                "-v", "--verbose", action="store_true", help=f"show pip's own output (or ${VERBOSE_ENV}=1)"
-            )
+            sub.add_argument("-v", "--verbose", action="store_true", help=f"show pip's output (or ${VERBOSE_ENV}=1)")
         if patches:
-            sub.add_argument(
-                "--patches", default=str(series.PATCHES_DIR), help="patch series directory (default: %(default)s)"
-            )
+            sub.add_argument("--patches", default=str(series.PATCHES_DIR), help="the series (default: %(default)s)")
         if wheelhouse:
             sub.add_argument("--wheelhouse", help="offline wheel directory (default $FT_OVERLAY_WHEELHOUSE)")
         return sub
@@ -229,20 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
     apply = command("apply", cmd_apply, "build the work repo and git-am the series onto branch decode-gather")
     apply.add_argument("--upstream", metavar="PATH", help="apply onto this upstream clone instead")
     apply.add_argument("--rev", metavar="REV", help="with --upstream: the commit to branch off")
-    apply.add_argument(
-        "--author", metavar="'NAME <EMAIL>'",
-        help="with --upstream: author and commit the branch as this person, dated now (patches/ keeps each patch's own)",
-    )  # fmt: skip
-    apply.add_argument(
-        "--branch", default=series.BRANCH, help=f"with --upstream: branch name (default {series.BRANCH})"
-    )
-    apply.add_argument(
-        "--force",
-        action="store_true",
-        help="move the series branch to patches/ even where it holds commits patches/ does not (its old tip "
-        "stays named: a branch or tag there, else a new kept/ branch, printed) / with --upstream: move an "
-        "existing branch (its old tip kept the same way)",
-    )
+    apply.add_argument("--author", metavar="'NAME <EMAIL>'", help="with --upstream: author and commit the branch as "
+                       "this person, dated now (patches/ keeps each patch's own)")  # fmt: skip
+    apply.add_argument("--branch", default=series.BRANCH, help=f"with --upstream: branch (default {series.BRANCH})")
+    apply.add_argument("--force", action="store_true", help="move the series branch to patches/ even where it holds "
+                       "commits patches/ does not (its old tip stays named: a branch or tag there, else a new kept/ "
+                       "branch, printed) / with --upstream: move an existing branch (its old tip kept the same way)")
     command("export", cmd_export, "write patches/ from upstream-<version>..decode-gather", wheelhouse=False, pip=False)
     wheel = command("build-wheel", cmd_build_wheel, "build the patched wheel into <workdir>/dist/")
     wheel.add_argument("--install", action="store_true", help="pip install --no-deps --force-reinstall it")

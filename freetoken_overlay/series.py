@@ -28,28 +28,9 @@ from .notes import attach_note
 from .pin import DEFAULT_VERSION, Pin
 from .upstream import load_source_tree
 from .util import REPO_ROOT, OverlayError, Workdir, git, git_out, hint, running
-from .workrepo import (
-    BRANCH,
-    branch_tip,
-    carry_notes,
-    check_out_new_branch,
-    checked_out_elsewhere,
-    dirt,
-    file_patch_ids,
-    head_place,
-    head_ref,
-    init_repo,
-    keep_ref,
-    make_base_commit,
-    on_branch,
-    patch_ids,
-    q,
-    read_state,
-    refuse_if_busy,
-    series_branch,
-    unfinished,
-    write_state,
-)
+from .workrepo import BRANCH, branch_tip, carry_notes, check_out_new_branch, checked_out_elsewhere, dirt
+from .workrepo import file_patch_ids, head_place, head_ref, init_repo, keep_ref, make_base_commit, on_branch, patch_ids
+from .workrepo import q, read_state, refuse_if_busy, series_branch, unfinished, write_state
 
 logger = logging.getLogger(__name__)
 
@@ -100,19 +81,14 @@ def series_hash(patches_dir: Path | str | None = None, *, files: Sequence[Path] 
     return digest.hexdigest()[:SERIES_HASH_LENGTH]
 
 
-# --------------------------------------------------------------------------- git am
-
-
 def _failed_files(output: str) -> list[str]:
     """The files ``git am``/``git apply`` names in its error lines, in order."""
     matches = (_FAILED.match(line.strip()) for line in output.splitlines())
     return list(dict.fromkeys(m[1] or m[2] for m in matches if m))
 
 
-def am_series(
-    repo: Path, patches: Sequence[Path], *, hermetic: bool = True, identity: Mapping[str, str] | None = None,
-    notes: bool = False,
-) -> str:
+def am_series(repo: Path, patches: Sequence[Path], *, hermetic: bool = True, identity: Mapping[str, str] | None = None,
+              notes: bool = False) -> str:  # fmt: skip
     """``git am`` each patch onto the checked-out branch of ``repo``; the new tip.
 
     One ``git am`` per patch, so a failure names the patch file directly. With ``identity``
@@ -152,10 +128,8 @@ def author_identity(author: str) -> dict[str, str]:
     return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
 
 
-def build_aside(
-    repo: Path, base: str, patches: Sequence[Path], *, hermetic: bool = True, identity: Mapping[str, str] | None = None,
-    notes: bool = False,
-) -> str:
+def build_aside(repo: Path, base: str, patches: Sequence[Path], *, hermetic: bool = True,
+                identity: Mapping[str, str] | None = None, notes: bool = False) -> str:  # fmt: skip
     """The series' commits on ``base``, made in a temporary worktree of ``repo`` (its own work tree,
     index, HEAD and refs untouched); the new tip.  The worktree, made here, is removed here."""
     with tempfile.TemporaryDirectory(prefix="ft-overlay-am-") as tmp:
@@ -167,9 +141,6 @@ def build_aside(
             git(repo, "worktree", "remove", "--force", str(worktree), hermetic=hermetic, check=False)
 
 
-# --------------------------------------------------------------------------- apply
-
-
 def series_args(pin: Pin, patches_dir: Path | None) -> list[str]:
     """The CLI options that select this release and series, for advice."""
     args = [] if pin.version == DEFAULT_VERSION else ["--release", pin.version]
@@ -178,9 +149,7 @@ def series_args(pin: Pin, patches_dir: Path | None) -> list[str]:
     return args
 
 
-def _base(
-    repo: Path, pin: Pin, workdir: Workdir, wheelhouse: Path | None, files: Mapping[str, bytes] | None = None
-) -> str:
+def _base(repo: Path, pin: Pin, workdir: Workdir, wheelhouse: Path | None, files: Mapping[str, bytes] | None) -> str:
     """The base commit of ``pin`` in ``repo``, made (from ``files``, the verified source tree, loaded here
     if not given) and tagged if missing; a tag moved elsewhere is refused."""
     tagged = git(repo, "rev-parse", "-q", "--verify", f"refs/tags/{pin.tag}^{{commit}}", check=False).stdout.strip()
@@ -229,9 +198,8 @@ def _move_branch(repo: Path, branch: str, old: str | None, new: str) -> None:
         git(repo, "reset", "-q", "--keep", new)
 
 
-def apply(
-    pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None, wheelhouse: Path | None = None, force: bool = False
-) -> Path:
+def apply(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None, wheelhouse: Path | None = None,
+          force: bool = False) -> Path:  # fmt: skip
     """Apply the series to the work repository (created if missing); its path.
 
     The series' commits are built aside; the series branch then moves to them when it is new, already
@@ -335,24 +303,14 @@ def _patch_advice(exc: PatchError, repo: Path, branch: str, args: list[str]) -> 
     )
 
 
-def apply_to_clone(
-    clone: Path,
-    rev: str,
-    *,
-    patches_dir: Path | None = None,
-    branch: str = BRANCH,
-    force: bool = False,
-    author: str | None = None,
-) -> str:
+def apply_to_clone(clone: Path, rev: str, *, patches_dir: Path | None = None, branch: str = BRANCH, force: bool = False,
+                   author: str | None = None) -> str:  # fmt: skip
     """Apply the series onto ``rev`` of a real upstream clone, as branch ``branch``.
 
-    The patches are applied in a temporary detached worktree, so the clone's
-    own checkout is never touched, and the branch only moves once every patch
-    applied.  The user's git configuration applies here (it is their clone).
-    Without ``author`` the commits keep each patch's author and date
-    (the overlay's identity commits them); with ``author`` ("Name <email>")
-    they are authored and committed by that person, dated now: the branch to
-    submit.
+    The patches are applied in a temporary detached worktree, so the clone's own checkout is never touched, and the
+    branch only moves once every patch applied.  The user's git configuration applies here (it is their clone).
+    Without ``author`` the commits keep each patch's author and date (the overlay's identity commits them); with
+    ``author`` ("Name <email>") they are authored and committed by that person, dated now: the branch to submit.
     """
     identity = author_identity(author) if author is not None else None
     if not (clone / ".git").exists() and git(clone, "rev-parse", "--git-dir", hermetic=False, check=False).returncode:
@@ -371,9 +329,8 @@ def apply_to_clone(
             "fix the files it names, git add them, git am --continue",
             exc.patch, exc.index, exc.count, exc.applied,
         ) from None  # fmt: skip
-    current = git(
-        clone, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", hermetic=False, check=False
-    ).stdout.strip()
+    current = git(clone, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", hermetic=False, check=False).stdout
+    current = current.strip()
     if current == head:
         logger.info(f"{clone}: branch {branch} is up to date at {head}")
         return head
@@ -391,17 +348,15 @@ def apply_to_clone(
     return head
 
 
-def ensure_applied(
-    pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None, wheelhouse: Path | None = None
-) -> Path:
+def ensure_applied(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None, wheelhouse: Path | None = None
+                   ) -> Path:  # fmt: skip
     """The work repository, (re)applied first if missing or built from another series.
 
     A wheel is built from the series branch and the tests run from the work tree, so a repository
     holding the series with commits not exported, uncommitted or untracked files, or HEAD on
     another branch is refused: the wheel would not match what is tested.
     """
-    repo, branch = work_repo(workdir), series_branch(pin)
-    series = series_hash(patches_dir)
+    repo, branch, series = work_repo(workdir), series_branch(pin), series_hash(patches_dir)
     args = series_args(pin, patches_dir)
     refuse_empty(patch_files(patches_dir), args)
     if (repo / ".git").is_dir():

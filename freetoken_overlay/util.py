@@ -160,34 +160,16 @@ class Workdir:
             )
         return cls(env_dir(WORKDIR_ENV, must_exist=False, environ=environ) or REPO_ROOT / ".work")
 
-    @property
-    def wheels(self) -> Path:
-        return self.root / "wheels"
-
-    @property
-    def dist(self) -> Path:
-        return self.root / "dist"
-
-    @property
-    def kernel_cache(self) -> Path:
-        return self.root / "kernel-cache"
-
-    @property
-    def kernel_build(self) -> Path:
-        return self.root / "kernel-build"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    wheels = property(lambda self: self.root / "wheels")
+    dist = property(lambda self: self.root / "dist")
+    kernel_cache = property(lambda self: self.root / "kernel-cache")
+    kernel_build = property(lambda self: self.root / "kernel-build")
 
 
 def verify_sha256(path: Path, expected: str) -> None:
     """Refuse ``path`` unless its sha256 is ``expected``."""
-    actual = sha256_file(path)
+    with path.open("rb") as handle:
+        actual = hashlib.file_digest(handle, "sha256").hexdigest()
     if actual != expected:
         raise OverlayError(f"{path}: sha256 mismatch (expected {expected}, actual {actual}); refusing to use it")
 
@@ -198,23 +180,12 @@ OVERLAY_EMAIL = "freetoken-overlay@invalid"
 
 
 def git_env(*, hermetic: bool, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for git: C locale, UTC, the overlay committer identity.
-
-    ``hermetic`` also hides the user's and the system's git configuration
-    (format.*, diff.*, am.*, init.defaultBranch, ...), so that the overlay's own
-    work repository behaves the same on every machine.
-    """
+    """Environment for git: C locale, UTC, the overlay committer identity.  ``hermetic`` also hides the user's and
+    the system's git configuration (format.*, diff.*, am.*, init.defaultBranch, ...), so that the overlay's own work
+    repository behaves the same on every machine."""
     env = dict(os.environ)
-    env.update(
-        LC_ALL="C",
-        LANG="C",
-        TZ="UTC",
-        GIT_COMMITTER_NAME=OVERLAY_NAME,
-        GIT_COMMITTER_EMAIL=OVERLAY_EMAIL,
-        GIT_TERMINAL_PROMPT="0",
-        GIT_EDITOR="true",
-        GIT_PAGER="cat",
-    )
+    env.update(LC_ALL="C", LANG="C", TZ="UTC", GIT_COMMITTER_NAME=OVERLAY_NAME, GIT_COMMITTER_EMAIL=OVERLAY_EMAIL,
+               GIT_TERMINAL_PROMPT="0", GIT_EDITOR="true", GIT_PAGER="cat")  # fmt: skip
     if hermetic:
         env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
     for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
@@ -224,26 +195,13 @@ def git_env(*, hermetic: bool, extra: Mapping[str, str] | None = None) -> dict[s
     return env
 
 
-def git(
-    repo: Path,
-    *args: str,
-    hermetic: bool = True,
-    env: Mapping[str, str] | None = None,
-    check: bool = True,
-    capture: bool = True,
-    input: str | None = None,
-) -> subprocess.CompletedProcess[str]:
+def git(repo: Path, *args: str, hermetic: bool = True, env: Mapping[str, str] | None = None, check: bool = True,
+        capture: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """Run ``git -C repo args...`` (``input`` on its stdin); on failure raise :class:`OverlayError`
     with git's output."""
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args],
-        env=git_env(hermetic=hermetic, extra=env),
-        input=input,
-        text=True,
-        stdout=subprocess.PIPE if capture else None,
-        stderr=subprocess.PIPE if capture else None,
-        check=False,
-    )
+    pipe = subprocess.PIPE if capture else None
+    proc = subprocess.run(["git", "-C", str(repo), *args], env=git_env(hermetic=hermetic, extra=env), input=input,
+                          text=True, stdout=pipe, stderr=pipe, check=False)  # fmt: skip
     if check and proc.returncode != 0:
         output = "\n".join(s.strip() for s in (proc.stdout, proc.stderr) if s and s.strip())
         raise OverlayError(f"git {' '.join(args)} failed in {repo} (exit {proc.returncode}):\n{output}")
@@ -257,9 +215,7 @@ def git_out(repo: Path, *args: str, hermetic: bool = True) -> str:
 
 def git_bytes(repo: Path, *args: str, hermetic: bool = True) -> bytes:
     """Raw stdout of ``git args...`` in ``repo`` (for blob contents, and NUL-separated ``-z`` output)."""
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args], env=git_env(hermetic=hermetic), capture_output=True, check=False
-    )
+    proc = subprocess.run(["git", "-C", str(repo), *args], env=git_env(hermetic=hermetic), capture_output=True)
     if proc.returncode != 0:
         raise OverlayError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.decode(errors='replace')}")
     return proc.stdout
@@ -279,7 +235,6 @@ def run_checked(cmd: Sequence[str], *, what: str, env: Mapping[str, str] | None 
         raise OverlayError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}")
 
 
-def python_tag(version_info: tuple[int, int] | None = None) -> str:
-    """``cp311``-style tag of the running (or given) interpreter."""
-    major, minor = version_info or sys.version_info[:2]
-    return f"cp{major}{minor}"
+def python_tag() -> str:
+    """``cp311``-style tag of the running interpreter."""
+    return f"cp{sys.version_info.major}{sys.version_info.minor}"

@@ -29,13 +29,9 @@ WORK_EXCLUDES = ("__pycache__/", "*.pyc", ".pytest_cache/", ".hypothesis/", ".be
 
 #: Operations git leaves in progress, by the file it keeps in the git directory: (what, the git command that
 #: continues or aborts it); ``rebase-apply`` is a rebase or a ``git am``, told apart by its ``applying`` file.
-_IN_PROGRESS = {
-    "rebase-merge": ("a rebase", "rebase"),
-    "rebase-apply": ("a rebase", "rebase"),
-    "MERGE_HEAD": ("a merge", "merge"),
-    "CHERRY_PICK_HEAD": ("a cherry-pick", "cherry-pick"),
-    "REVERT_HEAD": ("a revert", "revert"),
-}
+_IN_PROGRESS = {"rebase-merge": ("a rebase", "rebase"), "rebase-apply": ("a rebase", "rebase"),
+                "MERGE_HEAD": ("a merge", "merge"), "CHERRY_PICK_HEAD": ("a cherry-pick", "cherry-pick"),
+                "REVERT_HEAD": ("a revert", "revert")}  # fmt: skip
 
 
 def q(value: object) -> str:
@@ -45,9 +41,6 @@ def q(value: object) -> str:
 def series_branch(pin: Pin) -> str:
     """The branch the series lives on for ``pin``: ``decode-gather`` (``decode-gather-<v>`` for another release)."""
     return BRANCH if pin.version == DEFAULT_VERSION else f"{BRANCH}-{pin.version}"
-
-
-# --------------------------------------------------------------------------- recorded state
 
 
 def read_state(repo: Path, branch: str = BRANCH) -> tuple[str | None, str | None]:
@@ -85,9 +78,6 @@ def read_manifest(repo: Path, branch: str) -> dict[str, str]:
         return {}
 
 
-# --------------------------------------------------------------------------- what is checked out
-
-
 def branch_tip(repo: Path, branch: str = BRANCH) -> str | None:
     proc = git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}^{{commit}}", check=False)
     return proc.stdout.strip() or None
@@ -104,8 +94,7 @@ def on_branch(repo: Path, branch: str = BRANCH) -> bool:
 
 def head_place(repo: Path) -> str:
     """Where HEAD is, in words: ``on branch NAME`` or ``detached at SHA``."""
-    ref = head_ref(repo)
-    if ref is not None:
+    if (ref := head_ref(repo)) is not None:
         return f"on branch {ref.removeprefix('refs/heads/')}"
     return f"detached at {git(repo, 'rev-parse', '-q', '--verify', 'HEAD', check=False).stdout.strip() or '(none)'}"
 
@@ -185,15 +174,11 @@ def named_ref_at(repo: Path, commit: str, besides: str = "") -> str | None:
 def keep_ref(repo: Path, branch: str, commit: str) -> str:
     """A named ref at ``commit`` before ``branch`` moves off it: an existing branch or tag there, else a new
     branch ``kept/<branch>-<sha12>`` (never moved: created only where that name is free)."""
-    name = f"kept/{branch}-{commit[:12]}"
-    existing = named_ref_at(repo, commit, besides=branch)
-    if existing is not None:
+    if (existing := named_ref_at(repo, commit, besides=branch)) is not None:
         return existing
+    name = f"kept/{branch}-{commit[:12]}"
     git(repo, "update-ref", "-m", f"overlay: {branch} was here", f"refs/heads/{name}", commit, "")
     return name
-
-
-# --------------------------------------------------------------------------- the base commit
 
 
 def _base_env() -> dict[str, str]:
@@ -244,9 +229,7 @@ def kept_refs(repo: Path, base: str, branch: str, known: set[str]) -> dict[str, 
 
 def make_base_commit(repo: Path, pin: Pin, files: Mapping[str, bytes]) -> str:
     """The deterministic base commit of ``files`` in ``repo`` (its work tree and refs untouched); its id.
-
-    Tree and commit ids are asserted against the pin; the caller tags it.
-    """
+    Tree and commit ids are asserted against the pin; the caller tags it."""
     with tempfile.TemporaryDirectory(prefix="ft-overlay-base-") as tmp:
         tree_dir = Path(tmp) / "tree"
         write_tree(files, tree_dir)
@@ -257,10 +240,8 @@ def make_base_commit(repo: Path, pin: Pin, files: Mapping[str, bytes]) -> str:
             raise OverlayError(f"base tree of FreeToken {pin.version}: expected {pin.tree_id}, got {tree}")
         commit = git(repo, "commit-tree", tree, env=_base_env(), input=pin.base_message).stdout.strip()
     if commit != pin.base_commit:
-        raise OverlayError(
-            f"base commit of FreeToken {pin.version}: expected {pin.base_commit}, got {commit} "
-            "(has the base commit's identity, date or message changed?)"
-        )
+        raise OverlayError(f"base commit of FreeToken {pin.version}: expected {pin.base_commit}, got {commit} "
+                           "(has the base commit's identity, date or message changed?)")  # fmt: skip
     return commit
 
 
