@@ -19,22 +19,8 @@ from pathlib import Path
 from .pin import Pin
 from .series import PATCHES_DIR, series_args, patch_files, series_hash, work_repo
 from .util import OverlayError, Workdir, git, git_bytes, git_out, hint
-from .workrepo import (
-    dirt,
-    empty_commits,
-    head_place,
-    on_branch,
-    q,
-    read_manifest,
-    read_state,
-    refuse_if_busy,
-    series_branch,
-    sha256_hex,
-    text_patch_id,
-    unfinished,
-    write_manifest,
-    write_state,
-)
+from .workrepo import dirt, empty_commits, head_place, on_branch, q, read_manifest, read_state, refuse_if_busy
+from .workrepo import series_branch, sha256_hex, text_patch_id, unfinished, write_manifest, write_state
 
 logger = logging.getLogger(__name__)
 
@@ -43,28 +29,18 @@ logger = logging.getLogger(__name__)
 #: (--full-index), and ``[PATCH]`` subjects without ``n/m`` (--no-numbered: adding a commit
 #: writes one new file and leaves the others' bytes alone).  The diffstat stays (reviewers read
 #: it); format-patch draws it at a fixed width whatever the terminal.  The work repository is used
-#: with the user's and system git configuration hidden, so format.* / diff.* settings cannot leak in.
-FORMAT_PATCH_FLAGS = (
-    "--zero-commit",
-    "--no-signature",
-    "--full-index",
-    "--no-numbered",
-    "--subject-prefix=PATCH",
-    "--no-cover-letter",
-    "--no-thread",
-    "--notes",  # a commit's git note below ---: a reviewer's note of its patch, read back by apply (.notes)
-)
-
+#: with the user's and system git configuration hidden, so format.* / diff.* settings cannot leak in.  ``--notes``: a
+#: commit's git note below ``---``, a reviewer's note of its patch, read back by apply (.notes).
+FORMAT_PATCH_FLAGS = ("--zero-commit", "--no-signature", "--full-index", "--no-numbered", "--subject-prefix=PATCH",
+                      "--no-cover-letter", "--no-thread", "--notes")  # fmt: skip
 
 _HAND_EDIT = " (has changes the project's git does not hold: a hand edit or a note?)"
 
 
 def clean_in_git(folder: Path) -> set[Path]:
     """The files under ``folder`` that the project's own git tracks unchanged (none outside a git checkout).
-
     git's output is read as bytes, NUL-separated (``-z``), so any file name (a space, a newline, a quote,
-    a byte that is not UTF-8) is read as is.
-    """
+    a byte that is not UTF-8) is read as is."""
 
     def run(*args: str) -> list[str]:  # the project's git, with its user's configuration (their checkout)
         try:
@@ -93,9 +69,8 @@ def format_patches(repo: Path, base: str, tip: str) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in Path(tmp).glob("*.patch")}
 
 
-def _plan(
-    repo: Path, patches_dir: Path, new: dict[str, bytes], written: dict[str, str]
-) -> tuple[list[Path], list[Path], list[str]]:
+def _plan(repo: Path, patches_dir: Path, new: dict[str, bytes], written: dict[str, str]
+          ) -> tuple[list[Path], list[Path], list[str]]:  # fmt: skip
     """(files to write, files to remove, why others stop it).  A file no longer in the series is removed
     where export wrote it, or where git holds it and its change is in a new file (a renamed commit)."""
     clean = clean_in_git(patches_dir)
@@ -135,23 +110,18 @@ def writable(folder: Path) -> bool:
 
 def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> list[Path]:
     """Write ``patches/*.patch`` from ``upstream-<version>..<series branch>``; the series' files.
-
     Refused (nothing written) while HEAD is off the series branch or an operation is in progress,
     when a commit is empty, when patches/ changed since the repository was applied or exported
-    (a pull: apply first), and where a file would lose something (see the module docstring).
-    """
+    (a pull: apply first), and where a file would lose something (see the module docstring)."""
     patches_dir = patches_dir or PATCHES_DIR
-    args, branch = series_args(pin, patches_dir), series_branch(pin)
-    repo = work_repo(workdir)
+    args, branch, repo = series_args(pin, patches_dir), series_branch(pin), work_repo(workdir)
     if not (repo / ".git").is_dir():
         raise OverlayError(f"{repo} does not exist: run {hint('apply', *args)} first")
     refuse_if_busy(repo, "export", hint("export", *args))
     if not on_branch(repo, branch):
-        raise OverlayError(
-            f"{repo}: HEAD is {head_place(repo)}; export writes patches/ from branch {branch} only\n"
-            f"to export {branch}, run git -C {repo} switch {branch}, then {hint('export', *args)}\n"
-            f"to export the other branch's work, bring it onto {branch} first (rebase or cherry-pick)"
-        )
+        raise OverlayError(f"{repo}: HEAD is {head_place(repo)}; export writes patches/ from branch {branch} only\n"
+                           f"to export {branch}, run git -C {repo} switch {branch}, then {hint('export', *args)}\n"
+                           f"to export the other branch's work, bring it onto {branch} first (rebase or cherry-pick)")
     if unfinished(repo, branch):
         raise OverlayError(f"{repo} has no commits yet: its first apply did not finish; "
                            f"run {hint('apply', *args)} again")
@@ -176,17 +146,12 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
                    f"the old tip named and prints the git cherry-pick that carries them over; run that, then export")
         else:
             way = f"run {hint('apply', *args)} first, then export"
-        raise OverlayError(
-            f"patches/ (series {now}) changed since {repo} was last applied or exported (series {recorded}), "
-            f"a pull or an edit; exporting now would undo that change\n{way}"
-        )
+        raise OverlayError(f"patches/ (series {now}) changed since {repo} was last applied or exported (series "
+                           f"{recorded}), a pull or an edit; exporting now would undo that change\n{way}")
     if problems:
-        raise OverlayError(
-            "export would replace or remove patch files that hold something it did not write; nothing was written:\n"
-            + "\n".join(problems)
-            + f"\ncommit them in this checkout (git add + git commit) so git keeps them, or move them aside; "
-            f"then run {hint('export', *args)}"
-        )
+        raise OverlayError("export would replace or remove patch files that hold something it did not write; nothing "
+                           "was written:\n" + "\n".join(problems) + "\ncommit them in this checkout (git add + git "
+                           f"commit) so git keeps them, or move them aside; then run {hint('export', *args)}")
     try:
         for target in writes:
             tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")

@@ -52,10 +52,8 @@ def cuda_arch_list() -> str:
     raw = os.environ.get(CUDA_ARCH_LIST_ENV, "")
     archs = raw.split() or DEFAULT_CUDA_ARCH_LIST.split()
     if bad := [a for a in archs if not _ARCH.match(a)]:
-        raise OverlayError(
-            f"{CUDA_ARCH_LIST_ENV}={raw!r}: {', '.join(bad)} is not a CUDA architecture; "
-            "allowed values: space-separated MAJOR.MINOR, optionally with an a or f suffix (e.g. '9.0 10.0a')"
-        )
+        raise OverlayError(f"{CUDA_ARCH_LIST_ENV}={raw!r}: {', '.join(bad)} is not a CUDA architecture; allowed "
+                           "values: space-separated MAJOR.MINOR, optionally with an a or f suffix (e.g. '9.0 10.0a')")
     return " ".join(archs)
 
 
@@ -68,10 +66,8 @@ def _nvcc_top(nvcc: str) -> Path | None:
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "probe.cu"
         source.write_text("")
-        proc = subprocess.run(
-            [nvcc, "--dryrun", "-c", str(source), "-o", str(Path(tmp) / "probe.o")],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+        proc = subprocess.run([nvcc, "--dryrun", "-c", str(source), "-o", str(Path(tmp) / "probe.o")],
+                              capture_output=True, text=True)  # fmt: skip
     match = re.search(r"^#\$ TOP=(.+)$", proc.stdout + proc.stderr, re.MULTILINE)
     return Path(match.group(1).strip()).resolve() if match else None
 
@@ -88,10 +84,8 @@ def _shim_cuda_home(root: Path, shim: Path) -> Path | None:
     if shim.exists() or shim.is_symlink():  # an earlier build's: used as it is, never removed or rewritten
         if all((shim / name).is_symlink() and (shim / name).readlink() == target for name, target in links.items()):
             return shim
-        raise OverlayError(
-            f"{shim} exists but is not the CUDA_HOME shim for {root} (links {', '.join(links)}): "
-            "move it aside, or set CUDA_HOME to a complete CUDA toolkit"
-        )
+        raise OverlayError(f"{shim} exists but is not the CUDA_HOME shim for {root} (links {', '.join(links)}): "
+                           "move it aside, or set CUDA_HOME to a complete CUDA toolkit")  # fmt: skip
     (shim / "lib64").mkdir(parents=True)
     for name, target in links.items():
         (shim / name).symlink_to(target)
@@ -129,8 +123,7 @@ def _torch_cuda_major() -> int | None:
 
 def ensure_cuda_home(workdir: Workdir, *, pip_args: list[str]) -> Path:
     """A CUDA toolkit; where none is found, NVIDIA's compiler from PyPI is installed."""
-    home = find_cuda_home(workdir)
-    if home is not None:
+    if (home := find_cuda_home(workdir)) is not None:
         return home
     major = _torch_cuda_major() or DEFAULT_CUDA_MAJOR
     packages = [spec.format(major=major) for spec in NVCC_FROM_PYPI]
@@ -138,14 +131,11 @@ def ensure_cuda_home(workdir: Workdir, *, pip_args: list[str]) -> Path:
     try:
         run_checked([sys.executable, "-m", "pip", "install", *pip_args, *packages], what="installing nvcc from PyPI")
     except OverlayError as exc:
-        raise OverlayError(
-            f"{exc}\nmissing: nvcc (CUDA {major}.x) and libcudart; set CUDA_HOME to a CUDA {major} "
-            f"toolkit, put its nvcc on PATH, or make {' '.join(packages)} installable "
-            "(add them to the offline wheelhouse)"
-        ) from None
+        raise OverlayError(f"{exc}\nmissing: nvcc (CUDA {major}.x) and libcudart; set CUDA_HOME to a CUDA {major} "
+                           f"toolkit, put its nvcc on PATH, or make {' '.join(packages)} installable "
+                           "(add them to the offline wheelhouse)") from None  # fmt: skip
     importlib.invalidate_caches()  # the new nvidia/ packages are looked up through importlib
-    home = find_cuda_home(workdir)
-    if home is None:
+    if (home := find_cuda_home(workdir)) is None:
         raise OverlayError(f"installed {' '.join(packages)} but found no nvcc in this environment")
     return home
 
@@ -161,10 +151,8 @@ def kernel_set() -> str:
     """$FT_OVERLAY_KERNEL_SET: ``series`` (unset or empty, the default) or ``full``."""
     value = os.environ.get(KERNEL_SET_ENV, "").strip().lower() or "series"
     if value not in KERNEL_SETS:
-        raise OverlayError(
-            f"{KERNEL_SET_ENV}={os.environ[KERNEL_SET_ENV]!r} is not a kernel set; allowed values: series (the "
-            f"default: the series' kernels), full (also upstream's {FULL_SET_PREFIX} widths)"
-        )
+        raise OverlayError(f"{KERNEL_SET_ENV}={os.environ[KERNEL_SET_ENV]!r} is not a kernel set; allowed values: "
+                           f"series (the default: the series' kernels), full (and upstream's {FULL_SET_PREFIX} widths)")
     return value
 
 
@@ -206,10 +194,8 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     full = kernel_set() == "full"
     names = select_specs()
     if not names:
-        logger.info(
-            f"freetoken {freetoken.__version__} has no kernel spec named {SPEC_PREFIX}* in "
-            "default_kernel_specs() (the series adds none yet); skipping the kernel cache"
-        )
+        logger.info(f"freetoken {freetoken.__version__} has no kernel spec named {SPEC_PREFIX}* in "
+                    "default_kernel_specs() (the series adds none yet); skipping the kernel cache")  # fmt: skip
         return None
     if full:
         names = [*names, *select_specs(FULL_SET_PREFIX)]
@@ -237,11 +223,10 @@ def build_kernel_cache(workdir: Workdir, *, pip_args: list[str]) -> Path | None:
     try:
         built = compile_and_package_kernels(out_dir=out, build_dir=workdir.kernel_build, specs=names, verbose=True)
     except (OSError, RuntimeError) as exc:  # a toolkit without a piece the build needs (libcudart, headers)
-        raise OverlayError(
-            f"building the kernel cache with CUDA_HOME={cuda_home} failed: {exc}\n"
-            "set CUDA_HOME to a complete CUDA toolkit (bin/nvcc, include/, lib64/libcudart.so), or remove "
-            f"{workdir.root / 'cuda-home'} and the nvidia-cuda-* packages so build installs them afresh"
-        ) from None
+        raise OverlayError(f"building the kernel cache with CUDA_HOME={cuda_home} failed: {exc}\nset CUDA_HOME to a "
+                           "complete CUDA toolkit (bin/nvcc, include/, lib64/libcudart.so), or remove "
+                           f"{workdir.root / 'cuda-home'} and the nvidia-cuda-* packages so build installs them afresh"
+                           ) from None  # fmt: skip
     manifest = {**inputs, "kernels": {p.parent.name: p.stat().st_size for p in built}}
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     for path in built:
