@@ -47,22 +47,17 @@ class Pin:
 
     @property
     def base_message(self) -> str:
-        return (
-            f"FreeToken {self.version}: pure-source tree of the PyPI wheels\n"
-            "\n"
-            f"The freetoken/ package of freetoken-{self.version} wheels without compiled\n"
-            "extension modules (*.so) and without .dist-info, laid out as\n"
-            "python/freetoken/ as in the upstream repository.\n"
-        )
+        return (f"FreeToken {self.version}: pure-source tree of the PyPI wheels\n\nThe freetoken/ package of freetoken-"
+                f"{self.version} wheels without compiled\nextension modules (*.so) and without .dist-info, laid out "
+                "as\npython/freetoken/ as in the upstream repository.\n")  # fmt: skip
 
     def wheel_name(self, py_tag: str) -> str:
         """File name of the accepted wheel for interpreter tag ``py_tag`` (``cp311``)."""
         name = f"freetoken-{self.version}-{py_tag}-{py_tag}-{PLATFORM_TAG}.whl"
         if name not in self.wheels:
             tags = ", ".join(sorted(w.split("-")[2] for w in self.wheels))
-            raise OverlayError(
-                f"FreeToken {self.version} is pinned for Python tags {tags} only; this interpreter is {py_tag}"
-            )
+            raise OverlayError(f"FreeToken {self.version} is pinned for Python tags {tags} only; this interpreter is "
+                               f"{py_tag}")  # fmt: skip
         return name
 
 

@@ -93,17 +93,12 @@ def requirement_name(requirement: str) -> str:
 #: Distributions the GPU machine's python3 (3.12, torch 2.11 cu130) already has
 #: that the sessions use (from the device documentation's package list); the
 #: wheelhouse leaves them out and the sessions reuse them (FT_OVERLAY_SYSTEM_SITE=1).
-GPU_PREINSTALLED = frozenset(
-    {
-        "attrs", "certifi", "charset-normalizer", "click", "colorama", "einops", "filelock",
-        "fsspec", "hf-xet", "httpcore", "httpx", "huggingface-hub", "humanize", "hypothesis",
-        "idna", "iniconfig", "jinja2", "markupsafe", "msgpack", "ninja", "numpy", "packaging",
-        "pillow", "pluggy", "py-cpuinfo", "pygments", "pytest", "pytest-benchmark", "pyyaml",
-        "regex", "requests", "safetensors", "setuptools", "shellingham", "sortedcontainers",
-        "tokenizers", "torch", "tqdm", "transformers", "triton", "typer", "typing-extensions",
-        "urllib3", "wheel",
-    }
-)  # fmt: skip
+GPU_PREINSTALLED = frozenset({
+    "attrs", "certifi", "charset-normalizer", "click", "colorama", "einops", "filelock", "fsspec", "hf-xet", "httpcore",
+    "httpx", "huggingface-hub", "humanize", "hypothesis", "idna", "iniconfig", "jinja2", "markupsafe", "msgpack",
+    "ninja", "numpy", "packaging", "pillow", "pluggy", "py-cpuinfo", "pygments", "pytest", "pytest-benchmark", "pyyaml",
+    "regex", "requests", "safetensors", "setuptools", "shellingham", "sortedcontainers", "tokenizers", "torch", "tqdm",
+    "transformers", "triton", "typer", "typing-extensions", "urllib3", "wheel"})  # fmt: skip
 
 #: The wheelhouse must stay small enough to carry to the GPU machine.
 WHEELHOUSE_MAX_BYTES = 50 * 1024 * 1024

@@ -31,11 +31,8 @@ PACKAGE = "freetoken"
 
 
 def source_files(wheel: Path) -> dict[str, bytes]:
-    """The pure-source tree of ``wheel``: ``python/freetoken/...`` path -> bytes.
-
-    Only ``freetoken/`` entries are kept; compiled extension modules (``*.so``)
-    and the ``.dist-info`` directory are left out.
-    """
+    """The pure-source tree of ``wheel``: ``python/freetoken/...`` path -> bytes.  Only ``freetoken/`` entries are
+    kept; compiled extension modules (``*.so``) and the ``.dist-info`` directory are left out."""
     with zipfile.ZipFile(wheel) as archive:
         files = {SOURCE_PREFIX + info.filename: archive.read(info) for info in archive.infolist()
                  if not info.is_dir() and info.filename.startswith(f"{PACKAGE}/")
@@ -50,11 +47,8 @@ def _git_object_id(kind: bytes, body: bytes) -> bytes:
 
 
 def git_tree_id(files: Mapping[str, bytes]) -> str:
-    """The git (sha1) tree id of ``files`` (path -> bytes), every file mode 100644.
-
-    Equal to what ``git add`` + ``git write-tree`` give for the same files,
-    without needing git.
-    """
+    """The git (sha1) tree id of ``files`` (path -> bytes), every file mode 100644: what ``git add`` + ``git
+    write-tree`` give for the same files, without needing git."""
     root: dict[str, object] = {}
     for path, data in files.items():
         *dirs, leaf = path.split("/")
@@ -85,10 +79,8 @@ def verify_tree(pin: Pin, wheel: Path, files: Mapping[str, bytes]) -> None:
     """Refuse ``wheel`` unless its source tree id is the pinned one."""
     actual = git_tree_id(files)
     if actual != pin.tree_id:
-        raise OverlayError(
-            f"{wheel}: source tree id mismatch for FreeToken {pin.version} "
-            f"(expected {pin.tree_id}, actual {actual}); refusing to use it"
-        )
+        raise OverlayError(f"{wheel}: source tree id mismatch for FreeToken {pin.version} "
+                           f"(expected {pin.tree_id}, actual {actual}); refusing to use it")  # fmt: skip
 
 
 def _pip_download(pin: Pin, name: str, dest: Path) -> Path:
@@ -125,17 +117,14 @@ def fetch_wheel(pin: Pin, name: str, *, cache: Path, wheelhouse: Path | None = N
         except OverlayError as exc:
             raise OverlayError(f"{exc}\nreplace it with the official {name} (sha256 {expected})") from None
         return path
-
     path = cache / name
     if path.is_file():
         try:
             verify_sha256(path, expected)  # a tampered or truncated cache file is refused, not replaced
         except OverlayError as exc:
-            raise OverlayError(
-                f"{exc}\nto recover, delete it (rm {path}); the next run downloads and verifies a fresh copy"
-            ) from None
+            raise OverlayError(f"{exc}\nto recover, delete it (rm {path}); the next run downloads and verifies a "
+                               "fresh copy") from None  # fmt: skip
         return path
-
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
         downloaded = _pip_download(pin, name, Path(tmp))
@@ -156,9 +145,8 @@ def preferred_wheel(pin: Pin, *, wheelhouse: Path | None, cache: Path) -> str:
     return next(at_hand, min(pin.wheels))
 
 
-def load_source_tree(
-    pin: Pin, *, cache: Path, wheelhouse: Path | None = None, names: Iterable[str] | None = None
-) -> dict[str, bytes]:
+def load_source_tree(pin: Pin, *, cache: Path, wheelhouse: Path | None = None, names: Iterable[str] | None = None
+                     ) -> dict[str, bytes]:  # fmt: skip
     """The verified pure-source tree of ``pin`` (from each wheel in ``names``,
     default one preferred wheel); every wheel's hash and tree id are checked."""
     files: dict[str, bytes] = {}

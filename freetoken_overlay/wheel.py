@@ -103,8 +103,7 @@ def _set_module_version(source: bytes, old: str, new: str) -> bytes:
 def rewrite_wheel(official: Path, out: Path, pin: Pin, series: str, changes: SeriesChanges) -> None:
     """Write the patched wheel ``out`` from ``official`` and the series' ``changes``."""
     new_version = local_version(pin, series)
-    old_info = f"{PACKAGE}-{pin.version}.dist-info/"
-    new_info = f"{PACKAGE}-{new_version}.dist-info/"
+    old_info, new_info = f"{PACKAGE}-{pin.version}.dist-info/", f"{PACKAGE}-{new_version}.dist-info/"
     entries: list[tuple[zipfile.ZipInfo, bytes]] = []
     with zipfile.ZipFile(official) as src:
         infos = src.infolist()
@@ -141,10 +140,8 @@ def rewrite_wheel(official: Path, out: Path, pin: Pin, series: str, changes: Ser
             dst.writestr(info, data)
     os.chmod(tmp.name, 0o644)
     os.replace(tmp.name, out)
-    logger.info(
-        f"wrote {out} ({len(changes.files) - len(added)} file(s) replaced, {len(added)} added, "
-        f"{len(changes.deleted)} deleted)"
-    )
+    logger.info(f"wrote {out} ({len(changes.files) - len(added)} file(s) replaced, {len(added)} added, "
+                f"{len(changes.deleted)} deleted)")  # fmt: skip
 
 
 def _zipinfo(name: str, date_time: tuple[int, int, int, int, int, int], external_attr: int) -> zipfile.ZipInfo:
@@ -158,19 +155,10 @@ def _first_dist_info(entries: list[tuple[zipfile.ZipInfo, bytes]]) -> int:
     return next((index for index, (info, _) in enumerate(entries) if ".dist-info/" in info.filename), len(entries))
 
 
-def build_wheel(
-    pin: Pin,
-    *,
-    workdir: Workdir,
-    patches_dir: Path | None = None,
-    wheelhouse: Path | None = None,
-    py_tag: str | None = None,
-) -> Path:
-    """The patched wheel for ``py_tag`` (default: this interpreter) in ``<workdir>/dist/``.
-
-    Applies the series first if the work repository is missing or stale; an
-    existing wheel for the current series hash is reused.
-    """
+def build_wheel(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None, wheelhouse: Path | None = None,
+                py_tag: str | None = None) -> Path:  # fmt: skip
+    """The patched wheel for ``py_tag`` (default: this interpreter) in ``<workdir>/dist/``.  Applies the series first
+    if the work repository is missing or stale; an existing wheel for the current series hash is reused."""
     py_tag = py_tag or python_tag()
     official_name = pin.wheel_name(py_tag)
     repo = ensure_applied(pin, workdir=workdir, patches_dir=patches_dir, wheelhouse=wheelhouse)
@@ -199,8 +187,5 @@ def install_wheel(wheel: Path) -> None:
         logger.info(f"{PACKAGE} {version} is installed already: {wheel.name}")
         return
     logger.info(f"installing {wheel.name}")
-    run_checked(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall",
-         "--disable-pip-version-check", str(wheel)],
-        what="installing the patched wheel",
-    )  # fmt: skip
+    run_checked([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall",
+                 "--disable-pip-version-check", str(wheel)], what="installing the patched wheel")  # fmt: skip
