@@ -154,11 +154,9 @@ def _base(repo: Path, pin: Pin, workdir: Workdir, wheelhouse: Path | None, files
     if not given) and tagged if missing; a tag moved elsewhere is refused."""
     tagged = git(repo, "rev-parse", "-q", "--verify", f"refs/tags/{pin.tag}^{{commit}}", check=False).stdout.strip()
     if tagged and tagged != pin.base_commit:
-        raise OverlayError(
-            f"{repo}: tag {pin.tag} is at {tagged}, not at the pinned base commit {pin.base_commit}\n"
-            f"to go on, rename it (git -C {q(repo)} tag {pin.tag}-mine {pin.tag} && git -C {q(repo)} tag -d {pin.tag}), "
-            "then run this again"
-        )
+        raise OverlayError(f"{repo}: tag {pin.tag} is at {tagged}, not at the pinned base commit {pin.base_commit}\n"
+                           f"to go on, rename it (git -C {q(repo)} tag {pin.tag}-mine {pin.tag} && git -C {q(repo)} "
+                           f"tag -d {pin.tag}), then run this again")  # fmt: skip
     if not tagged:
         if files is None:
             files = load_source_tree(pin, cache=workdir.wheels, wheelhouse=wheelhouse)
@@ -180,11 +178,9 @@ def _exported(repo: Path, pin: Pin, tip: str, applied: str | None, patches: list
 def _refuse_local_changes(repo: Path, branch: str, args: list[str]) -> None:
     """Refuse to move the checked-out ``branch`` while tracked files have uncommitted changes."""
     if status := git_out(repo, "status", "--porcelain", "--untracked-files=no"):
-        raise OverlayError(
-            f"{repo} has {dirt(status)} on {branch}, which apply would move:\n{status}\n"
-            f"commit them (git -C {q(repo)} commit -a) or set them aside (git -C {q(repo)} stash push), "
-            f"then run {hint('apply', *args)}"
-        )
+        raise OverlayError(f"{repo} has {dirt(status)} on {branch}, which apply would move:\n{status}\n"
+                           f"commit them (git -C {q(repo)} commit -a) or set them aside (git -C {q(repo)} stash push), "
+                           f"then run {hint('apply', *args)}")  # fmt: skip
 
 
 def _move_branch(repo: Path, branch: str, old: str | None, new: str) -> None:
@@ -214,11 +210,9 @@ def apply(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None, wheelh
     files = None  # the verified source tree, read once: only a new repository needs it before _base
     if not (repo / ".git").is_dir():
         if repo.exists() and (not repo.is_dir() or any(repo.iterdir())):
-            moved = f"{repo}.not-git"
-            raise OverlayError(
-                f"{repo} exists and is not a git repository; apply never moves or deletes it\n"
-                f"to keep it and go on, move it yourself: mv {q(repo)} {q(moved)} && {hint('apply', *args)}"
-            )
+            raise OverlayError(f"{repo} exists and is not a git repository; apply never moves or deletes it\nto keep "
+                               f"it and go on, move it yourself: mv {q(repo)} {q(f'{repo}.not-git')} && "
+                               f"{hint('apply', *args)}")  # fmt: skip
         files = load_source_tree(pin, cache=workdir.wheels, wheelhouse=wheelhouse)  # verified before anything is made
         init_repo(repo, branch)
         logger.info(f"created the work repository {repo}")
@@ -335,11 +329,9 @@ def apply_to_clone(clone: Path, rev: str, *, patches_dir: Path | None = None, br
         logger.info(f"{clone}: branch {branch} is up to date at {head}")
         return head
     if current and not force:
-        raise OverlayError(
-            f"{clone}: branch {branch} exists at {current}, not at the series' result {head}; "
-            f"to move it, run {hint('apply', '--upstream', str(clone), '--rev', rev, '--branch', branch, '--force')} "
-            "(or pick another --branch NAME)"
-        )
+        again = hint("apply", "--upstream", str(clone), "--rev", rev, "--branch", branch, "--force")
+        raise OverlayError(f"{clone}: branch {branch} exists at {current}, not at the series' result {head}; "
+                           f"to move it, run {again} (or pick another --branch NAME)")
     kept = keep_ref(clone, branch, current) if current else None  # the old tip stays named, as in the work repo
     git(clone, "branch", "-f", branch, head, hermetic=False)
     if kept:

@@ -11,21 +11,14 @@ import sys
 import tempfile
 from typing import Sequence
 
-from conformance.sass.build import (
-    DEFAULT_ARCHS,
-    CompileError,
-    ToolNotFound,
-    decode_gather_default_ring,
-    decode_gather_include_dirs,
-    decode_gather_source,
-    require_disassembler,
-    require_nvcc,
-)
+from conformance.sass.build import DEFAULT_ARCHS, CompileError, ToolNotFound, decode_gather_default_ring
+from conformance.sass.build import decode_gather_include_dirs, decode_gather_source, require_disassembler, require_nvcc
 from conformance.sass.contract import decode_gather_violations
 from conformance.sass.report import format_table, scan_many
 from suite.log import configure
 
 logger = logging.getLogger("conformance.sass")
+
 
 def _parse_archs(values: list[str] | None) -> list[int]:
     if not values:
@@ -35,10 +28,8 @@ def _parse_archs(values: list[str] | None) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m conformance.sass", description=__doc__.split("\n\n")[0].strip('`'),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = argparse.ArgumentParser(prog="python -m conformance.sass", description=__doc__.split("\n\n")[0].strip('`'),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--arch", action="append", help="sm arch(s): 90, sm_90, or 80,90,100,120 (repeatable; default: all four)")
     parser.add_argument("--source", help="a .cu to scan (default: freetoken's decode_gather kernel, default ring)")
     parser.add_argument("--ring", help="decode_gather ring CTAS,STAGES,CHUNK_BYTES (default: freetoken's default_ring())")
@@ -54,8 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure()
     archs = _parse_archs(args.arch)
     try:
-        nvcc = require_nvcc()
-        disassembler = require_disassembler()
+        nvcc, disassembler = require_nvcc(), require_disassembler()
         with tempfile.TemporaryDirectory(prefix="conformance-sass-") as tmp:
             build = pathlib.Path(args.build_dir or tmp)
             build.mkdir(parents=True, exist_ok=True)
@@ -67,10 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 source = build / "decode_gather_{}x{}x{}.cu".format(*ring)
                 source.write_text(decode_gather_source(ring))
                 includes = decode_gather_include_dirs() + includes
-            reports = scan_many(
-                source, archs, build, jobs=args.jobs, include_dirs=includes, extra_flags=args.flag,
-                nvcc=nvcc, disassembler=disassembler,
-            )
+            reports = scan_many(source, archs, build, jobs=args.jobs, include_dirs=includes, extra_flags=args.flag,
+                                nvcc=nvcc, disassembler=disassembler)  # fmt: skip
     except (ToolNotFound, LookupError, CompileError) as exc:
         logger.error("conformance.sass: %s", exc)
         return 2

@@ -17,14 +17,8 @@ import subprocess
 import tempfile
 from typing import Iterable, Sequence
 
-from freetoken_overlay.toolchain import (  # the one home of the tool finders
-    DISASSEMBLER_INSTALL_HINT,
-    ToolNotFound,
-    find_tool,
-    package_dirs,
-    require_nvcc,
-    tool_version,
-)
+from freetoken_overlay.toolchain import DISASSEMBLER_INSTALL_HINT, ToolNotFound, find_tool  # the tool finders' home
+from freetoken_overlay.toolchain import package_dirs, require_nvcc, tool_version
 
 DEFAULT_ARCHS = (80, 90, 100, 120)
 # freetoken.kernel.utils.DEFAULT_CUDA_CFLAGS of 0.2.1; the installed package's own value wins
@@ -61,9 +55,8 @@ class Disassembler:
                 return (entry / "out").read_text(encoding="utf-8")
         proc = subprocess.run([self.path, *args], capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
-            raise RuntimeError(
-                f"{self.kind} failed ({proc.returncode}): {' '.join([self.path, *args])}\n{proc.stdout}\n{proc.stderr}"
-            )
+            raise RuntimeError(f"{self.kind} failed ({proc.returncode}): {' '.join([self.path, *args])}\n"
+                               f"{proc.stdout}\n{proc.stderr}")  # fmt: skip
         if entry is not None:
             _store(entry, out=proc.stdout)
         return proc.stdout
@@ -241,27 +234,16 @@ def _store(entry: pathlib.Path, **files: bytes | str) -> None:
         shutil.rmtree(aside)
 
 
-def compile_cubin(
-    source: str | os.PathLike,
-    arch: int,
-    out_dir: str | os.PathLike,
-    *,
-    include_dirs: Iterable[str] = (),
-    flags: Sequence[str] | None = None,
-    extra_flags: Sequence[str] = (),
-    nvcc: str | None = None,
-    cache: str | os.PathLike | None = None,
-) -> CompileResult:
+def compile_cubin(source: str | os.PathLike, arch: int, out_dir: str | os.PathLike, *, include_dirs: Iterable[str] = (),
+                  flags: Sequence[str] | None = None, extra_flags: Sequence[str] = (), nvcc: str | None = None,
+                  cache: str | os.PathLike | None = None) -> CompileResult:  # fmt: skip
     """``nvcc <flags> -I... -cubin -arch=sm_<arch> -Xptxas -v <source>``; the log is ptxas's.  With ``cache`` (a
     directory), the cubin and log nvcc made before from the same inputs (:func:`_cache_key`) are taken from there,
     and a new one is stored there."""
-    nvcc = nvcc or require_nvcc()
-    source = pathlib.Path(source)
-    out_dir = pathlib.Path(out_dir)
+    nvcc, source, out_dir = nvcc or require_nvcc(), pathlib.Path(source), pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cubin = out_dir / f"{source.stem}.sm_{arch}.cubin"
-    if flags is None:
-        flags = upstream_cuda_cflags()[0]
+    flags = upstream_cuda_cflags()[0] if flags is None else flags
     options = [*flags, *extra_flags, *(f"-I{d}" for d in include_dirs)]
     cmd = [nvcc, *options, "-cubin", f"-arch=sm_{arch}", "-Xptxas", "-v", str(source), "-o", str(cubin)]
     entry = pathlib.Path(cache) / _cache_key(nvcc, [*options, f"-arch=sm_{arch}"], source) if cache else None

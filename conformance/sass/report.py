@@ -14,6 +14,7 @@ from typing import Iterable, Sequence
 from conformance.sass.build import Disassembler, compile_cubin, require_disassembler, require_nvcc, tool_version
 from conformance.sass.parse import PtxasStats, demangle, parse_ptxas, parse_res_usage, parse_sass, parse_syscalls
 
+
 def _base(opcode: str) -> str:
     return opcode.split(".", 1)[0]
 
@@ -79,23 +80,13 @@ class FunctionReport:
         return name
 
     def summary(self) -> dict:
-        return {
-            "name": self.name,
-            "demangled": self.demangled,
-            "registers": self.registers,
-            "stack_frame_bytes": self.stack_frame_bytes,
-            "spill_store_bytes": self.spill_store_bytes,
-            "spill_load_bytes": self.spill_load_bytes,
-            "smem_bytes": self.smem_bytes,
-            "instructions": self.instructions,
-            "ublkcp": len(self.ublkcp),
-            "ublkcp_opcodes": sorted({s.opcode for s in self.ublkcp}),
-            "calls": [str(s) for s in self.calls],
-            "call_abs_noinc": [str(s) for s in self.call_abs_noinc],
-            "local_loads": self.local_loads,
-            "local_stores": self.local_stores,
-            "res_usage": self.res_usage,
-        }
+        return {"name": self.name, "demangled": self.demangled, "registers": self.registers,
+                "stack_frame_bytes": self.stack_frame_bytes, "spill_store_bytes": self.spill_store_bytes,
+                "spill_load_bytes": self.spill_load_bytes, "smem_bytes": self.smem_bytes,
+                "instructions": self.instructions, "ublkcp": len(self.ublkcp),
+                "ublkcp_opcodes": sorted({s.opcode for s in self.ublkcp}), "calls": [str(s) for s in self.calls],
+                "call_abs_noinc": [str(s) for s in self.call_abs_noinc], "local_loads": self.local_loads,
+                "local_stores": self.local_stores, "res_usage": self.res_usage}  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -147,34 +138,17 @@ class SassReport:
         flags = [a for a in self.command[1:-3] if not a.startswith("-I")]  # less nvcc, includes, source -o cubin
         where = ({"cubin": self.cubin, "command": self.command, "ptxas_log": self.ptxas_log} if full
                  else {"nvcc_flags": flags})  # fmt: skip
-        return {
-            "arch": f"sm_{self.arch}",
-            "source": self.source if full else pathlib.Path(self.source).name,
-            "nvcc": self.nvcc_version,
-            "disassembler": f"{self.disassembler} ({self.disassembler_version})",
-            "has_ublkcp": self.has_ublkcp,
-            "call_abs_noinc": [str(s) for s in self.call_abs_noinc_sites],
-            "calls": [str(s) for s in self.call_sites],
-            "syscalls": self.syscalls,
-            "ldl_stl": self.ldl_stl_count,
-            "max_stack_frame_bytes": self.max_stack_frame_bytes,
-            "spill_bytes": self.spill_bytes,
-            "functions": [f.summary() for f in self.functions],
-            **where,
-            "opcodes": {f.name: f.opcodes for f in self.functions},
-        }
+        return {"arch": f"sm_{self.arch}", "source": self.source if full else pathlib.Path(self.source).name,
+                "nvcc": self.nvcc_version, "disassembler": f"{self.disassembler} ({self.disassembler_version})",
+                "has_ublkcp": self.has_ublkcp, "call_abs_noinc": [str(s) for s in self.call_abs_noinc_sites],
+                "calls": [str(s) for s in self.call_sites], "syscalls": self.syscalls, "ldl_stl": self.ldl_stl_count,
+                "max_stack_frame_bytes": self.max_stack_frame_bytes, "spill_bytes": self.spill_bytes,
+                "functions": [f.summary() for f in self.functions], **where,
+                "opcodes": {f.name: f.opcodes for f in self.functions}}  # fmt: skip
 
 
-def scan_cubin(
-    cubin: str | os.PathLike,
-    arch: int,
-    ptxas_log: str,
-    disassembler: Disassembler,
-    *,
-    source: str = "",
-    command: Sequence[str] = (),
-    nvcc_version: str = "",
-) -> SassReport:
+def scan_cubin(cubin: str | os.PathLike, arch: int, ptxas_log: str, disassembler: Disassembler, *, source: str = "",
+               command: Sequence[str] = (), nvcc_version: str = "") -> SassReport:  # fmt: skip
     """Disassemble ``cubin`` and merge the SASS with ``ptxas_log`` into a :class:`SassReport`."""
     sass = parse_sass(disassembler.sass(cubin))
     stats = parse_ptxas(ptxas_log)
@@ -185,67 +159,31 @@ def scan_cubin(
     functions = []
     for name, insns in sass.items():
         of = {base: [i for i in insns if _base(i.opcode) == base] for base in ("UBLKCP", "CALL", "LDL", "STL")}
-        functions.append(
-            FunctionReport(
-                name=name,
-                demangled=names.get(name, name),
-                **dataclasses.asdict(stats.get(name, PtxasStats())),  # entry, registers, stack, spills, smem: ptxas -v
-                instructions=len(insns),
-                opcodes=dict(sorted(Counter(i.opcode for i in insns).items())),
-                ublkcp=[Site(name, i.offset, i.opcode, i.text) for i in of["UBLKCP"]],
-                calls=[Site(name, i.offset, i.opcode, i.text) for i in of["CALL"]],
-                local_loads=len(of["LDL"]),
-                local_stores=len(of["STL"]),
-                res_usage=None if usage is None else usage.get(name),
-            )
-        )
-    return SassReport(
-        arch=arch,
-        source=str(source),
-        cubin=str(cubin),
-        command=list(command),
-        nvcc_version=nvcc_version,
-        disassembler=disassembler.kind,
-        disassembler_version=disassembler.version(),
-        functions=functions,
-        syscalls=syscalls,
-        ptxas_log=ptxas_log,
-    )
+        sites = {base: [Site(name, i.offset, i.opcode, i.text) for i in of[base]] for base in ("UBLKCP", "CALL")}
+        functions.append(FunctionReport(
+            name=name, demangled=names.get(name, name),
+            **dataclasses.asdict(stats.get(name, PtxasStats())),  # entry, registers, stack, spills, smem: ptxas -v
+            instructions=len(insns), opcodes=dict(sorted(Counter(i.opcode for i in insns).items())),
+            ublkcp=sites["UBLKCP"], calls=sites["CALL"], local_loads=len(of["LDL"]), local_stores=len(of["STL"]),
+            res_usage=None if usage is None else usage.get(name)))  # fmt: skip
+    return SassReport(arch=arch, source=str(source), cubin=str(cubin), command=list(command), nvcc_version=nvcc_version,
+                      disassembler=disassembler.kind, disassembler_version=disassembler.version(), functions=functions,
+                      syscalls=syscalls, ptxas_log=ptxas_log)  # fmt: skip
 
 
-def scan(
-    source: str | os.PathLike,
-    arch: int,
-    out_dir: str | os.PathLike,
-    *,
-    nvcc: str | None = None,
-    disassembler: Disassembler | None = None,
-    **compile_options,
-) -> SassReport:
+def scan(source: str | os.PathLike, arch: int, out_dir: str | os.PathLike, *, nvcc: str | None = None,
+         disassembler: Disassembler | None = None, **compile_options) -> SassReport:  # fmt: skip
     """Compile ``source`` for ``sm_<arch>`` into ``out_dir`` and scan the cubin; ``compile_options``
     (``include_dirs``, ``flags``, ``extra_flags``) go to :func:`~conformance.sass.build.compile_cubin`."""
     nvcc = nvcc or require_nvcc()
     disassembler = disassembler or require_disassembler()
     result = compile_cubin(source, arch, out_dir, nvcc=nvcc, **compile_options)
-    return scan_cubin(
-        result.cubin,
-        arch,
-        result.ptxas_log,
-        disassembler,
-        source=str(source),
-        command=result.command,
-        nvcc_version=tool_version(nvcc),
-    )
+    return scan_cubin(result.cubin, arch, result.ptxas_log, disassembler, source=str(source), command=result.command,
+                      nvcc_version=tool_version(nvcc))  # fmt: skip
 
 
-def scan_many(
-    source: str | os.PathLike,
-    archs: Iterable[int],
-    out_dir: str | os.PathLike,
-    *,
-    jobs: int = 2,
-    **kwargs,
-) -> dict[int, SassReport]:
+def scan_many(source: str | os.PathLike, archs: Iterable[int], out_dir: str | os.PathLike, *, jobs: int = 2,
+              **kwargs) -> dict[int, SassReport]:  # fmt: skip
     """:func:`scan` for several archs, ``jobs`` nvcc processes at a time."""
     archs = list(archs)
     out_dir = pathlib.Path(out_dir)
