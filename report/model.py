@@ -4,7 +4,6 @@ series (:mod:`report.series`): what the templates lay out (nothing here writes M
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from pathlib import Path
@@ -51,29 +50,11 @@ def kernel_caches(base: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def machine_of(docs: Mapping[str, Model], tree: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The machine of the first document measured on ``tree`` (else the first with one), and its provenance
-    (older files carry the series in the machine)."""
-    with_machine = [doc for doc in docs.values() if doc.machine]
-    for doc in [d for d in with_machine if tree and d.tree == tree] + with_machine:
+def machine_of(docs: Mapping[str, Model]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The machine of the first document with one, and its provenance (older files carry the series in the machine)."""
+    for doc in (d for d in docs.values() if d.machine):
         return doc.machine, doc.provenance or {}
     return {}, {}
-
-
-def runs_by_tree(docs: Mapping[str, Model], series: str | None) -> dict[str, Any]:
-    """Which patched tree each run is of. The current tree is that of the runs of ``series`` (the series in
-    patches/, by its hash): runs of it are ``current``, runs of any other tree ``older`` (not re-run on
-    the current series). Without a run of ``series`` there is no current tree: every run is listed with its
-    tree (a change of commit messages alone makes a new series hash of the same tree)."""
-    tree = next((d.tree for d in docs.values() if d.tree and (d.provenance or {}).get("series_hash") == series), None)
-    out: dict[str, Any] = {"tree": tree[:12] if tree else None, "full": tree, "series": series,
-                           "current": [], "older": []}  # fmt: skip
-    for kind, doc in docs.items():
-        if MEASUREMENTS[kind].words and doc.tree:
-            run = {"kind": kind, "what": MEASUREMENTS[kind].words, "tree": doc.tree[:12],
-                   "series": (doc.provenance or {}).get("series_hash")}  # fmt: skip
-            out["current" if doc.tree == tree else "older"].append(run)
-    return out
 
 
 def models_of(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, Document]:
@@ -81,14 +62,12 @@ def models_of(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, Document]:
     return {kind: MODELS[kind].from_doc(doc) for kind, doc in raw.items() if kind in MODELS and kind != "bench"}
 
 
-def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, Any]:
-    """One device's views, from its documents under ``base``; ``series`` (the pages' series hash) decides
-    which runs are of the current tree (:func:`runs_by_tree`)."""
+def device_view(slug: str, base: Path) -> dict[str, Any]:
+    """One device's views, from its documents under ``base``."""
     raw = results.load_device(slug, base)
     bench = BenchRun.load(slug, docs=raw)  # the store's rows, from the documents read once
     docs: dict[str, Model] = {**({"bench": bench} if bench else {}), **models_of(raw)}
-    trees = runs_by_tree(docs, series)
-    machine, prov = machine_of(docs, trees["full"])
+    machine, prov = machine_of(docs)
     name = machine.get("device_name") or slug
     gpus = MEASUREMENTS["contention"].gpus
     gather = gather_view(bench)
@@ -109,22 +88,20 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
         "step_pdl": step_pdl_view(docs.get("step_pdl")), "contention": contention_view(docs.get("contention")),
         "conformance": gpu_view(docs.get("gpu")), "sanitizer": sanitize_view(docs.get("sanitize")),
         "targets": targets_view(gather, ceiling), "e2e": e2e_view(docs.get("e2e")),
-        "auto": auto_view(docs.get("auto_stability")), "trees": trees, "repeats": repeats,
+        "auto": auto_view(docs.get("auto_stability")), "repeats": repeats,
     }  # fmt: skip
 
 
 def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
     """Everything the templates read, from the documents under ``base`` (a ``results/`` directory) and the
-    series in ``patches`` (default: the checkout's patches/). Each of ``prs`` has its ``page``: the views of its
-    stack (it and the PRs before it: the series its ``series_hash`` names), so a later PR changes no earlier one."""
-    views = functools.cache(lambda series: [device_view(slug, base, series) for slug in results.devices(base)])
-
-    def page(series: str) -> dict[str, Any]:
-        return {"devices": views(series), "measured": [d for d in views(series) if d["gather"]], "series_hash": series}
-
+    series in ``patches`` (default: the checkout's patches/). Each of ``prs`` has its ``page``: its stack's series
+    hash (it and the PRs before it), which its figures' labels compare with, and its stack's kernel cache."""
+    devices = [device_view(slug, base) for slug in results.devices(base)]
     files, commits, caches = patch_files(patches), series_commits(patches), kernel_caches(base)
     prs = [{"number": i, "commits": part, "footprint": series_footprint(patches, {c["number"] for c in part}),
-            "page": {**page(h := series_hash(files=files[: part[-1]["number"]])), "kernel_cache": caches.get(h)}}
+            "page": {"series_hash": (h := series_hash(files=files[: part[-1]["number"]])),
+                     "kernel_cache": caches.get(h)}}
            for i, part in enumerate(pull_requests(commits, patches), 1)]  # fmt: skip
-    return {**page(series_hash(patches)), "sass": sass_view(results.load("sass", base=base)), "prs": prs,
+    return {"devices": devices, "measured": [d for d in devices if d["gather"]], "series_hash": series_hash(patches),
+            "sass": sass_view(results.load("sass", base=base)), "prs": prs,
             "sass_test": next((c for c in commits if "tests/kernels/test_bulk_copy_sass.py" in c["added"]), None)}

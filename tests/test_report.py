@@ -500,3 +500,29 @@ def test_each_pr_states_its_kernel_cache_against_upstreams_from_the_build_of_its
 def test_the_committed_pr_texts_fit_400_words():
     for page in sorted(RESULTS.glob("PR-*.md")):
         assert len(page.read_text().split()) <= 400, f"{page}: a pull-request text of at most 400 words"
+
+
+def test_auto_of_today_and_of_older_series_both_render(synthetic_results: Path) -> None:
+    """auto reads ft bench bw's pick now (its runs record ``pick``, the decode step's choice its INFO ``line``); the
+    committed documents of older series timed a start-up probe (``choice``, ``reason``): both render, each as itself."""
+    line = "decode gather auto: runs tma 8x3x16384, ft bench bw's pick (0.990x fast_index_copy_multi's time; A/A 0.002)"
+    runs = [{"pick": {"label": "tma 8x3x16384", "line": line, "entry": {}}, "captured": 0, "timed": 0}] * 2
+    summary = {"runs": 2, "chosen": ["tma 8x3x16384"] * 2, "counts": {"tma 8x3x16384": 2}, "same_every_time": True,
+               "followed_profile": True, "captured_or_timed": 0, "auto_ms_max": 12.3, "unset_ms_max": 11.0}  # fmt: skip
+    doc = {"schema": commands.MEASUREMENTS["auto_stability"].schema, "provenance": {"series_hash": "1" * 12},
+           "settings": {}, "summary": summary, "runs": runs, "errors": []}  # fmt: skip
+    (synthetic_results / "synthetic-gpu" / "auto_stability.json").write_text(json.dumps(doc))
+
+    rep = render(synthetic_results)["REPORT.md"]
+    assert "| 2 | tma 8x3x16384 x2 | yes | yes | 0 | 12 / 11 | `111111111111` |" in rep and f"- `{line}`" in rep
+    from types import SimpleNamespace
+
+    from report.gather import decode_step_view
+    from suite.models.bench import StepRow
+
+    c = Comparison(1.0, aa_spread=0.01)
+    for choice, said in (({"label": "x", "line": line}, line), ({"label": "bpb8", "reason": "kept"}, "kept")):
+        step = StepRow(layers=40, ratio={"tma": c, "auto": c}, auto_choice=choice)
+        assert decode_step_view(SimpleNamespace(decode_step=step, store="s"))["auto"]["reason"] == said
+    committed = (RESULTS / "REPORT.md").read_text()  # the committed run of a series whose auto timed a probe
+    assert "whose start-up probe (this series' `auto`) runs once" in committed and "probe ms (min / median / max)" in committed

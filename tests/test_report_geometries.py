@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 from bench import series_bench
-from freetoken_overlay.series import series_hash
 from suite.results import REPO_ROOT
 from report.render import render
 from suite.stats import MARGIN, verdict
@@ -174,31 +173,6 @@ def test_earlier_runs_of_the_same_tree_are_tabled_with_their_verdicts(synthetic_
     _set_tma(earlier["geometries"][0]["rows"][1], 1.01)  # the repeat agrees
     (runs / "series_bench.1.json").write_text(json.dumps(earlier))
     assert repeats_view(synthetic_results, SLUG, docs, now)[0]["runs"][1]["ratios"][1].verdict == "faster"
-
-
-def test_each_run_is_named_with_its_tree(synthetic_results):
-    """Runs of the pages' series are current; runs of any other tree are flagged, naming it."""
-    current = series_hash()
-    pr = render(synthetic_results)["REPORT.md"]
-    assert "Measured on this page's series" not in pr and "No run names" not in pr  # no run names a tree
-    step = synthetic_results / SLUG / "step_pdl.json"
-    doc = json.loads(step.read_text())
-    doc["provenance"]["tree"] = "a" * 40
-    step.write_text(json.dumps(doc))
-    pr = render(synthetic_results)["REPORT.md"]
-    assert f"No run names this page's series `{current}`; the runs and their trees: the decode-step breakdown (tree " in pr
-
-    def of_current(doc):
-        doc["provenance"] = {"series_hash": current, "tree": "e" * 40}
-
-    pr = _pages(synthetic_results, of_current)["REPORT.md"]
-    assert f"Measured on this page's series `{current}` (tree `{'e' * 12}`): the series' benchmark." in pr
-    assert "Of earlier trees, not yet re-run on it: the decode-step breakdown (tree `aaaaaaaaaaaa`)" in pr
-    assert "No run names this page's series" not in pr
-    doc["provenance"] = {"series_hash": current, "tree": "e" * 40}  # re-run on the current series: nothing flagged
-    step.write_text(json.dumps(doc))
-    pr = _pages(synthetic_results, of_current)["REPORT.md"]
-    assert "the series' benchmark, the decode-step breakdown." in pr and "earlier trees" not in pr
 
 
 def test_a_model_run_is_compared_only_with_model_runs_of_its_tree(synthetic_results):
