@@ -6,5 +6,5 @@ pull-request texts, one per line of patches/pull-requests.txt), rendered from th
     python -m report.compare               # upstream vs decode_gather per (regime, layers, n); stdlib only
 
 ``model`` turns the documents into views, ``words`` chooses every word of a conclusion, ``render`` lays them
-out with the jinja2 templates in ``report/templates/``.
+out with the jinja2 templates in ``report/templates/``, refusing a page where a line shows a figure and no series.
 """

@@ -1,7 +1,8 @@
 """``python -m report [--results DIR] [--out DIR] [--patches DIR] [--check]``: render the pages (see ``report``).
 
 ``--check`` writes nothing and exits 1 where a page is not the rendering of the JSON and the series in patches/ (a
-PR text names its series and commits: an export makes it stale), or a ``PR-<n>.md`` is of a PR the series lacks."""
+PR text names its series and commits: an export makes it stale), or a ``PR-<n>.md`` is of a PR the series lacks;
+with or without it, exit 1 where a line shows a figure and names no series (``report.render.labelled``)."""
 
 from __future__ import annotations
 

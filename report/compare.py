@@ -24,12 +24,14 @@ from pathlib import Path
 from suite import results
 from suite.models import BenchRun
 from suite.kernels import AA, BASE, CANDIDATE
+from suite.stats import MARGIN
 from report.gather import decode_step_view, gather_row
 from suite.geometry import regime_key
 
 COLUMNS = ("regime", "layers", "n", "upstream µs", "upstream_aa µs", "tma µs", "paired upstream/tma", "A/A spread",
            "verdict")  # fmt: skip
-LEGEND = "paired = upstream / tma over alternating rounds (> 1: tma faster); tie: |paired - 1| within the A/A spread"
+LEGEND = (f"paired = upstream / tma over alternating rounds (> 1: tma faster); tie: |paired - 1| within max(A/A "
+          f"spread, {MARGIN:.1%})")
 UNITS = ("times: µs per layer (the decode step: µs per step); pytest-benchmark compare shows one round, "
          "the whole graph: layers x these")  # fmt: skip
 

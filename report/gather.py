@@ -64,6 +64,7 @@ def gather_view(bench: BenchRun | None) -> dict[str, Any] | None:
         "bytes_per_expert": bench.geometry.get("bytes_per_expert"), "rounds": bench.method.get("rounds"),
         "ceiling_start": bench.ceiling.get("start") or {}, "ceiling_end": bench.ceiling.get("end") or {},
         "verified": bench.verified, "store": bench.store, "pytest_benchmark": bench.pytest_benchmark,
+        "tree": (bench.tree or "")[:12],
     }  # fmt: skip
 
 
@@ -76,7 +77,8 @@ def decode_step_view(bench: BenchRun | None) -> dict[str, Any] | None:
         **{f.name: getattr(d, f.name) for f in dataclasses.fields(d)},
         "us": d.us_per_step, "benchmark": {k: v.get("median") for k, v in d.benchmark.items()}, "store": bench.store,
         "ratio": d.ratio.get(Kernel.TMA) or Comparison(),
-        "auto": {"ratio": auto, "chose": choice.get("label"), "reason": choice.get("reason")} if auto else None,
+        "auto": {"ratio": auto, "chose": choice.get("label"), "reason": choice.get("line") or choice.get("reason")}
+        if auto else None,  # "line": auto reads ft bench bw's pick; "reason": an older series' start-up probe
     }  # fmt: skip
 
 

@@ -1,33 +1,17 @@
 """The series' benchmark run over several model geometries (``--model``, the benchmark's schema ``/2``): one
 table over every geometry (tma against upstream per n, what ``auto`` chose), the lines the pull-request
-texts carry for it (verdict counts, auto's choices), the ring sweep's choice its writer stored, and the benchmark's own
-``--markdown`` comment beside the JSON (pasted into REPORT.md as an example)."""
+texts carry for it (verdict counts, auto's choices) and the ring sweep's choice by today's rule."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 from suite.kernels import Kernel
 from suite.models import SeriesBench, SeriesGeometry
+from suite.models.docs import ring_choice
 from suite.stats import Comparison
+from suite.results import machine_line
 from report import words
-
-#: auto's INFO line: "speed vs <default>: <candidate> <x>x, ...; A/A bar <x>x"
-_SPEEDS = re.compile(r"speed vs (?P<base>\S+): (?P<speeds>[^;]*); A/A bar (?P<bar>[0-9.]+)x")
-_SPEED = re.compile(r"(?P<name>.+?) (?P<x>[0-9.]+)x$")
-
-
-def auto_speeds(line: str | None) -> dict[str, Any] | None:
-    """``{"base", "speeds": {candidate: x}, "bar"}`` of auto's INFO line (the candidates' speed against the
-    default and the probe's A/A bar); None where the line has none (e.g. no probe timed)."""
-    m = _SPEEDS.search(line or "")
-    if not m:
-        return None
-    speeds = {s["name"]: float(s["x"]) for part in m["speeds"].split(", ") if (s := _SPEED.match(part.strip()))}
-    return {"base": m["base"], "speeds": speeds, "bar": float(m["bar"])}
-
 
 def geometry_row(g: SeriesGeometry, r: Any) -> dict[str, Any]:
     return {"model": g.model, "n": r.n, "regime": r.regime, "upstream_us": r.median_us.get(Kernel.UPSTREAM),
@@ -42,8 +26,7 @@ def geometry_view(g: SeriesGeometry) -> dict[str, Any]:
             "chose": auto.get("chose"), "default": auto.get("default"), "auto_line": auto.get("line"),
             "layers": g.extra.get("graph_layers"), "probe_ms": auto.get("probe_ms"), "load_ms": auto.get("load_ms"),
             "bar": auto.get("bar"),
-            "speeds": ({"base": auto["default"], "speeds": auto["speed"], "bar": auto["bar"]} if auto.get("speed")
-                       else None) if "speed" in auto else auto_speeds(auto.get("line"))}  # fmt: skip
+            "speeds": auto.get("speed") and {"base": auto["default"], "speeds": auto["speed"], "bar": auto["bar"]}}
 
 
 def verdict_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -66,20 +49,23 @@ def _best_speed(geos: list[dict[str, Any]], prefix: str = "") -> dict[str, Any] 
 
 
 def auto_summary(geos: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """What auto chose over the geometries: how many kept their default, the others by name, and the
-    best speed any candidate (and any tma ring) reached against its default, with that probe's A/A bar."""
+    """What auto chose over the geometries; of a series whose auto timed a start-up probe (``probe``), how many
+    kept their default, the others by name, and the best speed any candidate (and any tma ring) reached against
+    its default, with that probe's A/A bar (auto since reads ``ft bench bw``'s pick: nothing to time at start-up)."""
     probed = [g for g in geos if g["chose"]]
     if not probed:
         return None
     kept = [g for g in probed if g["chose"] == g["default"]]
     return {"geometries": len(probed), "kept": len(kept), "defaults": sorted({g["default"] for g in kept}),
+            "probe": any(g["default"] is not None for g in probed), "chose": {g["model"]: g["chose"] for g in probed},
             "other": [{"model": g["model"], "chose": g["chose"], "default": g["default"]} for g in probed
                       if g["chose"] != g["default"]],
             "best": _best_speed(probed), "best_tma": _best_speed(probed, Kernel.TMA)}  # fmt: skip
 
 
 def ring_view(choice: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The ring sweep's scores and its choice (``best``: the ring to export; None: leave the ring unset)."""
+    """The ring sweep's scores and its choice (``best``: the ring to export; None: leave the ring unset), decided
+    from the rows again (:func:`suite.models.docs.ring_choice`): a run's stored one may be of an older rule."""
     if not choice or not choice.get("scores"):
         return None
     scores = [{"ring": k, **s} for k, s in choice["scores"].items()]
@@ -98,10 +84,10 @@ def geometries_view(doc: SeriesBench) -> dict[str, Any]:
         "decides": doc.decides,
         "counts": verdict_counts(rows), "slower": slower, "slower_ns": sorted({r["n"] for r in slower}),
         "rows_total": len(rows), "auto": auto_summary(geos),
-        "rings": ring_view(doc.ring_choice),
+        "rings": ring_view(ring_choice(doc.to_doc())), "series": (doc.provenance or {}).get("series_hash"),
+        "machine": machine_line({**(doc.machine or {}), **(doc.provenance or {})}),
         "replays": verified.get("replays"), "copies": verified.get("copies"), "wrong": len(doc.failures),
         "errors": doc.errors or [],
-        "losses": [{"n": r["n"], "ratio": r["ratio"], "where": f"the series' benchmark, {r['model']}"} for r in slower],
     }
 
 
@@ -110,17 +96,3 @@ def first_geometry_ratios(view: dict[str, Any] | None) -> dict[int, Comparison]:
     (the default one: what a run of another ``--model`` run of the same tree compares with); {} without a view."""
     geos = (view or {}).get("measured")
     return {r["n"]: r["ratio"] for r in geos[0]["rows"] if r["regime"] == "decode"} if geos else {}
-
-
-def pasted_markdown(path: Path, generated_at: str | None = None) -> dict[str, Any] | None:
-    """The benchmark's ``--markdown`` comment beside its JSON: its provenance (the first line, an HTML
-    comment), whether that names the JSON's run (``generated_at``), and the rest as written; None where
-    there is no such file."""
-    if not path.is_file():
-        return None
-    text = path.read_text()
-    first, _, rest = text.partition("\n")
-    m = re.fullmatch(r"<!--\s*(.*?)\s*-->", first.strip())
-    provenance = m[1] if m else None
-    return {"provenance": provenance, "text": (rest if m else text).strip("\n"), "file": path.name,
-            "same_run": bool(provenance and generated_at and generated_at in provenance)}  # fmt: skip

@@ -4,15 +4,16 @@ series (:mod:`report.series`): what the templates lay out (nothing here writes M
 
 from __future__ import annotations
 
-import functools
+import json
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from freetoken_overlay.kernels import SPEC_PREFIX
 from freetoken_overlay.series import patch_files, series_hash
 from suite.results import machine_line
 from report.gather import decode_step_view, gather_view, targets_view
-from report.geometries import pasted_markdown
-from report.repeats import current_ratios, decode_losses, repeats_view
+from report.repeats import current_ratios, repeats_view
 from report.series import pull_requests, series_commits, series_footprint
 from report.views import (auto_view, contention_view, e2e_view, gpu_view, sanitize_view, sass_view, series_bench_view,
                           step_pdl_view, sweep_view)  # fmt: skip
@@ -21,29 +22,39 @@ from suite.commands import MEASUREMENTS
 from suite.models import MODELS, BenchRun, Document, Model
 
 
-def machine_of(docs: Mapping[str, Model], tree: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The machine of the first document measured on ``tree`` (else the first with one), and its provenance
-    (older files carry the series in the machine)."""
-    with_machine = [doc for doc in docs.values() if doc.machine]
-    for doc in [d for d in with_machine if tree and d.tree == tree] + with_machine:
+def series_of(x: Any) -> str | None:
+    """The series hash of a document (a model or a mapping: its provenance's, else its machine's), or ``x`` itself
+    where it is a hash (or None)."""
+    if x is None or isinstance(x, str):
+        return x
+    get = x.get if isinstance(x, Mapping) else lambda k: getattr(x, k, None)
+    return (get("provenance") or {}).get("series_hash") or (get("machine") or {}).get("series_hash")
+
+
+#: Where the kernel caches of the pull requests' stacks are recorded: ``<series>.json``, the ``MANIFEST.json`` that
+#: ``nox -s build`` writes for a build of the series through that PR (``python -m freetoken_overlay apply --patches
+#: DIR`` of its patches alone, then ``build``, with $FT_OVERLAY_WORKDIR elsewhere).
+KERNEL_CACHE = "kernel-cache"
+
+
+def kernel_caches(base: Path) -> dict[str, dict[str, Any]]:
+    """{series: its decode_gather entry's bytes and rings (upstream's kernel cache has none), archs, nvcc} of the
+    kernel caches recorded under ``base``/:data:`KERNEL_CACHE`."""
+    out = {}
+    for m in (json.loads(p.read_text()) for p in sorted((base / KERNEL_CACHE).glob("*.json"))):
+        ours, series = {k: v for k, v in m["kernels"].items() if k.startswith(SPEC_PREFIX)}, m["freetoken"][-12:]
+        out[series] = {"series": series,
+                       "bytes": sum(ours.values()), "nvcc": re.sub(r".*release ([^,]+).*", r"\1", m["nvcc"]),
+                       "rings": ["x".join(r) for k in ours for r in re.findall(r"_(\d+)_(\d+)_(\d+)", k)],
+                       "archs": "/".join("sm_" + a.replace(".", "") for a in m["cuda_arch_list"].split())}  # fmt: skip
+    return out
+
+
+def machine_of(docs: Mapping[str, Model]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The machine of the first document with one, and its provenance (older files carry the series in the machine)."""
+    for doc in (d for d in docs.values() if d.machine):
         return doc.machine, doc.provenance or {}
     return {}, {}
-
-
-def runs_by_tree(docs: Mapping[str, Model], series: str | None) -> dict[str, Any]:
-    """Which patched tree each run is of. The current tree is that of the runs of ``series`` (the series in
-    patches/, by its hash): runs of it are ``current``, runs of any other tree ``older`` (not re-run on
-    the current series). Without a run of ``series`` there is no current tree: every run is listed with its
-    tree (a change of commit messages alone makes a new series hash of the same tree)."""
-    tree = next((d.tree for d in docs.values() if d.tree and (d.provenance or {}).get("series_hash") == series), None)
-    out: dict[str, Any] = {"tree": tree[:12] if tree else None, "full": tree, "series": series,
-                           "current": [], "older": []}  # fmt: skip
-    for kind, doc in docs.items():
-        if MEASUREMENTS[kind].words and doc.tree:
-            run = {"kind": kind, "what": MEASUREMENTS[kind].words, "tree": doc.tree[:12],
-                   "series": (doc.provenance or {}).get("series_hash")}  # fmt: skip
-            out["current" if doc.tree == tree else "older"].append(run)
-    return out
 
 
 def models_of(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, Document]:
@@ -51,14 +62,12 @@ def models_of(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, Document]:
     return {kind: MODELS[kind].from_doc(doc) for kind, doc in raw.items() if kind in MODELS and kind != "bench"}
 
 
-def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, Any]:
-    """One device's views, from its documents under ``base``; ``series`` (the pages' series hash) decides
-    which runs are of the current tree (:func:`runs_by_tree`)."""
+def device_view(slug: str, base: Path) -> dict[str, Any]:
+    """One device's views, from its documents under ``base``."""
     raw = results.load_device(slug, base)
     bench = BenchRun.load(slug, docs=raw)  # the store's rows, from the documents read once
     docs: dict[str, Model] = {**({"bench": bench} if bench else {}), **models_of(raw)}
-    trees = runs_by_tree(docs, series)
-    machine, prov = machine_of(docs, trees["full"])
+    machine, prov = machine_of(docs)
     name = machine.get("device_name") or slug
     gpus = MEASUREMENTS["contention"].gpus
     gather = gather_view(bench)
@@ -76,37 +85,23 @@ def device_view(slug: str, base: Path, series: str | None = None) -> dict[str, A
         "series": bench_prov.get("series_hash") or machine.get("series_hash"),
         "readme": (base / slug / "README.md").is_file(), "history": (base / slug / results.HISTORY).is_dir(),
         "gather": gather, "step": decode_step_view(bench), "ceiling": ceiling, "series_bench": ubench,
-        "series_bench_current": bool(ubench and trees["full"] and ubench["doc"].tree == trees["full"]),
-        "series_markdown": pasted_markdown((base / slug / MEASUREMENTS["series_bench"].file).with_suffix(".md"),
-                                           ubench["doc"].generated_at if ubench else None),
         "step_pdl": step_pdl_view(docs.get("step_pdl")), "contention": contention_view(docs.get("contention")),
         "conformance": gpu_view(docs.get("gpu")), "sanitizer": sanitize_view(docs.get("sanitize")),
         "targets": targets_view(gather, ceiling), "e2e": e2e_view(docs.get("e2e")),
-        "auto": auto_view(docs.get("auto_stability")), "trees": trees, "repeats": repeats,
-        "losses": _losses(current, repeats, ubench),
+        "auto": auto_view(docs.get("auto_stability")), "repeats": repeats,
     }  # fmt: skip
-
-
-def _losses(current: dict[str, Any], repeats: list[dict[str, Any]], ubench: dict[str, Any] | None) -> list[Any]:
-    """Every decode-regime figure where tma is slower beyond A/A (:func:`decode_losses`); of the series'
-    benchmark, every geometry's (named), not only the first's."""
-    if not ubench:
-        return decode_losses(current, repeats)
-    return decode_losses({**current, "series_bench": {}}, repeats) + ubench["losses"]
 
 
 def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
     """Everything the templates read, from the documents under ``base`` (a ``results/`` directory) and the
-    series in ``patches`` (default: the checkout's patches/). Each of ``prs`` has its ``page``: the views of its
-    stack (it and the PRs before it: the series its ``series_hash`` names), so a later PR changes no earlier one."""
-    views = functools.cache(lambda series: [device_view(slug, base, series) for slug in results.devices(base)])
-
-    def page(series: str) -> dict[str, Any]:
-        return {"devices": views(series), "measured": [d for d in views(series) if d["gather"]], "series_hash": series}
-
-    files, commits = patch_files(patches), series_commits(patches)
+    series in ``patches`` (default: the checkout's patches/). Each of ``prs`` has its ``page``: its stack's series
+    hash (it and the PRs before it), which its figures' labels compare with, and its stack's kernel cache."""
+    devices = [device_view(slug, base) for slug in results.devices(base)]
+    files, commits, caches = patch_files(patches), series_commits(patches), kernel_caches(base)
     prs = [{"number": i, "commits": part, "footprint": series_footprint(patches, {c["number"] for c in part}),
-            "page": page(series_hash(files=files[: part[-1]["number"]]))}
+            "page": {"series_hash": (h := series_hash(files=files[: part[-1]["number"]])),
+                     "kernel_cache": caches.get(h)}}
            for i, part in enumerate(pull_requests(commits, patches), 1)]  # fmt: skip
-    return {**page(series_hash(patches)), "sass": sass_view(results.load("sass", base=base)), "prs": prs,
+    return {"devices": devices, "measured": [d for d in devices if d["gather"]], "series_hash": series_hash(patches),
+            "sass": sass_view(results.load("sass", base=base)), "prs": prs,
             "sass_test": next((c for c in commits if "tests/kernels/test_bulk_copy_sass.py" in c["added"]), None)}

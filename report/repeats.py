@@ -1,6 +1,5 @@
 """Run-to-run variation: the current runs' decode-regime ratios beside every earlier run of the same
-patched tree in the history the writer keeps (``results/<device>/history/tree-<tree id>/``), and every
-figure where tma is slower beyond its A/A spread."""
+patched tree in the history the writer keeps (``results/<device>/history/tree-<tree id>/``)."""
 
 from __future__ import annotations
 
@@ -75,28 +74,11 @@ def repeats_view(
         if not earlier:
             continue
         current_file = getattr(doc, "store", None) or f"{slug}/{MEASUREMENTS[kind].file}"
-        runs = [{"file": current_file, "at": doc.generated_at, "ratios": current[kind]}]
-        runs += [{"file": f, "at": at, "ratios": REPEAT_VIEWS[kind](old)} for at, f, old in sorted(earlier)]
+        runs = [{"file": current_file, "at": doc.generated_at, "ratios": current[kind], "series": doc}] + [
+            {"file": f, "at": at, "ratios": REPEAT_VIEWS[kind](old), "series": old} for at, f, old in sorted(earlier)]
         ns = sorted({n for r in runs for n in r["ratios"]})
         if getattr(doc, "geometries", None):  # a --model run: its first geometry's rows
             where = f"{where} ({doc.geometries[0].model}, its first geometry)"
         out.append({"kind": kind, "where": where, "tree": tree, "runs": runs, "ns": ns,
                     "header": ["run", "generated (UTC)"] + [f"n = {n}" for n in ns]})  # fmt: skip
-    return out
-
-
-def decode_losses(
-    current: Mapping[str, dict[int, Comparison]], repeats: list[dict[str, Any]] | None = None
-) -> list[dict[str, Any]]:
-    """Every decode-regime figure where tma is slower beyond its run's A/A spread: in the
-    current runs (``current``: {kind: its decode ratios}; the project benchmark's per-layer rows,
-    the series' benchmark's ``tma`` column) and in the earlier runs of the same tree in ``repeats``
-    (:func:`repeats_view`)."""
-    out = [{"n": n, "ratio": c, "where": where} for kind, where in REPEAT_KINDS.items()
-           for n, c in sorted(current.get(kind, {}).items()) if c.verdict == "slower"]  # fmt: skip
-    for rep in repeats or []:
-        for run in rep["runs"][1:]:
-            where = f"an earlier run of {rep['where']} on the same tree (`{run['file']}`)"
-            out += [{"n": n, "ratio": c, "where": where}
-                    for n, c in sorted(run["ratios"].items()) if c.verdict == "slower"]  # fmt: skip
     return out

@@ -32,7 +32,7 @@ def sweep_view(doc: Sweep | None, png: str | None, default_ring: Ring | None) ->
     best = [(label, getattr(s, key), rows, metric) for key, label, rows, metric in SWEEP_PATHS if s and getattr(s, key)]
     sm = [r.gather_gbps for r in doc.ring + doc.ldg if r.gather_gbps]
     return {
-        "copy_engine_gbps": s.copy_engine_gbps if s else None,
+        "doc": doc, "copy_engine_gbps": s.copy_engine_gbps if s else None,
         "best": [{"label": label, **b, **_ring_in_flight(doc, rows, metric, b)} for label, b, rows, metric in best],
         "skipped": len(doc.skipped), "synthetic": doc.synthetic, "png": png, "command": doc.command,
         "best_sm_gbps": max(sm) if sm else None, "knee": knee(doc, default_ring),
@@ -158,19 +158,26 @@ def e2e_view(doc: E2E | None) -> dict[str, Any] | None:
 
 
 def auto_view(doc: AutoStability | None) -> dict[str, Any] | None:
-    """``auto`` in fresh processes (``bench.auto_stability``): what each probe chose, the candidates it timed
-    and left out, its cost, and whether it left the cache as it found it."""
+    """``auto`` in fresh processes (``bench.auto_stability``): what each ran and, where it read ``ft bench bw``'s
+    pick (``profile``), whether it followed it and timed nothing while the cache was built; of a series whose auto
+    timed a start-up probe, the candidates each probe timed and left out, its cost, and whether it left the cache
+    as it found it."""
     if not doc or not doc.runs:
         return None
     s, choices = doc.summary, [r.get("choice") or {} for r in doc.runs]
+    if any("pick" in r for r in doc.runs):
+        x = s.extra
+        return {"doc": doc, "profile": True, "runs": s.runs, "counts": s.counts, "same": s.same_every_time,
+                "followed": x.get("followed_profile"), "captured_or_timed": x.get("captured_or_timed"),
+                "ms": (x.get("auto_ms_max"), x.get("unset_ms_max")),
+                "lines": sorted({r["pick"]["line"] for r in doc.runs})}  # fmt: skip
     probe_s = [c.get("probe_s", 0) * 1e3 for c in choices]
     why = {k: text for c in choices for k, text in (c.get("left_out") or {}).items()}
     return {
-        "runs": s.runs, "probes": sum(s.counts.values()), "counts": s.counts,
-        "same": s.same_every_time, "default": s.default, "kept_default": s.kept_default_every_time,
+        "doc": doc, "profile": False, "runs": s.runs, "probes": sum(s.counts.values()), "counts": s.counts,
+        "same": s.same_every_time, "default": s.default,
         "timed": sorted({k for c in choices for k in (c.get("speed") or {})}),
         "left_out": sorted(why), "left_out_why": why,
         "probe_ms": (s.probe_ms_min, s.probe_ms_median, s.probe_ms_max), "first_probe_ms": (min(probe_s), max(probe_s)),
         "load_ms_max": s.load_ms_max, "spread_max": s.spread_max, "as_found": s.cache_left_as_found,
-        "tree": (doc.tree or "")[:12],
     }  # fmt: skip

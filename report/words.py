@@ -29,10 +29,9 @@ def within(c: Comparison) -> str:
 
 
 def settled(c: Comparison) -> str:
-    """Whether a ratio of fresh-process runs stands out of the repeats' range (the rule ``repeats``)."""
-    if c.ratio is None or c.repeat_range is None:
-        return "n/a"
-    return "stands out of" if abs(c.ratio - 1.0) > c.repeat_range else "does not stand out of"
+    """Whether a ratio of fresh-process runs stands out of max(the repeats' range, MARGIN): its verdict by the rule
+    ``repeats`` is not a tie."""
+    return {"n/a": "n/a", "tie": "does not stand out of"}.get(c.verdict, "stands out of")
 
 
 def phrase(verdict: str) -> str:

@@ -2,8 +2,8 @@
 
 A ratio is how much faster the candidate is (> 1: the candidate faster): base time / candidate time of
 paired rounds, or candidate rate / base rate of fresh-process runs. :data:`RULES` names the two ways a
-verdict (*faster*, *tie*, *slower*, *n/a*) is decided from it; every document, view and page carries the
-Comparison its writer made, under the name ``ratio``, and recomputes nothing.
+verdict (*faster*, *tie*, *slower*, *n/a*) is decided from it, never beyond 1 +- :data:`MARGIN`. A Comparison
+decides its own verdict (:meth:`Comparison.decide`): one stored by an older rule reads back with this rule's.
 """
 
 from __future__ import annotations
@@ -12,19 +12,25 @@ import dataclasses
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
+#: The least |ratio - 1| any verdict calls faster or slower: a gap within max(noise, MARGIN) is a tie. The series'
+#: own rule is the same (``MARGIN`` in python/freetoken/moe/decode_gather_bench.py, patch 5: a ring is ``ft bench
+#: bw``'s pick only below 1 - max(A/A spread, MARGIN) of upstream's time); change both together.
+MARGIN = 0.005
+
 #: {rule: how it decides}: the ``rule`` every Comparison names
 RULES = {
-    "aa": "paired rounds with an A/A control: a tie when |ratio - 1| is within the A/A spread, the largest "
-    "per-round |base / A/A - 1| of the same rounds",
+    "aa": "paired rounds with an A/A control: a tie when |ratio - 1| is within max(A/A spread, MARGIN), the A/A "
+    "spread the largest per-round |base / A/A - 1| of the same rounds",
     "repeats": "fresh processes, no A/A control: a tie when the per-repeat ratios straddle 1 or |ratio - 1| is "
-    "within the repeats' range, the larger (max - min) / median of either arm's repeats",
+    "within max(the repeats' range, MARGIN), the range the larger (max - min) / median of either arm's repeats",
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """A candidate against its base: the ratio of medians, the median and range of the per-round (per-repeat)
-    ratios, the noise of its rule (``aa_spread`` for ``aa``, ``repeat_range`` for ``repeats``), the verdict."""
+    ratios, the noise of its rule (``aa_spread`` for ``aa``, ``repeat_range`` for ``repeats``), the verdict its
+    rule gives them (:meth:`decide`: a ``verdict`` passed in is replaced)."""
 
     ratio: float | None = None
     ratio_paired: float | None = None
@@ -34,6 +40,19 @@ class Comparison:
     repeat_range: float | None = None
     verdict: str = "n/a"
     rule: str = "aa"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", self.decide())
+
+    def decide(self) -> str:
+        """The verdict of ``RULES[rule]`` from the figures (``repeats``: paired_min-max, the per-repeat range)."""
+        if self.rule != "repeats":
+            return verdict(self.ratio, self.aa_spread)
+        if self.paired_min is None or self.paired_max is None:
+            return "n/a"
+        if self.paired_min <= 1.0 <= self.paired_max or verdict(self.ratio, self.repeat_range) in ("tie", "n/a"):
+            return "tie"
+        return "faster" if self.paired_min > 1.0 else "slower"
 
     def to_doc(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -56,10 +75,11 @@ def relative_range(xs: Sequence[float | None]) -> float | None:
 
 
 def verdict(ratio: float | None, aa_spread: float | None) -> str:
-    """The rule ``aa``: 'tie' when |ratio - 1| is inside the A/A spread (the noise of the base against itself)."""
+    """The rule ``aa``: 'tie' when |ratio - 1| is inside max(A/A spread, :data:`MARGIN`) (the A/A spread: the noise
+    of the base against itself)."""
     if ratio is None or aa_spread is None:
         return "n/a"
-    if abs(ratio - 1.0) <= aa_spread:
+    if abs(ratio - 1.0) <= max(aa_spread, MARGIN):
         return "tie"
     return "faster" if ratio > 1.0 else "slower"
 
@@ -79,7 +99,7 @@ def paired_rounds(base: Sequence[float], candidate: Sequence[float], aa: Sequenc
     ratio = b / c if b and c else None
     spread = max((abs(r - 1.0) for r in aa_ratios(base, aa)), default=None)
     per = [x / y for x, y in zip(base, candidate) if y]
-    return _ranged(ratio, per, aa_spread=spread, verdict=verdict(ratio, spread), rule="aa")
+    return _ranged(ratio, per, aa_spread=spread, rule="aa")
 
 
 def fresh_processes(base: Mapping[Any, float], candidate: Mapping[Any, float]) -> Comparison:
@@ -90,10 +110,4 @@ def fresh_processes(base: Mapping[Any, float], candidate: Mapping[Any, float]) -
     per = [candidate[r] / base[r] for r in sorted(candidate) if base.get(r)]
     ranges = [relative_range(list(arm.values())) for arm in (base, candidate)]
     noise = max((x for x in ranges if x is not None), default=None)
-    if not per:
-        word = "n/a"
-    elif min(per) <= 1.0 <= max(per) or ratio is None or noise is None or abs(ratio - 1.0) <= noise:
-        word = "tie"
-    else:
-        word = "faster" if min(per) > 1.0 else "slower"
-    return _ranged(ratio, per, repeat_range=noise, verdict=word, rule="repeats")
+    return _ranged(ratio, per, repeat_range=noise, rule="repeats")

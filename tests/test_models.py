@@ -137,3 +137,21 @@ def test_a_case_of_before_the_comparison_reads_as_the_writer_makes_it_now():
     stale = {**old, "verdict": {}}  # no verdict stored: the rule of the ratio and the A/A spread
     assert Paired.from_doc(stale).ratio["tma"] == c
     assert Comparison.from_doc(c.to_doc()) == c and c.to_doc()["rule"] == "aa"
+
+
+def test_faster_and_slower_only_beyond_the_margin_whatever_a_document_stored():
+    """Both rules call a gap within max(its noise, MARGIN) a tie; a Comparison read back from a document decides its
+    verdict by the rule again, so one stored by an older rule (A/A alone) is not what the pages say."""
+    from suite.stats import MARGIN, verdict
+
+    inside, outside = 1 + 0.9 * MARGIN, 1 + 1.1 * MARGIN
+    assert verdict(inside, 0.0) == verdict(2 - inside, MARGIN / 2) == "tie"
+    assert verdict(outside, MARGIN / 2) == "faster" and verdict(2 - outside, MARGIN / 2) == "slower"
+    assert verdict(outside, 2 * MARGIN) == "tie"  # a wider A/A spread decides
+    stored = {"ratio": inside, "aa_spread": 0.001, "verdict": "faster", "rule": "aa"}
+    assert Comparison.from_doc(stored).verdict == "tie" and Comparison.from_doc(stored).to_doc()["verdict"] == "tie"
+    assert Comparison(outside, aa_spread=0.001, verdict="tie").verdict == "faster"
+    same = {0: 100.0, 1: 100.1}  # repeats 0.1% apart
+    assert fresh_processes(same, {r: x * inside for r, x in same.items()}).verdict == "tie"
+    assert fresh_processes(same, {r: x * outside for r, x in same.items()}).verdict == "faster"
+    assert fresh_processes(same, {r: x * (2 - outside) for r, x in same.items()}).verdict == "slower"
