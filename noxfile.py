@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:
 from freetoken_overlay import sessions  # noqa: E402
 from freetoken_overlay.kernels import KERNEL_SET_ENV, kernel_cache_for  # noqa: E402
 from freetoken_overlay.pin import get_pin  # noqa: E402
-from freetoken_overlay.series import series_hash, work_repo  # noqa: E402
+from freetoken_overlay.series import series_hash  # noqa: E402
 from freetoken_overlay.util import REQUIRE_GPU_ENV, SYSTEM_SITE_ENV, OverlayError, Workdir  # noqa: E402
 from freetoken_overlay.util import env_flag, wheelhouse_dir  # noqa: E402
 from freetoken_overlay.wheel import local_version  # noqa: E402
@@ -93,12 +93,6 @@ def _install_patched(session: nox.Session, *extra: str) -> None:
     _step(session, _python(session), "build-wheel", "--install")
 
 
-def _upstream_tests(session: nox.Session, *, all_: bool = False) -> list[str]:
-    """The series' upstream tests, if any (unless ``all_``, only where pyproject.toml's testpaths do not name them)."""
-    tests = work_repo(_setting(session, Workdir.from_env)) / "tests"
-    return [str(tests)] if tests.is_dir() and (all_ or tests != ROOT / ".work" / "upstream" / "tests") else []
-
-
 def _venv_with_gpus(gpus: int) -> str:
     """A venv backend (registered with nox): nox's virtualenv where nvidia-smi finds ``gpus`` GPUs as the session
     starts, else none: a GPU session without its GPUs makes no venv, it only says so and skips."""
@@ -165,7 +159,7 @@ def _pytest(session: nox.Session, *args: str) -> None:
     env, basetemp = sessions.test_env(_setting(session, Workdir.from_env), session.name)
     mine = [] if any(a.startswith("--basetemp") for a in args_) else [f"--basetemp={basetemp}"]
     session.run(python, "-m", "pytest", *(["-n", "auto", "--dist", "loadgroup"] if spread else []), *args, *mine,
-                *args_, *([] if args_ else _upstream_tests(session)), env=env, external=True)  # fmt: skip
+                *args_, env=env, external=True)  # fmt: skip
 
 
 @_session(python=False, requires=_PATCHED_VENV)
@@ -181,18 +175,15 @@ def quick(session: nox.Session) -> None:
 
 
 def _run_patched(session: nox.Session, cmd: commands.Measurement) -> None:
-    """``cmd`` on a GPU with the patched wheel and the full kernel cache (+ the series' upstream tests, run a
-    second time with FREETOKEN_DISABLE_JIT=1: every kernel from the cache; files go where suite.results says)."""
+    """``cmd`` on a GPU with the patched wheel and the full kernel cache (+ the series' tests in upstream's layout,
+    run a second time with FREETOKEN_DISABLE_JIT=1: every kernel from the cache; files go where suite.results says)."""
     _install_patched(session, *_group("test", "gpu", "kernel-build", *cmd.groups))
     # the series' kernels + upstream's fast_index_copy_multi widths, built once and kept (kernels.kernel_set)
     _step(session, _python(session), "build-kernels", env={KERNEL_SET_ENV: "full"})
     _use_kernel_cache(session, _python(session))
-    paths = _upstream_tests(session, all_=True) if cmd.upstream_tests else []  # after the install, which may apply
-    session.run(_python(session), "-m", *cmd.args, *paths, *session.posargs, env=dict(cmd.env), external=True)
-    if paths:
-        session.log("the series' upstream tests again, with FREETOKEN_DISABLE_JIT=1")
-        session.run(_python(session), "-m", *commands.SERIES_NO_JIT.args, *paths, env={"FREETOKEN_DISABLE_JIT": "1"},
-                    external=True)  # fmt: skip
+    session.run(_python(session), "-m", *cmd.args, *session.posargs, env=dict(cmd.env), external=True)
+    for env in ({}, {"FREETOKEN_DISABLE_JIT": "1"}) if cmd.upstream_tests else ():
+        _step(session, _python(session), "series-tests", "--", "-rs", env=env)
 
 
 def _measurement(cmd: commands.Measurement) -> None:

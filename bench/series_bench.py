@@ -4,7 +4,7 @@ The benchmark ships in the upstream tree and knows nothing of this repository; t
 from ``.work/upstream`` (after ``nox -s apply build``) and stores what it wrote as an
 ``series_bench`` result document (schema id, provenance, machine) in ``results/<device>/``.
 Extra arguments go to the benchmark (``--model all``, ``--rings``, ``--misses 0 1 2``, ...). With
-``--markdown`` the benchmark's comment is printed and kept beside the JSON as ``series_bench.md``,
+``--markdown`` the benchmark's Markdown table is printed and kept beside the JSON as ``series_bench.md``,
 its first line an HTML comment with the provenance (invisible once pasted).
 
 ``python -m bench.series_bench [--out DIR] [--markdown] [BENCHMARK ARGS...]`` (default: where :mod:`suite.results` keeps it)
@@ -38,24 +38,24 @@ def fields_of(raw: dict, **extra) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = entry.parser("series_bench")
-    ap.add_argument("--markdown", action="store_true", help="also keep the benchmark's comment as series_bench.md")
+    ap.add_argument("--markdown", action="store_true", help="also keep the benchmark's table as series_bench.md")
     args, rest = ap.parse_known_args(argv)
     script = work_repo(Workdir.from_env()) / SCRIPT
     if not script.is_file():
         log.error("%s is missing: run `nox -s apply` first", script)
         return 2
     with tempfile.TemporaryDirectory(prefix="upstream-bench-") as tmp:
-        raw_path, md_path = Path(tmp) / "raw.json", Path(tmp) / "comment.md"
+        raw_path, md_path = Path(tmp) / "raw.json", Path(tmp) / "table.md"
         md = ["--markdown", str(md_path)] if args.markdown else []
         rc = subprocess.run([sys.executable, str(script), "--json", str(raw_path), *md, *rest], check=False).returncode
         raw = results.read_json(raw_path)
-        comment = md_path.read_text() if md_path.is_file() else None
+        table = md_path.read_text() if md_path.is_file() else None
     if raw is None:
         log.error("the benchmark wrote no JSON (exit %d)", rc)
         return rc or 1
-    entry.save("series_bench", args, fields_of(raw, exit_code=rc), markdown=comment)  # the comment beside it: .md
-    if comment is not None:
-        print(comment)
+    entry.save("series_bench", args, fields_of(raw, exit_code=rc), markdown=table)  # the table beside it: .md
+    if table is not None:
+        print(table)
     return rc
 
 

@@ -1,7 +1,7 @@
 """``python -m freetoken_overlay COMMAND``: the steps the nox sessions run.
 
 Commands: apply, export, build (= build-wheel --install + build-kernels),
-build-wheel, build-kernels, verify, kept, series-hash, wheelhouse.  Settings come
+build-wheel, build-kernels, verify, kept, series-hash, series-tests, wheelhouse.  Settings come
 from the environment: FT_OVERLAY_WORKDIR (work directory, an absolute path;
 default ``<repo>/.work``), FT_OVERLAY_WHEELHOUSE (offline wheelhouse; also
 ``--wheelhouse``), FT_OVERLAY_VERBOSE=1 (pip's own output and the overlay's DEBUG
@@ -22,6 +22,7 @@ import os
 import shlex
 import signal
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -170,6 +171,16 @@ def cmd_kept(args: argparse.Namespace) -> None:
             logger.info(f"{name}: safe to drop (its commits are in {branch} or patches/): git -C {q(repo)} branch -D {name}")
 
 
+def cmd_series_tests(args: argparse.Namespace) -> None:
+    from .series_tests import lay_out, pytest_in
+
+    with tempfile.TemporaryDirectory(prefix="series-tests-") as tmp:
+        lay_out(series.work_repo(Workdir.from_env()), Path(tmp, "upstream"))
+        logger.info(f"the series' tests in upstream's layout, in {tmp}/upstream")
+        if status := pytest_in(Path(tmp, "upstream"), args.pytest_args):
+            raise OverlayError(f"the series' tests failed in upstream's layout (pytest exited {status})")
+
+
 def cmd_wheelhouse(args: argparse.Namespace) -> None:
     from .wheelhouse import download_wheelhouse
 
@@ -226,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
             wheelhouse=False, pip=False, locks=False)  # fmt: skip
     command("series-hash", cmd_series_hash, "print the series hash of patches/", wheelhouse=False, pip=False,
             locks=False)  # fmt: skip
+    tests = command("series-tests", cmd_series_tests, "run the series' tests in upstream's layout, in a temporary "
+                    "tree: pytest tests/moe tests/kernels [-- ARGS]", patches=False, wheelhouse=False, pip=False)
+    tests.add_argument("pytest_args", nargs="*", metavar="ARGS", help="pytest's arguments, after --")
     house = command("wheelhouse", cmd_wheelhouse, "download the wheels the offline GPU machine lacks into DIR",
                     patches=False, wheelhouse=False)  # fmt: skip
     house.add_argument("dir", metavar="DIR")

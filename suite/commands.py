@@ -49,7 +49,7 @@ class Measurement(NamedTuple):
     env: tuple[tuple[str, str], ...] = ()  # variables its session sets
     note: str = ""
     gpu: bool = True  # its session needs a CUDA GPU (a ``gpu``-tagged session); else it runs in the patched venv
-    upstream_tests: bool = False  # its session also runs the series' upstream tests (again with JIT disabled)
+    upstream_tests: bool = False  # its session also runs the series' tests in upstream's layout (again, JIT disabled)
     model: str = ""  # the class of suite.models that reads its document
     words: str = ""  # what a run of it is, in the pages' words
     needs: str = ""  # the arguments its session refuses to run without (their usage; the first is checked)
@@ -135,8 +135,6 @@ MEASUREMENTS: dict[str, Measurement] = {m.name: m for m in _TABLE}
 #: The GPU sessions, in the order of a full run on a GPU machine.
 GPU_RUN = tuple(MEASUREMENTS[n] for n in ("gpu", "sanitize", "bench", "sweep", "series_bench", "step_pdl", "contention"))
 
-#: ``nox -s gpu`` then runs the series' upstream tests again with FREETOKEN_DISABLE_JIT=1 (every kernel prebuilt).
-SERIES_NO_JIT = Command(None, ("pytest", "-rs"), note="FREETOKEN_DISABLE_JIT=1, the series' upstream tests")
 REPORT = Command("report", ("report",))
 COMPARE = Command("compare", ("report.compare",), note="upstream, A/A and tma per (regime, layers, n), with the paired verdict")
 #: pytest-benchmark's own table of a saved run (DEVICE: a results/ directory such as h200), one group per case.

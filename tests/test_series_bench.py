@@ -1,5 +1,5 @@
 """CPU checks of bench.series_bench: it runs the work repo's benchmark with ``--json`` (and, with
-``--markdown``, a file for the comment), keeps the JSON as a series_bench document and the comment
+``--markdown``, a file for the table), keeps the JSON as a series_bench document and the table
 beside it with the document's provenance; a ``--model`` run's geometries read typed."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ args = sys.argv[1:]
 json.dump({"schema": "freetoken-bench-decode-gather/2", "machine": {"gpu": "x"}, "args": {"model": "all"},
            "geometries": [GEOMETRY], "failures": []}, open(args[args.index("--json") + 1], "w"))
 if "--markdown" in args:
-    open(args[args.index("--markdown") + 1], "w").write("### the comment\\n")
+    open(args[args.index("--markdown") + 1], "w").write("| model | n |\\n")
 print("ARGS", args)
 """
 
@@ -38,20 +38,20 @@ def _workdir(tmp_path, monkeypatch):
     return tmp_path / "out"
 
 
-def test_markdown_run_keeps_json_and_comment(tmp_path, monkeypatch, capfd):
+def test_markdown_run_keeps_json_and_table(tmp_path, monkeypatch, capfd):
     out = _workdir(tmp_path, monkeypatch)
     assert series_bench.main(["--out", str(out), "--markdown", "--model", "all"]) == 0
     printed = capfd.readouterr().out
-    assert "'--markdown'" in printed and "'--model', 'all'" in printed and "### the comment" in printed
+    assert "'--markdown'" in printed and "'--model', 'all'" in printed and "| model | n |" in printed
     doc = json.loads((out / "series_bench.json").read_text())
     assert doc["schema"] == MEASUREMENTS["series_bench"].schema and doc["benchmark_schema"].endswith("/2")
     assert doc["geometries"] == [GEOMETRY] and "provenance" in doc and doc["exit_code"] == 0
     md = (out / "series_bench.md").read_text().splitlines()
     assert md[0].startswith("<!-- series_bench.json of ") and "series " in md[0] and md[0].endswith(" -->")
-    assert md[1:] == ["### the comment"]
+    assert md[1:] == ["| model | n |"]
 
 
-def test_without_markdown_no_comment_file(tmp_path, monkeypatch, capfd):
+def test_without_markdown_no_table_file(tmp_path, monkeypatch, capfd):
     out = _workdir(tmp_path, monkeypatch)
     assert series_bench.main(["--out", str(out)]) == 0
     assert "'--markdown'" not in capfd.readouterr().out
@@ -72,8 +72,8 @@ def test_geometries_read_typed_and_round_trip():
 
 
 
-def test_a_second_markdown_run_keeps_the_first_comment_in_the_history(tmp_path, monkeypatch, capfd):
-    """The comment goes where its JSON goes: the writer moves the one it replaces to history/tree-<id>/."""
+def test_a_second_markdown_run_keeps_the_first_table_in_the_history(tmp_path, monkeypatch, capfd):
+    """The table goes where its JSON goes: the writer moves the one it replaces to history/tree-<id>/."""
     out = _workdir(tmp_path, monkeypatch)
     assert series_bench.main(["--out", str(out), "--markdown"]) == 0
     first = (out / "series_bench.md").read_text()

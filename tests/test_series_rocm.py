@@ -2,9 +2,9 @@
 job runs them, ``pytest ... -m "not slow"``: none fails, none errors, the GPU-only ones skip (the slow ones,
 nvcc SASS builds that need no torch at all, run in the CUDA jobs and in this suite's own pass over the files).
 
-The series' test files are read from patches/ (the files its patches create) and run from the work
-repository in a pytest subprocess whose first plugin makes the imported torch report ROCm, as a
-ROCm build does (``torch.version.hip`` a version, ``torch.version.cuda`` None)."""
+The series' test files are read from patches/ (the files its patches create) and run in upstream's layout
+(freetoken_overlay.series_tests) in a pytest subprocess whose first plugin makes the imported torch report
+ROCm, as a ROCm build does (``torch.version.hip`` a version, ``torch.version.cuda`` None)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from freetoken_overlay.series import patch_files, work_repo
+from freetoken_overlay.series_tests import PACKAGES, lay_out
 from freetoken_overlay.util import Workdir
 from helpers import pytest_junit
 
@@ -45,9 +46,9 @@ def test_series_tests_pass_under_a_rocm_torch(tmp_path: Path) -> None:
     if missing:
         pytest.skip(f"the work repository {repo} lacks {', '.join(missing)} (nox -s apply makes it)")
     (tmp_path / "fake_rocm.py").write_text(FAKE_ROCM)
-    report = tmp_path / "junit.xml"
-    counts, suite, tail = pytest_junit(repo, report, "-p", "fake_rocm", "-rs", "-m", "not slow", *files,
-                                       pythonpath=str(tmp_path))
+    lay_out(repo, tmp_path / "upstream")
+    counts, suite, tail = pytest_junit(tmp_path / "upstream", tmp_path / "junit.xml", "-p", "fake_rocm", "-rs", "-m",
+                                       "not slow", *PACKAGES, pythonpath=str(tmp_path))  # fmt: skip
     assert counts["failures"] == 0 and counts["errors"] == 0 and counts["exit"] == 0, f"{counts}:\n{tail}"
     assert counts["tests"] > counts["skipped"], f"nothing ran under the fake ROCm torch: {counts}"
     skips = [s.get("message", "") for s in suite.iter("skipped")]
