@@ -1,7 +1,7 @@
-"""pytest hooks for every test path of this checkout (tests/, conformance/, the series' upstream tests).
+"""pytest hooks for every test path of this checkout (tests/, conformance/).
 
-The skips are summed up by reason, one line each, just above the counts: ``-rs`` printed one line per test
-location (37 on a CPU machine, most of them "needs a CUDA GPU").  ``-rs`` still gives pytest's own lines.
+The skips are summed up by reason, one line each, just above the counts (``-rs`` still gives pytest's own lines, one
+per test).
 """
 
 from __future__ import annotations
