@@ -12,9 +12,9 @@ import dataclasses
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
-#: The least |ratio - 1| any verdict calls faster or slower: a gap within max(noise, MARGIN) is a tie. The series'
-#: own rule is the same (``MARGIN`` in python/freetoken/moe/decode_gather_bench.py, patch 5: a ring is ``ft bench
-#: bw``'s pick only below 1 - max(A/A spread, MARGIN) of upstream's time); change both together.
+#: The least |ratio - 1| any verdict calls faster or slower: a gap within max(noise, MARGIN) is a tie. The series
+#: names the same margin once, ``freetoken.kernel.decode_gather.MARGIN`` (its benchmark's verdicts and ``ft bench bw``'s
+#: pick use it); change both together.
 MARGIN = 0.005
 
 #: {rule: how it decides}: the ``rule`` every Comparison names

@@ -492,7 +492,7 @@ def test_each_pr_states_its_kernel_cache_against_upstreams_from_the_build_of_its
                 "release 13.0, V13.0.88", "kernels": {"freetoken__decode_gather_8_3_16384": 1234, "other": 99}}  # fmt: skip
     (tmp_path / KERNEL_CACHE / f"{first}.json").write_text(json.dumps(manifest))
     pages = render(tmp_path)
-    assert ("+1,234 B, the decode_gather entry upstream's AOT cache lacks (ring 8x3x16384, sm_90/sm_120, nvcc 13.0; "
+    assert ("+1,234 B over upstream's AOT cache (ring 8x3x16384, sm_90/sm_120, nvcc 13.0; "
             f"series `{first}`)") in pages["PR-1.md"]  # fmt: skip
     assert "Kernel cache**: not yet measured for this series." in pages["PR-2.md"]
 
