@@ -24,7 +24,7 @@ import torch
 from gpukit.decode_step import (DEFAULT_VARIANTS, DecodeStep, StepConfig, StepVariant, copy_all_layers, expected_slots,
                                 gather_env, stage_misses, variant_modules)  # fmt: skip
 from suite.geometry import MODEL, nvfp4_banks
-from gpukit.kernels import probe_headers
+from gpukit.launch import probe_headers
 from gpukit.memory import cache_rows
 from suite.models import StepBreakdown, StepPdl, paired
 from suite.rounds import run_rounds

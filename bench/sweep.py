@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from bench import entry
 from bench.sweep_figure import render_png
-from gpukit.kernels import call_tma, call_upstream, load_kernels, precompile
+from gpukit.launch import call_tma, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
 from gpukit.timing import bench, reps_for

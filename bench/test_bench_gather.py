@@ -53,7 +53,7 @@ from bench.conftest import RUN_INFO
 from gpukit.decode_regime import Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
 from gpukit.decode_step import DEFAULT_VARIANTS, DecodeStep, StepConfig, StepVariant, auto_pick
 from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
-from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels, precompile, runs_ring
+from gpukit.launch import call_tma, call_upstream, default_ring, load_kernels, precompile, runs_ring
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 from gpukit import timing

@@ -246,7 +246,7 @@ def test_every_committed_result_document_has_its_schema_and_provenance():
 
 
 def test_probe_headers_are_removed_after_the_block_and_never_replace_a_file(tmp_path):
-    from gpukit.kernels import probe_headers
+    from gpukit.launch import probe_headers
 
     (tmp_path / "decode_gather.cuh").write_text("installed")
     with probe_headers({"dg_probe.cuh": "variant"}, tmp_path) as jit:
@@ -335,7 +335,7 @@ def _fake_kernel_modules():
 
 
 def test_launch_counter_counts_each_kernel_and_puts_the_modules_back():
-    from gpukit.kernels import LaunchCounter
+    from gpukit.launch import LaunchCounter
 
     ring, upstream, launched = _fake_kernel_modules()
     before = (ring.decode_gather_module, ring._decode_gather_jit, upstream._jit_fast_index_copy_multi_module)
@@ -351,7 +351,7 @@ def test_launch_counter_counts_each_kernel_and_puts_the_modules_back():
 def test_a_launch_counter_that_fails_to_enter_leaves_the_modules_as_they_were():
     import types
 
-    from gpukit.kernels import LaunchCounter
+    from gpukit.launch import LaunchCounter
 
     _, upstream, _ = _fake_kernel_modules()
     factory = upstream._jit_fast_index_copy_multi_module

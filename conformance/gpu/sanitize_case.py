@@ -19,7 +19,7 @@ import random
 import sys
 
 from suite.geometry import Ring
-from gpukit.kernels import call_tma, call_upstream, load_kernels
+from gpukit.launch import call_tma, call_upstream, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 from suite.kernels import Kernel
 

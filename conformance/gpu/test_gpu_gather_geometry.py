@@ -14,7 +14,7 @@ import random
 import pytest
 
 from suite.geometry import CONFORMANCE_EXTRA_RINGS, NVFP4_ROW_BYTES, rows_for_bank_count
-from gpukit.kernels import call_tma
+from gpukit.launch import call_tma
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from suite.geometry import MODEL, NVFP4_ROW_BYTES, OPT_IN_RINGS
-from gpukit.kernels import call_tma
+from gpukit.launch import call_tma
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]

@@ -30,7 +30,7 @@ import json
 import torch
 from gpukit.runtime import CUDA_LIMIT_MALLOC_HEAP_SIZE, CUDA_LIMIT_STACK_SIZE, device_limit
 from suite.geometry import OPT_IN_RINGS, Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
-from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels
+from gpukit.launch import call_tma, call_upstream, default_ring, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
 
 decode_gather, fast_index_copy = load_kernels()
