@@ -14,6 +14,7 @@ Pure Python: the report and the CPU tests import it without torch.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 from typing import NamedTuple
@@ -81,6 +82,10 @@ def rows_for_bank_count(num_banks: int, chunk_bytes: int) -> list[int]:
     return [base[(num_banks + i) % len(base)] for i in range(num_banks)]
 
 
+class RingError(ValueError, argparse.ArgumentTypeError):
+    """A ring spelled otherwise (argparse prints its message as it is)."""
+
+
 class Ring(NamedTuple):
     ctas: int
     stages: int
@@ -118,11 +123,11 @@ class Ring(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> "Ring":
-        """``16x4x8192`` or ``16x4x8K`` (the chunk as :func:`parse_size` reads it)."""
+        """A ring as ``FREETOKEN_DECODE_GATHER_RING`` spells it (:attr:`env`), the one spelling of every ``--rings``."""
         parts = text.lower().split("x")
-        if len(parts) != 3:
-            raise ValueError(f"ring {text!r}: expected CTASxSTAGESxCHUNK, e.g. 16x4x8K")
-        return cls(int(parts[0]), int(parts[1]), parse_size(parts[2]))
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise RingError(f"ring {text!r}: expected <ctas>x<stages>x<chunk_bytes> in integers, e.g. 16x4x8192")
+        return cls(*map(int, parts))
 
 
 # Rings past the default 48 KiB of shared memory per block, which the kernel opts in to: FreeToken #751's

@@ -79,7 +79,10 @@ def test_documents_carry_schema_and_provenance_of_the_installed_wheel(results_en
 
 
 def test_ring_parse_and_geometry_rows():
-    assert Ring.parse("16x4x8K") == Ring(16, 4, 8192) == Ring.parse("16x4x8192")
+    assert Ring.parse("16x4x8192") == Ring(16, 4, 8192) == Ring.parse("16X4x8192")
+    for other in ("16x4x8K", "16x4", "16x4x8192x1", "x4x8192", "16x-4x8192"):  # one spelling: the variable's
+        with pytest.raises(ValueError, match=f"ring '{other}': expected <ctas>x<stages>x<chunk_bytes> in integers"):
+            Ring.parse(other)
     assert Ring(16, 4, 8192).tag == "16x4x8K" and Ring(16, 4, 8192).bytes_in_flight == 3 * 8192 * 16  # (stages - 1) chunks per CTA in flight
     assert Ring(64, 4, 4096).env == "64x4x4096" and Ring.parse(Ring(7, 5, 2048).env) == Ring(7, 5, 2048)
     for chunk in (2048, 8192, 32768):
