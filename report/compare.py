@@ -72,10 +72,10 @@ def read_runs(files: list) -> dict[str, BenchRun | None]:
 
 
 def cells(rec: tuple) -> list[str]:
-    """A record as the table prints it: times, ratio and spread to 3 decimals."""
-    reg, layers, n, up, aa, tma, ratio, spread, verdict = rec
+    """A record as the table prints it: times, ratio and A/A spread to 3 decimals."""
+    reg, layers, n, up, aa, tma, ratio, aa_spread, verdict = rec
     n_text = f"{n:.1f}/step" if reg == "decode step" and n is not None else str(n)
-    return [reg, str(layers), n_text, _cell(up), _cell(aa), _cell(tma), _cell(ratio), "–" if spread is None else f"±{spread:.3f}",
+    return [reg, str(layers), n_text, _cell(up), _cell(aa), _cell(tma), _cell(ratio), "–" if aa_spread is None else f"±{aa_spread:.3f}",
             verdict or "n/a"]  # fmt: skip
 
 

@@ -48,9 +48,9 @@ def gather_view(bench: BenchRun | None) -> dict[str, Any] | None:
     tables = []
     for reg, layers in sorted({(r["regime"], r["layers"]) for r in rows}, key=lambda k: (regime_key(k[0]), -k[1])):
         sel = sorted((r for r in rows if (r["regime"], r["layers"]) == (reg, layers)), key=lambda r: r["n"])
-        spreads = [r["ratio"].aa_spread for r in sel if r["ratio"].aa_spread is not None]
+        aa_spreads = [r["ratio"].aa_spread for r in sel if r["ratio"].aa_spread is not None]
         tables.append({"regime": reg, "layers": layers, "rows": sel, "groups": verdicts(sel),
-                       "max_spread": max(spreads, default=None),
+                       "max_aa_spread": max(aa_spreads, default=None),
                        "copy_engine": any(Kernel.COPY_ENGINE in r["us"] for r in sel)})  # fmt: skip
     regimes = sorted({r["regime"] for r in rows}, key=regime_key)
     mains = [{"regime": reg, "rows": main_rows([r for r in rows if r["regime"] == reg])} for reg in regimes]

@@ -176,8 +176,8 @@ def auto_view(doc: AutoStability | None) -> dict[str, Any] | None:
     return {
         "doc": doc, "profile": False, "runs": s.runs, "probes": sum(s.counts.values()), "counts": s.counts,
         "same": s.same_every_time, "default": s.default,
-        "timed": sorted({k for c in choices for k in (c.get("speed") or {})}),
+        "timed": sorted({k for c in choices for k in (c.get("ratio") or {})}),
         "left_out": sorted(why), "left_out_why": why,
         "probe_ms": (s.probe_ms_min, s.probe_ms_median, s.probe_ms_max), "first_probe_ms": (min(probe_s), max(probe_s)),
-        "load_ms_max": s.load_ms_max, "spread_max": s.spread_max, "as_found": s.cache_left_as_found,
+        "load_ms_max": s.load_ms_max, "aa_spread_max": s.aa_spread_max, "as_found": s.cache_left_as_found,
     }  # fmt: skip

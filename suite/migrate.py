@@ -2,7 +2,9 @@
 
 Code of before :class:`suite.stats.Comparison` named the ratio ``speedup`` (``speedup_paired``, ``_min``,
 ``_max``), the end-to-end repeats' (max - min) / median ``tokens_per_s_spread`` and the rounds' order
-``alternating``: those keys and that value are renamed in place, the file's formatting left as it was. Its
+``alternating``; an older series' start-up probe (``auto``'s choice) named its ratios ``speed``, its A/A spread
+``spread`` (``spread_max``) and 1 + max(A/A spread, its margin) ``bar``: those keys and that value are renamed in
+place (``ratio``, ``aa_spread``, ``threshold``), the file's formatting left as it was. Its
 end-to-end points (``versus_upstream``, or tma's figures at the point's top level) get their ratios as
 Comparisons, from their own figures; a ``series_bench`` document of a benchmark that recorded no ring choice gets
 the one its writer stores now (:func:`suite.models.docs.ring_choice`); those are written as their writer writes
@@ -26,6 +28,8 @@ from suite.stats import Comparison, median
 #: (pattern, replacement) of every rename, keys only (a key is a JSON string followed by a colon)
 RENAMES = ((re.compile(r'"speedup((?:_paired)?(?:_min|_max)?)"(\s*):'), r'"ratio\1"\2:'),
            (re.compile(r'"tokens_per_s_spread"(\s*):'), r'"tokens_per_s_range"\1:'),
+           (re.compile(r'"(spread(?:_max)?)"(\s*):'), r'"aa_\1"\2:'), (re.compile(r'"speed"(\s*):'), r'"ratio"\1:'),
+           (re.compile(r'"bar"(\s*):'), r'"threshold"\1:'),
            (re.compile(r'"order"(\s*):(\s*)"alternating"'), r'"order"\1:\2"alternate"'))  # fmt: skip
 KINDS = {m.schema: m.name for m in MEASUREMENTS.values()}
 

@@ -97,9 +97,9 @@ def paired_rounds(base: Sequence[float], candidate: Sequence[float], aa: Sequenc
     """The rule ``aa`` over per-round times: median(base) / median(candidate), against the A/A spread."""
     b, c = median(base), median(candidate)
     ratio = b / c if b and c else None
-    spread = max((abs(r - 1.0) for r in aa_ratios(base, aa)), default=None)
+    aa_spread = max((abs(r - 1.0) for r in aa_ratios(base, aa)), default=None)
     per = [x / y for x, y in zip(base, candidate) if y]
-    return _ranged(ratio, per, aa_spread=spread, rule="aa")
+    return _ranged(ratio, per, aa_spread=aa_spread, rule="aa")
 
 
 def fresh_processes(base: Mapping[Any, float], candidate: Mapping[Any, float]) -> Comparison:

@@ -19,9 +19,11 @@ OLD = """{
    "speedup_paired": [1.0, 1.02],
    "speedup_paired_min": 1.0,
    "speedup_paired_max": 1.02,
-   "variants": {"upstream": {"tokens_per_s_spread": 0.03}}
+   "variants": {"upstream": {"tokens_per_s_spread": 0.03}},
+   "auto": {"speed": {"tma 16x4x8192": 1.01}, "spread": 0.03, "bar": 1.03, "reason": "no candidate faster than the bar"}
   }
  ],
+ "summary": {"spread_max": 0.03},
  "paired": {"order": "alternating", "ratio": {"tma": 1.0}},
  "method": {"tie": "|speedup - 1| <= A/A spread", "order": "alternating rounds"}
 }
@@ -39,6 +41,9 @@ def test_old_names_are_renamed_once_and_the_rest_kept(tmp_path):
     point = doc["points"][0]
     assert (point["ratio"], point["ratio_paired"], point["ratio_paired_min"], point["ratio_paired_max"]) == (1.01, [1.0, 1.02], 1.0, 1.02)
     assert point["variants"]["upstream"] == {"tokens_per_s_range": 0.03} and doc["paired"]["order"] == "alternate"
+    assert point["auto"] == {"ratio": {"tma 16x4x8192": 1.01}, "aa_spread": 0.03, "threshold": 1.03,
+                             "reason": "no candidate faster than the bar"}  # an older start-up probe's choice
+    assert doc["summary"] == {"aa_spread_max": 0.03}
     assert doc["method"] == json.loads(OLD)["method"]  # values that are prose stay as recorded
     assert migrate.migrate([tmp_path]) == [] and path.read_text() == new  # idempotent
 

@@ -120,7 +120,7 @@ class AutoSummary(Model):
     probe_ms_median: float | None = None
     probe_ms_max: float | None = None
     load_ms_max: float | None = None
-    spread_max: float | None = None
+    aa_spread_max: float | None = None
     cache_left_as_found: bool | None = None
     extra: dict[str, Any] = field({})
 

@@ -45,13 +45,13 @@ def comparisons(doc: dict[str, Any]) -> dict[str, Any]:
     ratio = doc.get("ratio") or {}
     if all(isinstance(v, Mapping) for v in ratio.values()):
         return ratio
-    spread, rounds = doc.get("aa_spread"), doc.get("rounds_us") or {}
+    aa_spread, rounds = doc.get("aa_spread"), doc.get("rounds_us") or {}
     verdicts, medians = doc.pop("verdict", None) or {}, doc.pop("ratio_paired", None) or {}
     out = {}
     for c, x in ratio.items():
         per = [b / t for b, t in zip(rounds.get(doc.get("base", BASE), []), rounds.get(c, [])) if t]
-        out[c] = Comparison(x, medians.get(c, median(per)), min(per, default=None), max(per, default=None), spread,
-                            verdict=verdicts.get(c) or verdict(x, spread))  # fmt: skip
+        out[c] = Comparison(x, medians.get(c, median(per)), min(per, default=None), max(per, default=None), aa_spread,
+                            verdict=verdicts.get(c) or verdict(x, aa_spread))  # fmt: skip
     return out
 
 
