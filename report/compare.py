@@ -23,7 +23,7 @@ from pathlib import Path
 
 from suite import results
 from suite.models import BenchRun
-from suite.kernels import AA, BASE, CANDIDATE
+from suite.kernels import AA, BASE, Kernel
 from suite.stats import MARGIN
 from report.gather import decode_step_view, gather_row
 from suite.geometry import regime_key
@@ -39,7 +39,7 @@ UNITS = ("times: µs per layer (the decode step: µs per step); pytest-benchmark
 def _times(view: dict) -> tuple:
     """pytest-benchmark's per-kernel medians where the run has them, else the paired medians."""
     t = view.get("benchmark") or view["us"]
-    return tuple(t.get(k) for k in (BASE, AA, CANDIDATE))
+    return tuple(t.get(k) for k in (BASE, AA, Kernel.TMA))
 
 
 def _order(rec: tuple) -> tuple:

@@ -141,17 +141,17 @@ def sass_view(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def e2e_view(doc: E2E | None) -> dict[str, Any] | None:
-    """The end-to-end A/B (``bench.e2e``): per slot-cache point, tokens/s of every arm over fresh processes
-    and each arm's Comparison against upstream (the rule ``repeats``)."""
+    """The end-to-end A/B (``bench.e2e``): per slot-cache point, tokens/s of every kernel over fresh processes
+    and each kernel's Comparison against upstream (the rule ``repeats``)."""
     if not doc or not doc.points:
         return None
     rows = []
     for p in doc.points:
-        u, t = p.variants.get(Kernel.UPSTREAM) or {}, p.variants.get(Kernel.TMA) or {}
-        a = p.variants.get(Kernel.AUTO)
+        u, t = p.kernels.get(Kernel.UPSTREAM) or {}, p.kernels.get(Kernel.TMA) or {}
+        a = p.kernels.get(Kernel.AUTO)
         rows.append({"slots": p.slots, "miss_rate": (t or u).get("miss_rate_median"), Kernel.UPSTREAM: u, Kernel.TMA: t,
                      "misses_per_token": (t or u).get("misses_per_token_median"), "ratio": p.ratio.get(Kernel.TMA),
-                     "auto": {"arm": a, "kernels": sorted(set(a.get("copy_kernel") or [])),
+                     "auto": {"figures": a, "kernels": sorted(set(a.get("copy_kernel") or [])),
                               "ratio": p.ratio[Kernel.AUTO]} if a and Kernel.AUTO in p.ratio else None})  # fmt: skip
     return {"doc": doc, "model": doc.model, "settings": doc.settings, "rows": rows,
             "complete": doc.complete, "ids_identical": doc.ids_identical, "runs": len(doc.runs)}  # fmt: skip
@@ -160,7 +160,7 @@ def e2e_view(doc: E2E | None) -> dict[str, Any] | None:
 def auto_view(doc: AutoStability | None) -> dict[str, Any] | None:
     """``auto`` in fresh processes (``bench.auto_stability``): what each ran and, where it read ``ft bench bw``'s
     pick (``profile``), whether it followed it and timed nothing while the cache was built; of a series whose auto
-    timed a start-up probe, the candidates each probe timed and left out, its cost, and whether it left the cache
+    timed a start-up probe, the kernels each probe timed and left out, its cost, and whether it left the cache
     as it found it."""
     if not doc or not doc.runs:
         return None

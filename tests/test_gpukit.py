@@ -252,14 +252,14 @@ def test_probe_headers_are_removed_after_the_block_and_never_replace_a_file(tmp_
     from gpukit.launch import probe_headers
 
     (tmp_path / "decode_gather.cuh").write_text("installed")
-    with probe_headers({"dg_probe.cuh": "variant"}, tmp_path) as jit:
-        assert (jit / "dg_probe.cuh").read_text() == "variant"
+    with probe_headers({"dg_probe.cuh": "probe"}, tmp_path) as jit:
+        assert (jit / "dg_probe.cuh").read_text() == "probe"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["decode_gather.cuh"]
-    with pytest.raises(RuntimeError), probe_headers({"dg_probe.cuh": "variant"}, tmp_path):
+    with pytest.raises(RuntimeError), probe_headers({"dg_probe.cuh": "probe"}, tmp_path):
         raise RuntimeError("the build failed")  # removed on error too
     assert not (tmp_path / "dg_probe.cuh").exists()
     with pytest.raises(FileExistsError, match="decode_gather.cuh"):
-        with probe_headers({"decode_gather.cuh": "variant"}, tmp_path):
+        with probe_headers({"decode_gather.cuh": "probe"}, tmp_path):
             pass
     assert (tmp_path / "decode_gather.cuh").read_text() == "installed"
 
