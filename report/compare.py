@@ -28,10 +28,10 @@ from suite.stats import MARGIN
 from report.gather import decode_step_view, gather_row
 from suite.geometry import regime_key
 
-COLUMNS = ("regime", "layers", "n", "upstream µs", "upstream_aa µs", "tma µs", "paired upstream/tma", "A/A spread",
+COLUMNS = ("regime", "layers", "n", "upstream µs", "upstream_aa µs", "tma µs", "ratio upstream/tma", "A/A spread",
            "verdict")  # fmt: skip
-LEGEND = (f"paired = upstream / tma over alternating rounds (> 1: tma faster); tie: |paired - 1| within max(A/A "
-          f"spread, {MARGIN:.1%})")
+LEGEND = (f"ratio = upstream / tma, medians of paired alternating rounds (> 1: tma faster); tie: |ratio - 1| "
+          f"within max(A/A spread, {MARGIN:.1%})")
 UNITS = ("times: µs per layer (the decode step: µs per step); pytest-benchmark compare shows one round, "
          "the whole graph: layers x these")  # fmt: skip
 
@@ -49,7 +49,7 @@ def _order(rec: tuple) -> tuple:
 
 
 def records(bench: BenchRun) -> list[tuple]:
-    """The rows as figures (case, the kernels' times, paired ratio, A/A spread, verdict), in :func:`_order`."""
+    """The rows as figures (case, the kernels' times, ratio, A/A spread, verdict), in :func:`_order`."""
     views = [((r["regime"], r["layers"], r["n"]), r) for r in map(gather_row, bench.gather)]
     if s := decode_step_view(bench):
         views.append((("decode step", s["layers"], s["misses_per_step"]), s))

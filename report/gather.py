@@ -89,12 +89,12 @@ def targets_view(gather: dict[str, Any] | None, ceiling: dict[str, Any] | None) 
         return None
     t, by_n = TARGETS, {r["n"]: r for r in main}
     below = [r for r in main if (r["ratio"].ratio or 0) < t["parity"]]
-    ideal = [{"n": r["n"], "x": r["us"][Kernel.TMA] / r["ideal"]} for r in main
+    ideal = [{"n": r["n"], "of_ideal": r["us"][Kernel.TMA] / r["ideal"]} for r in main
              if r["n"] >= t["ideal_from_n"] and r["us"].get(Kernel.TMA) and r["ideal"]]  # fmt: skip
     out: dict[str, Any] = {
         "targets": t, "graphs": gather["graphs"], "regime": gather["regime"],
         "parity": {"word": words.met(not below), "below": below},
-        "ideal": {"word": words.met(all(x["x"] <= t["ideal_slack"] for x in ideal)), "rows": ideal} if ideal else None,
+        "ideal": ideal and {"word": words.met(all(x["of_ideal"] <= t["ideal_slack"] for x in ideal)), "rows": ideal},
         "ceiling_gbps": main[-1].get("ceiling_gbps"), "best_sm_gbps": (ceiling or {}).get("best_sm_gbps"),
     }  # fmt: skip
     small = [by_n.get(n) for n in t["small_ns"]]

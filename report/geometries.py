@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite.kernels import Kernel
+from suite.kernels import VERDICTS, Kernel
 from suite.models import SeriesBench, SeriesGeometry
 from suite.models.docs import ring_choice
 from suite.stats import Comparison
 from suite.results import machine_line
-from report import words
 
 def geometry_row(g: SeriesGeometry, r: Any) -> dict[str, Any]:
     return {"model": g.model, "n": r.n, "regime": r.regime, "upstream_us": r.median_us.get(Kernel.UPSTREAM),
@@ -33,7 +32,7 @@ def verdict_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for n in sorted({r["n"] for r in rows}):
         sel = [r for r in rows if r["n"] == n]
-        counts = {v: sum(r["ratio"].verdict == v for r in sel) for v in words.VERDICTS}
+        counts = {v: sum(r["ratio"].verdict == v for r in sel) for v in VERDICTS}
         out.append({"n": n, "rows": len(sel), "counts": {v: c for v, c in counts.items() if c},
                     "slower": [r for r in sel if r["ratio"].verdict == "slower"]})  # fmt: skip
     return out

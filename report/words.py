@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from suite.kernels import VERDICTS
 from suite.stats import Comparison
-
-VERDICTS = ("faster", "tie", "slower", "n/a")
 
 
 def groups(pairs: Iterable[tuple[Any, str]]) -> dict[str, list[Any]]:

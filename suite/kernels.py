@@ -1,4 +1,13 @@
-"""The one kernel vocabulary: the switch, its words (docs/decode-gather.md) and the kernels' own names.
+"""The one vocabulary: the switch, its words (docs/decode-gather.md), the kernels' own names, and the words for
+what is measured, one per thing (documents, pages, ``--help`` and docstrings use no other):
+
+    kernel          one timed thing: a :class:`Kernel` word, or ``tma_<ring>`` (tma at another ring)
+    ratio           base time / kernel time (of rates: kernel / base); > 1: the kernel is faster
+    A/A spread      the largest per-round |base / A/A control - 1| of the same rounds (``aa_spread``)
+    repeats' range  the larger (max - min) / median of two kernels' fresh-process repeats (``repeat_range``)
+    verdict         one of :data:`VERDICTS`, by a rule of :mod:`suite.stats`
+    ring            ``<ctas>x<stages>x<chunk_bytes>``, as ``FREETOKEN_DECODE_GATHER_RING`` spells it and every
+                    ``--rings`` takes it (:meth:`suite.geometry.Ring.parse`)
 
     Kernel.UPSTREAM        upstream's fast_index_copy_multi (the switch unset)
     Kernel.UPSTREAM_AA     the same kernel a second time: the A/A control
@@ -46,6 +55,7 @@ class Kernel(str, enum.Enum):
         return {SWITCH_ENV: self.value} if self in (Kernel.TMA, Kernel.AUTO) else {}
 
 
+VERDICTS = ("faster", "tie", "slower", "n/a")
 #: the paired rounds' roles: the base every kernel is compared with, and its A/A control
 BASE, AA = Kernel.UPSTREAM, Kernel.UPSTREAM_AA
 

@@ -1,9 +1,10 @@
 """The one comparison of a kernel against its base: :class:`Comparison`, decided by a named rule.
 
-A ratio is how much faster the kernel is (> 1: the kernel faster): base time / kernel time of
-paired rounds, or kernel rate / base rate of fresh-process runs. :data:`RULES` names the two ways a
-verdict (*faster*, *tie*, *slower*, *n/a*) is decided from it, never beyond 1 +- :data:`MARGIN`. A Comparison
-decides its own verdict (:meth:`Comparison.decide`): one stored by an older rule reads back with this rule's.
+A ratio (the word as :mod:`suite.kernels` defines it) is how much faster the kernel is (> 1: the kernel
+faster): base time / kernel time of paired rounds, or kernel rate / base rate of fresh-process runs. :data:`RULES`
+names the two ways a verdict (*faster*, *tie*, *slower*, *n/a*) is decided from it, never beyond 1 +-
+:data:`MARGIN`. A Comparison decides its own verdict (:meth:`Comparison.decide`): one stored by an older rule
+reads back with this rule's.
 """
 
 from __future__ import annotations
