@@ -59,7 +59,7 @@ def ldg_record(blocks: int, **figures: Any) -> dict[str, Any]:
 
 
 def ring_record(r: Ring, **figures: Any) -> dict[str, Any]:
-    return {**r._asdict(), "tag": r.tag, "bytes_in_flight": r.bytes_in_flight, "whole_ring_bytes": r.whole_ring_bytes,
+    return {**r._asdict(), "tag": str(r), "bytes_in_flight": r.bytes_in_flight, "whole_ring_bytes": r.whole_ring_bytes,
             "flat_gbps": None, "gather_gbps": None, "error": None, **figures}  # fmt: skip
 
 
@@ -292,7 +292,7 @@ class SweepRun:
         self.doc["pcie"] = pcie_under_load(r.busy_link)  # an idle link may report a power-saving generation
         todo = [("ldg", ldg_record(b, error=errors.get(f"upstream {UPSTREAM_THREADS}x{b}")),
                  lambda b=b: r.calls(call_upstream, r.fast_index_copy, b)) for b in ldg]  # fmt: skip
-        todo += [("ring", ring_record(ring, error=errors.get(f"ring {ring.tag}")),
+        todo += [("ring", ring_record(ring, error=errors.get(f"ring {ring}")),
                   lambda ring=ring: r.calls(call_tma, r.decode_gather, ring)) for ring in rings]  # fmt: skip
         return all(self.measure(kind, rec, calls) for kind, rec, calls in todo)
 

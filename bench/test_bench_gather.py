@@ -112,7 +112,7 @@ STEP_PARAMS = [pytest.param("step", MODEL["moe_layers"], "zipf", k, id=f"step-L4
 
 def paired(rounds: Rounds, **extra: Any) -> dict[str, Any]:
     """The paired-rounds result of one case (:func:`suite.models.paired`, the one shape ``bench/step_pdl.py``
-    writes too): per kernel its :class:`suite.stats.Comparison` against upstream, the A/A ratios and spread,
+    writes too): per kernel its :class:`suite.stats.Comparison` against upstream, the A/A ratios and A/A spread,
     medians and every round."""
     return paired_result(rounds, **extra).to_doc()
 

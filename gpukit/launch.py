@@ -66,7 +66,7 @@ def precompile(decode_gather, fast_index_copy, rings: Iterable[Ring],
 
     ring = decode_gather.decode_gather_module
     build = functools.partial(getattr(fast_index_copy, UPSTREAM_FACTORY), num_threads=UPSTREAM_THREADS)
-    jobs: dict[str, Callable[[], Any]] = {f"ring {r.tag}": functools.partial(ring, **r.kwargs()) for r in rings}
+    jobs: dict[str, Callable[[], Any]] = {f"ring {r}": functools.partial(ring, **r.kwargs()) for r in rings}
     jobs |= {f"upstream {UPSTREAM_THREADS}x{b}": functools.partial(build, blocks_per_bank=b) for b in upstream_blocks}
     errors: dict[str, str] = {}
     t0 = time.perf_counter()

@@ -14,7 +14,7 @@ A kernel (its timer) is a callable ``fn(round_index)`` returning the round's tim
 (:attr:`Rounds.values` reduces them, by default to their median), or None (nothing to time). Every round
 runs every kernel once: even rounds in the order given, odd rounds reversed (``order="fixed"``, or
 ``order=fn(round_index, names) -> names``). The A/A control ``aa`` is a second instance of ``base``
-measured in the same rounds: its spread decides faster, tie and slower (:mod:`suite.stats`).
+measured in the same rounds: the A/A spread decides faster, tie and slower (:mod:`suite.stats`).
 """
 
 from __future__ import annotations

@@ -83,8 +83,8 @@ def test_ring_parse_and_geometry_rows():
     for other in ("16x4x8K", "16x4", "16x4x8192x1", "x4x8192", "16x-4x8192"):  # one spelling: the variable's
         with pytest.raises(ValueError, match=f"ring '{other}': expected <ctas>x<stages>x<chunk_bytes> in integers"):
             Ring.parse(other)
-    assert Ring(16, 4, 8192).tag == "16x4x8K" and Ring(16, 4, 8192).bytes_in_flight == 3 * 8192 * 16  # (stages - 1) chunks per CTA in flight
-    assert Ring(64, 4, 4096).env == "64x4x4096" and Ring.parse(Ring(7, 5, 2048).env) == Ring(7, 5, 2048)
+    assert Ring(16, 4, 8192).bytes_in_flight == 3 * 8192 * 16  # (stages - 1) chunks per CTA in flight
+    assert str(Ring(64, 4, 4096)) == f"{Ring(64, 4, 4096)}" == "64x4x4096" and Ring.parse(str(Ring(7, 5, 2048))) == Ring(7, 5, 2048)
     for chunk in (2048, 8192, 32768):
         rows = geometry_rows(chunk)
         assert all(r % 16 == 0 and r > 0 for r in rows)

@@ -19,11 +19,11 @@ SLUG = "synthetic-gpu"
 AT = "2026-01-02T00:00:00+00:00"
 
 
-def _row(n: int, up: float, ratio: float, spread: float) -> dict:
+def _row(n: int, up: float, ratio: float, aa_spread: float) -> dict:
     """A row as the series' benchmark writes it: its ratios, and the verdicts its own rule gave them."""
     med = {"upstream": up, "upstream_aa": up, "tma": up / ratio, "tma_8x4x8192": up / ratio}
-    return {"n": n, "regime": "decode", "median_us": med, "aa_spread": spread, "verified": 300,
-            "ratio": {"tma": ratio, "tma_8x4x8192": ratio}, "verdict": {k: verdict(ratio, spread) for k in ("tma", "tma_8x4x8192")},
+    return {"n": n, "regime": "decode", "median_us": med, "aa_spread": aa_spread, "verified": 300,
+            "ratio": {"tma": ratio, "tma_8x4x8192": ratio}, "verdict": {k: verdict(ratio, aa_spread) for k in ("tma", "tma_8x4x8192")},
             "gbps": {"upstream": 40.0 if n else None}}  # fmt: skip
 
 
@@ -159,7 +159,7 @@ def test_earlier_runs_of_the_same_tree_are_tabled_with_their_verdicts(synthetic_
     runs.mkdir(parents=True)
     earlier = geometries_doc(tree)
     earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
-    _set_tma(earlier["geometries"][0]["rows"][1], 0.98)  # alpha-1B n = 1 slower beyond the A/A spread 0.002
+    _set_tma(earlier["geometries"][0]["rows"][1], 0.98)  # alpha-1B n = 1 slower beyond the A/A aa_spread 0.002
     (runs / "series_bench.1.json").write_text(json.dumps(earlier))
     other = json.loads(json.dumps(earlier))
     other["provenance"]["tree"] = "u" * 40  # another tree: not a repeat
@@ -199,8 +199,8 @@ def test_committed_geometry_table_equals_the_json():
     rep = (RESULTS / "REPORT.md").read_text()
     for g in doc["geometries"]:
         for r in g["rows"]:
-            ratio, spread = r["ratio"]["tma"], r["aa_spread"]
-            word = "tie" if abs(ratio - 1) <= max(spread, MARGIN) else "faster" if ratio > 1 else "slower"
+            ratio, aa_spread = r["ratio"]["tma"], r["aa_spread"]
+            word = "tie" if abs(ratio - 1) <= max(aa_spread, MARGIN) else "faster" if ratio > 1 else "slower"
             assert (f"| {g['model']} | {g['quant_format']} | {g['expert_bytes'] / 1e6:.2f} | {r['n']} | "
                     f"{r['median_us']['upstream']:,.2f} |") in rep
-            assert f"| {ratio:.3f} | ±{spread:.3f} | {word} | {g['auto']['chose']} |" in rep
+            assert f"| {ratio:.3f} | ±{aa_spread:.3f} | {word} | {g['auto']['chose']} |" in rep

@@ -108,7 +108,7 @@ class GpuEnv:
 
     @property
     def rings(self) -> dict[str, Ring]:
-        return {"default": self.ring, **{r.tag: r for r in CONFORMANCE_EXTRA_RINGS}}
+        return {"default": self.ring, **{str(r): r for r in CONFORMANCE_EXTRA_RINGS}}
 
     def sync(self) -> None:
         sync(self.device)

@@ -32,7 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     rings = [Ring(32, 2, 23 * 1024), *OPT_IN_RINGS]  # the largest ring without the opt-in, the opt-in ones
     ap.add_argument("--rings", type=Ring.parse, nargs="+", default=rings, metavar="RING",
-                    help=f"rings besides the default (default: {' '.join(r.env for r in rings)})")
+                    help=f"rings besides the default (default: {' '.join(map(str, rings))})")
     ap.add_argument("--kernel", choices=[Kernel.TMA, Kernel.UPSTREAM, "both"], default=Kernel.TMA)
     return ap.parse_args(argv)
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     kernels = [Kernel.TMA, Kernel.UPSTREAM] if args.kernel == "both" else [Kernel(args.kernel)]
     for kernel in kernels:
         for ring in rings if kernel == Kernel.TMA else [None]:
-            tag = str(kernel) if kernel == Kernel.UPSTREAM else f"{kernel} {ring.tag if ring else 'default'}"
+            tag = str(kernel) if kernel == Kernel.UPSTREAM else f"{kernel} {ring or 'default'}"
 
             def launch(layer: int, kernel: str = kernel, ring: Ring | None = ring) -> None:
                 if kernel == Kernel.TMA:

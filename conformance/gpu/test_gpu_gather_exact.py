@@ -46,7 +46,7 @@ def test_nvfp4_geometry_is_the_proposal_shape():
 
 
 # the module default with both index widths, and every opt-in ring (past 48 KiB of shared memory)
-EVERY_COUNT = [("default", "int32"), ("default", "int64"), *((r.tag, "int32") for r in OPT_IN_RINGS)]
+EVERY_COUNT = [("default", "int32"), ("default", "int64"), *((str(r), "int32") for r in OPT_IN_RINGS)]
 
 
 @pytest.mark.parametrize("ring_tag, index_dtype", EVERY_COUNT)

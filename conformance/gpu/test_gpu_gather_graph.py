@@ -32,7 +32,7 @@ def nvfp4(real_gpu):
 
 
 # the module default with both index widths, and every opt-in ring (past 48 KiB of shared memory)
-REPLAYED = [("default", "int32"), ("default", "int64"), *((r.tag, "int32") for r in OPT_IN_RINGS)]
+REPLAYED = [("default", "int32"), ("default", "int64"), *((str(r), "int32") for r in OPT_IN_RINGS)]
 
 
 @pytest.mark.parametrize("ring_tag, index_dtype", REPLAYED)
