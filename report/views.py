@@ -40,10 +40,11 @@ def sweep_view(doc: Sweep | None, png: str | None, default_ring: Ring | None) ->
 
 
 def _ring_in_flight(doc: Sweep, rows: str, metric: str, best: Mapping[str, Any]) -> dict[str, Any]:
-    """The bytes in flight of a sweep summary's best ring by Ring's rule, from the swept row it names (its
-    fields, not its label); an LDG grid's as stored."""
+    """The bytes in flight (by Ring's rule) and spelling of a sweep summary's best ring, from the swept row it names
+    (its fields, not its label); an LDG grid's as stored."""
     row = next((r for r in getattr(doc, rows) if getattr(r, metric) == best.get("gbps")), None) if rows == "ring" else None
-    return {"bytes_in_flight": _in_flight(row).bytes_in_flight} if row is not None and row.ctas else {}
+    ring = Ring(row.ctas, row.stages, row.chunk_bytes) if row is not None and row.ctas else None
+    return {"bytes_in_flight": ring.bytes_in_flight, "config": str(ring)} if ring else {}
 
 
 def knee(doc: Sweep, default_ring: Ring | None) -> dict[str, Any] | None:
