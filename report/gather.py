@@ -91,15 +91,16 @@ def targets_view(gather: dict[str, Any] | None, ceiling: dict[str, Any] | None) 
     below = [r for r in main if (r["ratio"].ratio or 0) < t["parity"]]
     ideal = [{"n": r["n"], "of_ideal": r["us"][Kernel.TMA] / r["ideal"]} for r in main
              if r["n"] >= t["ideal_from_n"] and r["us"].get(Kernel.TMA) and r["ideal"]]  # fmt: skip
+    near = all(x["of_ideal"] <= t["ideal_slack"] for x in ideal)
     out: dict[str, Any] = {
         "targets": t, "graphs": gather["graphs"], "regime": gather["regime"],
-        "parity": {"word": words.met(not below), "below": below},
-        "ideal": ideal and {"word": words.met(all(x["of_ideal"] <= t["ideal_slack"] for x in ideal)), "rows": ideal},
+        "parity": {"word": words.affirm("met", not below), "below": below},
+        "ideal": ideal and {"word": words.affirm("met", near), "rows": ideal},
         "ceiling_gbps": main[-1].get("ceiling_gbps"), "best_sm_gbps": (ceiling or {}).get("best_sm_gbps"),
     }  # fmt: skip
     small = [by_n.get(n) for n in t["small_ns"]]
     if all(small):
-        reached = words.reached(all(r["ratio"].ratio >= t["small_n_ratio"] for r in small))
+        reached = words.affirm("reached", all(r["ratio"].ratio >= t["small_n_ratio"] for r in small))
         out["small"] = {"rows": small, "word": reached}
         r0, r1, r2 = by_n.get(0), small[0], small[1]
         if r0 and t["small_ns"] == (1, 2):

@@ -110,12 +110,12 @@ def contention_view(doc: Contention | None) -> dict[str, Any] | None:
 def gpu_view(doc: Gpu | None) -> dict[str, Any] | None:
     if not doc:
         return None
-    return {"doc": doc, "status": words.passed(doc.passed), "tests": doc.totals.get("tests") or {},
+    return {"doc": doc, "status": words.affirm("passed", doc.passed), "tests": doc.totals.get("tests") or {},
             "totals": doc.totals, "groups": sorted(doc.groups.items())}  # fmt: skip
 
 
 def sanitize_view(doc: Sanitize | None) -> dict[str, Any] | None:
-    return {"doc": doc, "status": words.passed(doc.passed), "tools": list(doc.tools.items())} if doc else None
+    return {"doc": doc, "status": words.affirm("passed", doc.passed), "tools": list(doc.tools.items())} if doc else None
 
 
 def sass_view(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -1,19 +1,16 @@
 """The one vocabulary: the switch, its words (docs/decode-gather.md), the kernels' own names, and the words for
 what is measured, one per thing (documents, pages, ``--help`` and docstrings use no other):
 
-    kernel          one timed thing: a :class:`Kernel` word, or ``tma_<ring>`` (tma at another ring)
+    kernel          one timed thing, by its :class:`Kernel` word: ``upstream`` (fast_index_copy_multi, the switch
+                    unset), ``upstream_aa`` (the same a second time: the A/A control), ``tma`` (the series'
+                    decode_gather ring; ``tma_<ring>`` at another ring), ``auto`` (the kernel ``ft bench bw``'s
+                    profile picked for the GPU), ``copy_engine`` (a cudaMemcpyAsync of the bytes: the ceiling)
     ratio           base time / kernel time (of rates: kernel / base); > 1: the kernel is faster
     A/A spread      the largest per-round |base / A/A control - 1| of the same rounds (``aa_spread``)
     repeats' range  the larger (max - min) / median of two kernels' fresh-process repeats (``repeat_range``)
     verdict         one of :data:`VERDICTS`, by a rule of :mod:`suite.stats`
     ring            ``<ctas>x<stages>x<chunk_bytes>``, as ``FREETOKEN_DECODE_GATHER_RING`` spells it and every
                     ``--rings`` takes it (:meth:`suite.geometry.Ring.parse`)
-
-    Kernel.UPSTREAM        upstream's fast_index_copy_multi (the switch unset)
-    Kernel.UPSTREAM_AA     the same kernel a second time: the A/A control
-    Kernel.TMA             the series' decode_gather ring (``tma``)
-    Kernel.AUTO            the kernel ``ft bench bw``'s profile picked for the GPU (``auto``)
-    Kernel.COPY_ENGINE     a cudaMemcpyAsync of the same bytes: the ceiling
 
 A :class:`Kernel` is a ``str`` (its word), the key of every per-kernel map a document holds. What a kernel
 launches with is a field, never part of a label: :class:`Launch` (the ring of ``tma``, the blocks per bank

@@ -1,17 +1,14 @@
 """``python -m suite.migrate [DIR ...]``: the committed result documents in today's names and shapes, idempotently.
 
-Code of before :class:`suite.stats.Comparison` named the ratio ``speedup`` (``speedup_paired``, ``_min``,
-``_max``), the end-to-end repeats' (max - min) / median ``tokens_per_s_spread`` and the rounds' order
-``alternating``; an older series' start-up probe (``auto``'s choice) named its ratios ``speed``, its A/A spread
-``spread`` (``spread_max``) and 1 + max(A/A spread, its margin) ``bar``; the end-to-end A/B named its kernels
-``variants`` (``variant_env``): those keys and that value are renamed in place (``ratio``, ``aa_spread``,
-``threshold``, ``kernels``, ``kernel_env``), the file's formatting left as it was. Its runs' ``variant`` becomes
-``kernel`` (only there: a series_bench run's ``args`` keep the series' own ``--variant``). Its
-end-to-end points (``versus_upstream``, or tma's figures at the point's top level) get their ratios as
-Comparisons, from their own figures; a ``series_bench`` document of a benchmark that recorded no ring choice gets
-the one its writer stores now (:func:`suite.models.docs.ring_choice`); those are written as their writer writes
-them. A file in today's shape is left byte for byte. Run it again after copying in results of older code. Default
-directories: ``results/`` and ``experiments/results/``.
+Keys older code named otherwise are renamed in place, the file's formatting kept (:data:`RENAMES`): the ratio's
+``speedup*``, the e2e repeats' ``tokens_per_s_spread``, an older series' start-up probe's ``speed`` (its ratios),
+``spread`` (its A/A spread) and ``bar`` (1 + max(A/A spread, its margin), now ``threshold``), the e2e A/B's
+``variants`` (its kernels), and the rounds' order ``alternating``. An e2e document's runs get ``kernel`` for
+``variant`` (a series_bench run's ``args`` keep the series' own ``--variant``), its points of before the
+Comparison (``versus_upstream``, or tma's figures at the top level) their ratios as Comparisons; a ``series_bench``
+document that recorded no ring choice gets the one its writer stores now (:func:`suite.models.docs.ring_choice`);
+those are written as their writer writes them. A file in today's shape is left byte for byte. Run it again after
+copying in results of older code. Default directories: ``results/`` and ``experiments/results/``.
 """
 
 from __future__ import annotations

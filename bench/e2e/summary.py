@@ -12,13 +12,11 @@ from suite.stats import fresh_processes, median, relative_range
 #: The A/B's kernels by default: upstream (the baseline, first: the switch unset) and tma; ``run --auto`` adds
 #: auto (the kernel ft bench bw's profile picked for the GPU).
 KERNELS = (Kernel.UPSTREAM, Kernel.TMA)
-#: each kernel's switch (None: unset)
-KERNEL_ENV: dict[str, str | None] = {k: k.env.get(SWITCH_ENV) for k in (Kernel.UPSTREAM, Kernel.TMA, Kernel.AUTO)}
 
 
 def settings(names: Sequence[str]) -> dict[str, dict[str, str | None]]:
-    """{kernel: {the switch: its value}} of the kernels ``names``, as the document records them."""
-    return {v: {SWITCH_ENV: KERNEL_ENV[v]} for v in names}
+    """{kernel: {the switch: its value (None: unset)}} of the kernels ``names``, as the document records them."""
+    return {v: {SWITCH_ENV: Kernel(v).env.get(SWITCH_ENV)} for v in names}
 
 
 def summarize_kernel(runs: list[dict[str, Any]]) -> dict[str, Any]:
