@@ -299,7 +299,11 @@ class SweepRun:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rings, ldg, ce_sizes = plan(args)
+    try:
+        rings, ldg, ce_sizes = plan(args)
+    except ValueError as exc:  # a grid option spelled otherwise
+        say(str(exc))
+        return 2
     t_start = time.perf_counter()
     if args.dry_run:
         return dry_run(args, rings, ldg, ce_sizes)

@@ -33,7 +33,7 @@ def test_the_sweep_keeps_what_the_gpu_holds_and_names_why_it_skips_the_rest(monk
     assert sweep.smem_reason(decode_gather, card)(huge).startswith("stages*chunk_bytes 262144 > MAX_RING_BYTES")
 
 
-def test_the_sweeps_per_cta_shapes_cross_its_cta_counts():
+def test_the_sweeps_per_cta_shapes_cross_its_cta_counts(tmp_path, caplog):
     """``--per-cta`` is not a ring: ``STAGESxCHUNK`` per CTA, crossed with ``--ctas`` (rings are ``--rings``, whole)."""
     from bench import sweep
 
@@ -44,3 +44,6 @@ def test_the_sweeps_per_cta_shapes_cross_its_cta_counts():
     for bad in ("16x4x8192", "4", "4xK"):
         with pytest.raises(ValueError, match=f"--per-cta '{bad}': expected STAGESxCHUNK"):
             sweep.parse_rings([4], bad)
+    caplog.set_level("INFO")
+    assert sweep.main(["--dry-run", "--per-cta", "16x4x8192", "--out", str(tmp_path)]) == 2 and not any(tmp_path.iterdir())
+    assert "--per-cta '16x4x8192': expected STAGESxCHUNK" in caplog.text
