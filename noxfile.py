@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from freetoken_overlay import sessions  # noqa: E402
-from freetoken_overlay.kernels import KERNEL_SET_ENV, kernel_cache_for  # noqa: E402
+from freetoken_overlay.kernel_cache import KERNEL_SET_ENV, kernel_cache_for  # noqa: E402
 from freetoken_overlay.pin import get_pin  # noqa: E402
 from freetoken_overlay.series import series_hash  # noqa: E402
 from freetoken_overlay.util import REQUIRE_GPU_ENV, SYSTEM_SITE_ENV, OverlayError, Workdir  # noqa: E402
@@ -67,8 +67,8 @@ _PATCHED_VENV = [] if _LISTING else ["patched"]
 
 def _use_kernel_cache(session: nox.Session, python: str) -> None:
     """Point $FREETOKEN_KERNEL_CACHE_DIR at the kernel cache ``nox -s build`` made, once it is built for the installed
-    series: one built for another series is rebuilt first, with ``python`` (freetoken_overlay.kernels.kernel_cache_for;
-    a value already set is kept)."""
+    series: one built for another series is rebuilt first, with ``python``
+    (freetoken_overlay.kernel_cache.kernel_cache_for; a value already set is kept)."""
     if os.environ.get(KERNEL_CACHE_ENV):
         session.log(f"{KERNEL_CACHE_ENV}={os.environ[KERNEL_CACHE_ENV]} (as set)")
         return

@@ -51,7 +51,7 @@ def worker(rank: int, args, barrier, queue) -> None:
     from freetoken.moe.offload_cache import OffloadMoeCache
 
     from gpukit.decode_step import copy_all_layers, expected_slots, gather_env, stage_misses
-    from gpukit.kernels import runs_ring
+    from gpukit.launch import runs_ring
     from suite.geometry import NVFP4_ROW_BYTES
     from suite.rounds import run_rounds
     from gpukit.timing import bench

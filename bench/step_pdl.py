@@ -6,9 +6,9 @@ On the real ``OffloadMoeCache`` (``gpukit.decode_step``): ``upstream``, ``upstre
 with ``griddepcontrol.wait`` first, launched with PDL. The PDL builds are textual edits of the installed
 headers (not copied here): measurement probes, not proposals.
 
-The decode step's A/B is the benchmark's (``BENCH_STEP_PDL=1`` adds :func:`pdl_variants` to
+The decode step's A/B is the benchmark's (``BENCH_STEP_PDL=1`` adds :func:`pdl_kernels` to
 ``bench/test_bench_gather.py::test_decode_step``). Here: a torch.profiler breakdown of replayed steps per
-variant (per layer: the ensure kernel, the gap, the copy kernel), and the per-layer copy alone (40 layers
+kernel (per layer: the ensure kernel, the gap, the copy kernel), and the per-layer copy alone (40 layers
 per graph, paired rounds, every timed set byte-verified). ``python -m bench.step_pdl`` on a CUDA machine.
 """
 
@@ -21,10 +21,10 @@ import time
 
 import torch
 
-from gpukit.decode_step import (DEFAULT_VARIANTS, DecodeStep, StepConfig, StepVariant, copy_all_layers, expected_slots,
-                                gather_env, stage_misses, variant_modules)  # fmt: skip
+from gpukit.decode_step import (DEFAULT_KERNELS, DecodeStep, StepConfig, StepKernel, copy_all_layers, expected_slots,
+                                gather_env, stage_misses, kernel_modules)  # fmt: skip
 from suite.geometry import MODEL, nvfp4_banks
-from gpukit.kernels import probe_headers
+from gpukit.launch import probe_headers
 from gpukit.memory import cache_rows
 from suite.models import StepBreakdown, StepPdl, paired
 from suite.rounds import run_rounds
@@ -75,15 +75,15 @@ def pdl_probes():
     return ours, upstream
 
 
-def pdl_variants(probes=None) -> list[StepVariant]:
-    """``tma_pdl`` and ``upstream_pdl`` as decode-step variants (``probes``: :func:`pdl_probes`' modules)."""
+def pdl_kernels(probes=None) -> list[StepKernel]:
+    """``tma_pdl`` and ``upstream_pdl`` as decode-step kernels (``probes``: :func:`pdl_probes`' modules)."""
     ours_pdl, upstream_pdl = probes or pdl_probes()
-    return [StepVariant("tma_pdl", Kernel.TMA.env, module=ours_pdl),
-            StepVariant("upstream_pdl", upstream_module=upstream_pdl)]  # fmt: skip
+    return [StepKernel("tma_pdl", Kernel.TMA.env, module=ours_pdl),
+            StepKernel("upstream_pdl", upstream_module=upstream_pdl)]  # fmt: skip
 
 
-def variants(probes) -> list[StepVariant]:
-    return [*DEFAULT_VARIANTS, *pdl_variants(probes)]
+def step_kernels(probes) -> list[StepKernel]:
+    return [*DEFAULT_KERNELS, *pdl_kernels(probes)]
 
 
 def profile_block(step: DecodeStep, name: str, start: int, count: int) -> dict:
@@ -119,9 +119,9 @@ def profile_block(step: DecodeStep, name: str, start: int, count: int) -> dict:
 
 
 def breakdown(args, probes) -> dict:
-    """The torch.profiler breakdown of ``--profile-steps`` replayed steps per variant (no A/B here: the
+    """The torch.profiler breakdown of ``--profile-steps`` replayed steps per kernel (no A/B here: the
     benchmark's test_decode_step times them); every cache must end with the same state."""
-    vs = variants(probes)
+    vs = step_kernels(probes)
     cfg = StepConfig(steps=args.profile_steps)
     step = DecodeStep(vs, cfg, log=log)
     names = [v.name for v in vs]
@@ -148,7 +148,7 @@ def per_layer(args, probes) -> dict:
     banks = HostBanks(args.sources, experts, [g.row_bytes for g in geoms], torch.device("cuda"), seed=1)
     typed = [banks.typed(layer % args.sources, geoms) for layer in range(layers)]
     sources = {g.name: [typed[layer][g.name] for layer in range(layers)] for g in geoms}
-    vs = variants(probes)
+    vs = step_kernels(probes)
     caches = {}
     for v in vs:
         with gather_env(v.env):
@@ -166,7 +166,7 @@ def per_layer(args, probes) -> dict:
         for v in vs:
             c = caches[v.name]
             stage_misses(c, dst, src)
-            with variant_modules(v):
+            with kernel_modules(v):
                 copy_all_layers(c, layers)  # eager first: JIT builds outside capture
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g):

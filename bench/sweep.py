@@ -2,12 +2,12 @@
 
     python -m bench.sweep                    # default grid, ~3-4 min on an H200 (mostly nvcc)
     python -m bench.sweep --quick            # a few configs, ~1 min
-    python -m bench.sweep --ctas 8,16,32 --rings 4x8K,4x16K --ldg-blocks 8 --ce-sizes 64M
+    python -m bench.sweep --ctas 8,16,32 --per-cta 4x8K,4x16K --ldg-blocks 8 --ce-sizes 64M
     python -m bench.sweep --dry-run          # CPU: synthetic numbers -> JSON + PNG in a temp dir
 
 Three ways to move the bytes, every copy verified word-exact: the copy engine (``--ce-sizes``, the DMA
 ceiling), upstream's LDG grid (1024 threads x ``--ldg-blocks`` per bank) and the series' TMA ring (``--ctas``
-x ``--rings``), each "flat" (one bank of 1 MiB rows in order) and "gather" (the NVFP4 six banks, ``--gather-n``
+x ``--per-cta``), each "flat" (one bank of 1 MiB rows in order) and "gather" (the NVFP4 six banks, ``--gather-n``
 random experts). Bytes in flight: :attr:`suite.geometry.Ring.bytes_in_flight`; LDG = blocks x 1024 x 16 B per
 bank. Rings over ``MAX_RING_BYTES`` or this GPU's opt-in limit are skipped. Writes sweep.json and sweep.png
 (:mod:`bench.sweep_figure`).
@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from bench import entry
 from bench.sweep_figure import render_png
-from gpukit.kernels import call_tma, call_upstream, load_kernels, precompile
+from gpukit.launch import call_tma, call_upstream, load_kernels, precompile
 from gpukit.machine import machine_info, pcie_under_load
 from gpukit.memory import HostBanks, MissList, PinnedBuffer, SlotCache, check_slot_cache, poison_value, random_misses
 from gpukit.timing import bench, reps_for
@@ -37,15 +37,20 @@ from suite.commands import MEASUREMENTS
 from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_THREADS, Ring, fmt_bytes, parse_size
 from suite.models import Sweep
 
-DEFAULTS = {"ctas": "1,2,4,8,16,32,64,132", "rings": "2x4K,4x8K,4x16K,3x32K", "ldg_blocks": "1,2,4,8,16,32",
+DEFAULTS = {"ctas": "1,2,4,8,16,32,64,132", "per_cta": "2x4K,4x8K,4x16K,3x32K", "ldg_blocks": "1,2,4,8,16,32",
             "ce_sizes": "64K,256K,1M,4M,16M,64M,256M"}  # fmt: skip
-QUICK = {"ctas": "4,16,64", "rings": "4x8K,4x16K", "ldg_blocks": "4,8,16", "ce_sizes": "1M,64M"}
+QUICK = {"ctas": "4,16,64", "per_cta": "4x8K,4x16K", "ldg_blocks": "4,8,16", "ce_sizes": "1M,64M"}
 FLAT_ROW = 1 << 20
 say = logging.getLogger("bench.sweep").info  # named: the module runs as __main__
 
 
-def parse_rings(ctas: list[int], rings: str) -> list[Ring]:
-    return [Ring.parse(f"{c}x{spec}") for spec in rings.split(",") for c in ctas]
+def parse_rings(ctas: list[int], per_cta: str) -> list[Ring]:
+    """Every CTA count x every ``STAGESxCHUNK`` of ``per_cta`` (comma-separated, the chunk as parse_size reads it)."""
+    try:
+        shapes = [(int(s), parse_size(chunk)) for s, chunk in (x.split("x") for x in per_cta.lower().split(","))]
+        return [Ring(c, s, chunk) for s, chunk in shapes for c in ctas]
+    except ValueError:
+        raise ValueError(f"--per-cta {per_cta!r}: expected STAGESxCHUNK[,...], e.g. {QUICK['per_cta']}") from None
 
 
 def ldg_record(blocks: int, **figures: Any) -> dict[str, Any]:
@@ -54,7 +59,7 @@ def ldg_record(blocks: int, **figures: Any) -> dict[str, Any]:
 
 
 def ring_record(r: Ring, **figures: Any) -> dict[str, Any]:
-    return {**r._asdict(), "tag": r.tag, "bytes_in_flight": r.bytes_in_flight, "whole_ring_bytes": r.whole_ring_bytes,
+    return {**r._asdict(), "tag": str(r), "bytes_in_flight": r.bytes_in_flight, "whole_ring_bytes": r.whole_ring_bytes,
             "flat_gbps": None, "gather_gbps": None, "error": None, **figures}  # fmt: skip
 
 
@@ -189,7 +194,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = entry.parser("sweep", dry_run="CPU: synthetic numbers, JSON + PNG into --out or a temp dir",
                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
     ap.add_argument("--ctas", default=None, help=f"CTA counts (default {DEFAULTS['ctas']})")
-    ap.add_argument("--rings", default=None, help=f"STAGESxCHUNK per CTA (default {DEFAULTS['rings']})")
+    ap.add_argument("--per-cta", default=None, help=f"STAGESxCHUNK per CTA, x --ctas (default {DEFAULTS['per_cta']})")
     ap.add_argument("--ldg-blocks", default=None, help=f"upstream blocks per bank (default {DEFAULTS['ldg_blocks']})")
     ap.add_argument("--ce-sizes", default=None, help=f"copy-engine sizes (default {DEFAULTS['ce_sizes']})")
     ap.add_argument("--flat-bytes", default="64M", help="bytes of the flat copy (1 MiB rows; default %(default)s)")
@@ -207,7 +212,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def plan(args: argparse.Namespace) -> tuple[list[Ring], list[int], list[int]]:
     """(rings, LDG blocks per bank, copy-engine sizes) the arguments ask for."""
     grid = QUICK if args.quick else DEFAULTS
-    rings = parse_rings([int(x) for x in (args.ctas or grid["ctas"]).split(",") if x], args.rings or grid["rings"])
+    rings = parse_rings([int(x) for x in (args.ctas or grid["ctas"]).split(",") if x], args.per_cta or grid["per_cta"])
     ldg = [] if args.no_ldg else [int(x) for x in (args.ldg_blocks or grid["ldg_blocks"]).split(",") if x]
     ce_sizes = [] if args.no_ce else [parse_size(x) for x in (args.ce_sizes or grid["ce_sizes"]).split(",") if x]
     return rings[: args.max_configs or None], ldg, ce_sizes
@@ -287,14 +292,18 @@ class SweepRun:
         self.doc["pcie"] = pcie_under_load(r.busy_link)  # an idle link may report a power-saving generation
         todo = [("ldg", ldg_record(b, error=errors.get(f"upstream {UPSTREAM_THREADS}x{b}")),
                  lambda b=b: r.calls(call_upstream, r.fast_index_copy, b)) for b in ldg]  # fmt: skip
-        todo += [("ring", ring_record(ring, error=errors.get(f"ring {ring.tag}")),
+        todo += [("ring", ring_record(ring, error=errors.get(f"ring {ring}")),
                   lambda ring=ring: r.calls(call_tma, r.decode_gather, ring)) for ring in rings]  # fmt: skip
         return all(self.measure(kind, rec, calls) for kind, rec, calls in todo)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rings, ldg, ce_sizes = plan(args)
+    try:
+        rings, ldg, ce_sizes = plan(args)
+    except ValueError as exc:  # a grid option spelled otherwise
+        say(str(exc))
+        return 2
     t_start = time.perf_counter()
     if args.dry_run:
         return dry_run(args, rings, ldg, ce_sizes)

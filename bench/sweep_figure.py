@@ -35,7 +35,7 @@ def render_png(doc: dict[str, Any], path: Path) -> str | None:
         im = ax.imshow(grid, aspect="auto", origin="lower", cmap="viridis", vmin=0, vmax=vmax)
         ax.set_xticks(range(len(ctas)), [str(c) for c in ctas])
         ax.set_yticks(range(len(shapes)), [f"{s}x{fmt_bytes(c)}" for s, c in shapes])
-        ax.set(xlabel="CTAs", ylabel="stages x chunk (ring per CTA)", title=title)
+        ax.set(xlabel="CTAs", ylabel="stages x chunk (--per-cta)", title=title)
         for i, row in enumerate(grid):
             for j, v in enumerate(row):
                 if not math.isnan(v):

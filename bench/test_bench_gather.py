@@ -15,7 +15,7 @@ measured alike), ``tma`` (decode_gather), and in the replay regime ``copy_engine
 Per-kernel statistics compare one kernel across versions and machines; what decides upstream against tma
 is the paired result, measured first for each case in the same session on the same buffers and graphs:
 paired alternating rounds (:func:`suite.rounds.run_rounds`, even rounds upstream, upstream_aa, tma, ...,
-odd rounds reversed), ratio upstream/candidate, the A/A spread, the verdict (:mod:`suite.stats`). It is
+odd rounds reversed), ratio upstream/kernel, the A/A spread, the verdict (:mod:`suite.stats`). It is
 in every record's ``extra_info["paired"]``, with regime, layers, n, bytes, GB/s, verified sets and the
 series/tree.
 
@@ -51,9 +51,9 @@ import pytest
 
 from bench.conftest import RUN_INFO
 from gpukit.decode_regime import Footprint, ModelBanks, RegimeGraphs, poisoned_slots, replays_per_set
-from gpukit.decode_step import DEFAULT_VARIANTS, DecodeStep, StepConfig, StepVariant, auto_pick
+from gpukit.decode_step import DEFAULT_KERNELS, DecodeStep, StepConfig, StepKernel, auto_pick
 from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
-from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels, precompile, runs_ring
+from gpukit.launch import call_tma, call_upstream, default_ring, load_kernels, precompile, runs_ring
 from gpukit.machine import machine_info
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 from gpukit import timing
@@ -61,7 +61,7 @@ from gpukit.timing import copy_engine_ceiling, device_clock, reps_for
 from suite import results
 from suite.rounds import Rounds, run_rounds
 from suite.models import paired as paired_result
-from suite.kernels import AA, BASE, CANDIDATE, Kernel
+from suite.kernels import AA, BASE, Kernel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 log = logging.getLogger("bench")
@@ -88,11 +88,11 @@ BANKS_GIB = float(os.environ["BENCH_BANKS_GIB"]) if os.environ.get("BENCH_BANKS_
 
 SLOTS = 640
 EXPERTS = MODEL["experts"]
-GATHER_KERNELS = (BASE, AA, CANDIDATE)  # round order; the replay regime adds copy_engine where n > 0
+GATHER_KERNELS = (BASE, AA, Kernel.TMA)  # round order; the replay regime adds copy_engine where n > 0
 #: the step's caches: upstream, its A/A control, tma, and auto (FREETOKEN_DECODE_GATHER=auto: the kernel ft bench
 #: bw's profile picked for this GPU, upstream's without one; what it runs goes to the step's extra_info)
-STEP_VARIANTS = (*DEFAULT_VARIANTS, StepVariant(Kernel.AUTO, Kernel.AUTO.env))
-STEP_KERNELS = tuple(v.name for v in STEP_VARIANTS) + (("tma_pdl", "upstream_pdl") if STEP_PDL else ())
+STEP = (*DEFAULT_KERNELS, StepKernel(Kernel.AUTO, Kernel.AUTO.env))
+STEP_KERNELS = tuple(v.name for v in STEP) + (("tma_pdl", "upstream_pdl") if STEP_PDL else ())
 STEP_BLOCK = 10  # trace steps per paired round of the decode step
 
 
@@ -112,7 +112,7 @@ STEP_PARAMS = [pytest.param("step", MODEL["moe_layers"], "zipf", k, id=f"step-L4
 
 def paired(rounds: Rounds, **extra: Any) -> dict[str, Any]:
     """The paired-rounds result of one case (:func:`suite.models.paired`, the one shape ``bench/step_pdl.py``
-    writes too): per candidate its :class:`suite.stats.Comparison` against upstream, the A/A ratios and spread,
+    writes too): per kernel its :class:`suite.stats.Comparison` against upstream, the A/A ratios and A/A spread,
     medians and every round."""
     return paired_result(rounds, **extra).to_doc()
 
@@ -177,7 +177,7 @@ class Bench:
             "method": {
                 "timer": "gpukit.timing.device_clock: CUDA events on the timing stream, each read waits for its event",
                 "paired": "per case, paired alternating rounds (even rounds upstream, upstream_aa, tma[, copy_engine];"
-                " odd reversed); ratio = median(upstream) / median(candidate); tie: |ratio - 1| <= A/A spread",
+                " odd reversed); ratio = median(upstream) / median(kernel); tie: |ratio - 1| <= A/A spread",
                 "rounds": ROUNDS, "pedantic_sets": PEDANTIC_SETS, "step_rounds": STEP_ROUNDS,
                 "target_ms_per_replay_round": TARGET_S * 1e3,
             },
@@ -295,17 +295,17 @@ class Bench:
     # ------------------------------------------------------------------ the decode step
 
     def step_case(self) -> Case:
-        variants = list(STEP_VARIANTS)
+        kernels = list(STEP)
         if STEP_PDL:
-            from bench.step_pdl import pdl_variants
+            from bench.step_pdl import pdl_kernels
 
-            variants += pdl_variants()
+            kernels += pdl_kernels()
         start = ROUNDS * STEP_BLOCK
         config = StepConfig(slots_per_layer=DECODE_SLOTS_PER_LAYER, source_layers=SOURCES,
                             steps=start + STEP_ROUNDS + 1)  # fmt: skip
-        step = self.step = DecodeStep(variants, config, device=self.device, banks=self.banks, log=log.info)
+        step = self.step = DecodeStep(kernels, config, device=self.device, banks=self.banks, log=log.info)
         assert runs_ring(step.caches[Kernel.TMA]), "the tma cache does not use decode_gather"
-        names = [v.name for v in variants]
+        names = [v.name for v in kernels]
 
         def states_agree(r: int) -> None:
             for other in names[1:]:

@@ -5,7 +5,7 @@ pinned upstream release (:mod:`freetoken_overlay.pin`).  This package rebuilds
 that upstream base from the official wheels, applies and exports the series
 (:mod:`freetoken_overlay.series`), builds an installable patched wheel
 (:mod:`freetoken_overlay.wheel`) and the series' AOT kernel cache
-(:mod:`freetoken_overlay.kernels`).  ``python -m freetoken_overlay --help``
+(:mod:`freetoken_overlay.kernel_cache`).  ``python -m freetoken_overlay --help``
 lists the commands; ``noxfile.py`` wraps them in sessions.
 """
 

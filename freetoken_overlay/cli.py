@@ -117,7 +117,7 @@ def _missing_for_kernels(missing: str) -> OverlayError:
 
 
 def cmd_build_kernels(args: argparse.Namespace) -> None:
-    from .kernels import build_kernel_cache
+    from .kernel_cache import build_kernel_cache
 
     try:
         importlib.import_module("freetoken.kernel.aot")  # torch, tvm_ffi, ... and the patched freetoken itself

@@ -2,7 +2,7 @@
 
 Every caller of a tool looks here: the SASS gate (``conformance/sass.py``), the machine facts
 (``gpukit/machine.py``), the sanitizer run (``conformance/gpu/run_sanitizer.py``) and the kernel
-build's toolkit root (``freetoken_overlay.kernels.find_cuda_home``, the first nvcc in this order whose
+build's toolkit root (``freetoken_overlay.kernel_cache.find_cuda_home``, the first nvcc in this order whose
 toolkit has cudart). The order:
 
 1. the tool's own variable (``$NVCC``, ``$CUOBJDUMP``, ``$NVDISASM``, ``$COMPUTE_SANITIZER``): must be

@@ -1,6 +1,6 @@
 """Small shared helpers: errors, environment settings, paths, git.
 
-Everything in :mod:`freetoken_overlay` except :mod:`freetoken_overlay.kernels`
+Everything in :mod:`freetoken_overlay` except :mod:`freetoken_overlay.kernel_cache`
 uses the standard library only, so it runs in any Python >= 3.11 (the nox
 process itself, or a session's virtual environment) without installing
 anything.

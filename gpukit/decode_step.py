@@ -1,5 +1,5 @@
 """The captured decode step through the real OffloadMoeCache: one :class:`DecodeStep` holds, per
-:class:`StepVariant` (its switch settings, optionally a JIT module that replaces a kernel's), one real
+:class:`StepKernel` (its switch settings, optionally a JIT module that replaces a kernel's), one real
 ``OffloadMoeCache`` (NVFP4, the model's 40 layers x 256 experts) on the same pinned banks and top-8 Zipf trace
 (calibrated with the LRU model for a ~10 % miss rate), and one captured graph of a decode step
 (``ensure_experts`` + ``copy_missing`` per layer): ``step.time_block("tma", 0, 10)`` is µs per step.
@@ -31,17 +31,17 @@ def auto_pick(cache) -> dict[str, Any] | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class StepVariant:
+class StepKernel:
     name: str
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # FREETOKEN_* while the cache is built
     module: Any = None  # a JIT module that replaces decode_gather's for this cache's launches
-    upstream_module: Any = None  # likewise for upstream's (a variant of upstream's kernel)
+    upstream_module: Any = None  # likewise for upstream's (a build of upstream's kernel)
 
 
 #: ``upstream`` (FREETOKEN_DECODE_GATHER unset), ``upstream_aa`` (a second such cache: the A/A control)
 #: and ``tma`` (decode_gather): the switch's own words.
-DEFAULT_VARIANTS = (StepVariant(Kernel.UPSTREAM), StepVariant(Kernel.UPSTREAM_AA),
-                    StepVariant(Kernel.TMA, Kernel.TMA.env))  # fmt: skip
+DEFAULT_KERNELS = (StepKernel(Kernel.UPSTREAM), StepKernel(Kernel.UPSTREAM_AA),
+                    StepKernel(Kernel.TMA, Kernel.TMA.env))  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +78,7 @@ def gather_env(env: Mapping[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def variant_modules(v: StepVariant) -> Iterator[None]:
+def kernel_modules(v: StepKernel) -> Iterator[None]:
     """The JIT factories answer ``v.module`` / ``v.upstream_module`` meanwhile (where set): launches
     traced or captured in the block use those modules."""
     from freetoken.kernel import decode_gather
@@ -128,13 +128,13 @@ def expected_slots(sources: Sequence[Any], slots: int, dst, src, poison: int) ->
 
 
 class DecodeStep:
-    """Caches, trace and captured step graphs of ``variants`` (see the module docstring)."""
+    """Caches, trace and captured step graphs of ``kernels`` (see the module docstring)."""
 
-    def __init__(self, variants: Sequence[StepVariant] = DEFAULT_VARIANTS, config: StepConfig = StepConfig(), *,
+    def __init__(self, kernels: Sequence[StepKernel] = DEFAULT_KERNELS, config: StepConfig = StepConfig(), *,
                  device=None, banks: HostBanks | None = None, log: Callable[[str], None] | None = None):  # fmt: skip
         import torch
 
-        self.torch, self.config, self.variants = torch, config, list(variants)
+        self.torch, self.config, self.kernels = torch, config, list(kernels)
         self.device = torch.device(device if device is not None else "cuda")
         cfg = config
         self.own_banks = banks is None
@@ -154,14 +154,14 @@ class DecodeStep:
             cfg.warm + cfg.steps, cfg.layers, cfg.experts, cfg.top_k, self.zipf_exponent,
             batch=cfg.batch, seed=cfg.trace_seed,
         ).to(self.device)  # fmt: skip
-        self.caches = {v.name: self._make_cache(v) for v in self.variants}
+        self.caches = {v.name: self._make_cache(v) for v in self.kernels}
         self.static = {v.name: torch.empty((cfg.layers, cfg.batch, cfg.top_k), dtype=torch.int32, device=self.device)
-                       for v in self.variants}  # fmt: skip
+                       for v in self.kernels}  # fmt: skip
         self.graphs: dict[str, Any] = {}
         self.warm_up()
         self.capture()
 
-    def _make_cache(self, v: StepVariant):
+    def _make_cache(self, v: StepKernel):
         from freetoken.moe.offload_cache import OffloadMoeCache
 
         cfg, src = self.config, self.banks.layers
@@ -176,18 +176,18 @@ class DecodeStep:
         cache.collect_stats = True
         return cache
 
-    def body(self, v: StepVariant) -> None:
+    def body(self, v: StepKernel) -> None:
         """One decode step of ``v``'s cache from its static routing buffer, layer by layer."""
         cache, ids = self.caches[v.name], self.static[v.name]
-        with variant_modules(v):
+        with kernel_modules(v):
             for layer in range(self.config.layers):
                 cache.ensure_experts(layer, ids[layer])
                 cache.copy_missing()
 
     def warm_up(self) -> None:
-        """``config.warm`` eager steps per variant (JIT builds, descriptor checks), then fresh stats."""
+        """``config.warm`` eager steps per kernel (JIT builds, descriptor checks), then fresh stats."""
         for t in range(self.config.warm):
-            for v in self.variants:
+            for v in self.kernels:
                 self.static[v.name].copy_(self.trace[t])
                 self.body(v)
         self.torch.cuda.synchronize(self.device)
@@ -196,7 +196,7 @@ class DecodeStep:
 
     def capture(self) -> None:
         torch = self.torch
-        for v in self.variants:
+        for v in self.kernels:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 self.body(v)

@@ -23,15 +23,15 @@ from pathlib import Path
 
 from suite import results
 from suite.models import BenchRun
-from suite.kernels import AA, BASE, CANDIDATE
+from suite.kernels import AA, BASE, Kernel
 from suite.stats import MARGIN
 from report.gather import decode_step_view, gather_row
 from suite.geometry import regime_key
 
-COLUMNS = ("regime", "layers", "n", "upstream µs", "upstream_aa µs", "tma µs", "paired upstream/tma", "A/A spread",
+COLUMNS = ("regime", "layers", "n", "upstream µs", "upstream_aa µs", "tma µs", "ratio upstream/tma", "A/A spread",
            "verdict")  # fmt: skip
-LEGEND = (f"paired = upstream / tma over alternating rounds (> 1: tma faster); tie: |paired - 1| within max(A/A "
-          f"spread, {MARGIN:.1%})")
+LEGEND = (f"ratio = upstream / tma, medians of paired alternating rounds (> 1: tma faster); tie: |ratio - 1| "
+          f"within max(A/A spread, {MARGIN:.1%})")
 UNITS = ("times: µs per layer (the decode step: µs per step); pytest-benchmark compare shows one round, "
          "the whole graph: layers x these")  # fmt: skip
 
@@ -39,7 +39,7 @@ UNITS = ("times: µs per layer (the decode step: µs per step); pytest-benchmark
 def _times(view: dict) -> tuple:
     """pytest-benchmark's per-kernel medians where the run has them, else the paired medians."""
     t = view.get("benchmark") or view["us"]
-    return tuple(t.get(k) for k in (BASE, AA, CANDIDATE))
+    return tuple(t.get(k) for k in (BASE, AA, Kernel.TMA))
 
 
 def _order(rec: tuple) -> tuple:
@@ -49,7 +49,7 @@ def _order(rec: tuple) -> tuple:
 
 
 def records(bench: BenchRun) -> list[tuple]:
-    """The rows as figures (case, the kernels' times, paired ratio, A/A spread, verdict), in :func:`_order`."""
+    """The rows as figures (case, the kernels' times, ratio, A/A spread, verdict), in :func:`_order`."""
     views = [((r["regime"], r["layers"], r["n"]), r) for r in map(gather_row, bench.gather)]
     if s := decode_step_view(bench):
         views.append((("decode step", s["layers"], s["misses_per_step"]), s))
@@ -72,10 +72,10 @@ def read_runs(files: list) -> dict[str, BenchRun | None]:
 
 
 def cells(rec: tuple) -> list[str]:
-    """A record as the table prints it: times, ratio and spread to 3 decimals."""
-    reg, layers, n, up, aa, tma, ratio, spread, verdict = rec
+    """A record as the table prints it: times, ratio and A/A spread to 3 decimals."""
+    reg, layers, n, up, aa, tma, ratio, aa_spread, verdict = rec
     n_text = f"{n:.1f}/step" if reg == "decode step" and n is not None else str(n)
-    return [reg, str(layers), n_text, _cell(up), _cell(aa), _cell(tma), _cell(ratio), "–" if spread is None else f"±{spread:.3f}",
+    return [reg, str(layers), n_text, _cell(up), _cell(aa), _cell(tma), _cell(ratio), "–" if aa_spread is None else f"±{aa_spread:.3f}",
             verdict or "n/a"]  # fmt: skip
 
 

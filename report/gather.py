@@ -48,9 +48,9 @@ def gather_view(bench: BenchRun | None) -> dict[str, Any] | None:
     tables = []
     for reg, layers in sorted({(r["regime"], r["layers"]) for r in rows}, key=lambda k: (regime_key(k[0]), -k[1])):
         sel = sorted((r for r in rows if (r["regime"], r["layers"]) == (reg, layers)), key=lambda r: r["n"])
-        spreads = [r["ratio"].aa_spread for r in sel if r["ratio"].aa_spread is not None]
+        aa_spreads = [r["ratio"].aa_spread for r in sel if r["ratio"].aa_spread is not None]
         tables.append({"regime": reg, "layers": layers, "rows": sel, "groups": verdicts(sel),
-                       "max_spread": max(spreads, default=None),
+                       "max_aa_spread": max(aa_spreads, default=None),
                        "copy_engine": any(Kernel.COPY_ENGINE in r["us"] for r in sel)})  # fmt: skip
     regimes = sorted({r["regime"] for r in rows}, key=regime_key)
     mains = [{"regime": reg, "rows": main_rows([r for r in rows if r["regime"] == reg])} for reg in regimes]
@@ -89,17 +89,18 @@ def targets_view(gather: dict[str, Any] | None, ceiling: dict[str, Any] | None) 
         return None
     t, by_n = TARGETS, {r["n"]: r for r in main}
     below = [r for r in main if (r["ratio"].ratio or 0) < t["parity"]]
-    ideal = [{"n": r["n"], "x": r["us"][Kernel.TMA] / r["ideal"]} for r in main
+    ideal = [{"n": r["n"], "of_ideal": r["us"][Kernel.TMA] / r["ideal"]} for r in main
              if r["n"] >= t["ideal_from_n"] and r["us"].get(Kernel.TMA) and r["ideal"]]  # fmt: skip
+    near = all(x["of_ideal"] <= t["ideal_slack"] for x in ideal)
     out: dict[str, Any] = {
         "targets": t, "graphs": gather["graphs"], "regime": gather["regime"],
-        "parity": {"word": words.met(not below), "below": below},
-        "ideal": {"word": words.met(all(x["x"] <= t["ideal_slack"] for x in ideal)), "rows": ideal} if ideal else None,
+        "parity": {"word": words.affirm("met", not below), "below": below},
+        "ideal": ideal and {"word": words.affirm("met", near), "rows": ideal},
         "ceiling_gbps": main[-1].get("ceiling_gbps"), "best_sm_gbps": (ceiling or {}).get("best_sm_gbps"),
     }  # fmt: skip
     small = [by_n.get(n) for n in t["small_ns"]]
     if all(small):
-        reached = words.reached(all(r["ratio"].ratio >= t["small_n_ratio"] for r in small))
+        reached = words.affirm("reached", all(r["ratio"].ratio >= t["small_n_ratio"] for r in small))
         out["small"] = {"rows": small, "word": reached}
         r0, r1, r2 = by_n.get(0), small[0], small[1]
         if r0 and t["small_ns"] == (1, 2):

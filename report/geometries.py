@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite.kernels import Kernel
+from suite.kernels import VERDICTS, Kernel
 from suite.models import SeriesBench, SeriesGeometry
 from suite.models.docs import ring_choice
 from suite.stats import Comparison
 from suite.results import machine_line
-from report import words
 
 def geometry_row(g: SeriesGeometry, r: Any) -> dict[str, Any]:
     return {"model": g.model, "n": r.n, "regime": r.regime, "upstream_us": r.median_us.get(Kernel.UPSTREAM),
@@ -25,8 +24,7 @@ def geometry_view(g: SeriesGeometry) -> dict[str, Any]:
             "rows": [geometry_row(g, r) for r in sorted(g.rows, key=lambda r: (r.regime, r.n))],
             "chose": auto.get("chose"), "default": auto.get("default"), "auto_line": auto.get("line"),
             "layers": g.extra.get("graph_layers"), "probe_ms": auto.get("probe_ms"), "load_ms": auto.get("load_ms"),
-            "bar": auto.get("bar"),
-            "speeds": auto.get("speed") and {"base": auto["default"], "speeds": auto["speed"], "bar": auto["bar"]}}
+            "ratios": auto.get("ratio") and {"ratios": auto["ratio"], "threshold": auto["threshold"]}}
 
 
 def verdict_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -34,24 +32,24 @@ def verdict_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for n in sorted({r["n"] for r in rows}):
         sel = [r for r in rows if r["n"] == n]
-        counts = {v: sum(r["ratio"].verdict == v for r in sel) for v in words.VERDICTS}
+        counts = {v: sum(r["ratio"].verdict == v for r in sel) for v in VERDICTS}
         out.append({"n": n, "rows": len(sel), "counts": {v: c for v, c in counts.items() if c},
                     "slower": [r for r in sel if r["ratio"].verdict == "slower"]})  # fmt: skip
     return out
 
 
-def _best_speed(geos: list[dict[str, Any]], prefix: str = "") -> dict[str, Any] | None:
-    """The fastest candidate (its name starting with ``prefix``) any probe timed against its default:
-    ``{"x", "name", "model", "bar"}`` (that probe's A/A bar)."""
-    timed = [{"x": x, "name": name, "model": g["model"], "bar": g["speeds"]["bar"]} for g in geos
-             for name, x in ((g["speeds"] or {}).get("speeds") or {}).items() if name.startswith(prefix)]  # fmt: skip
-    return max(timed, key=lambda b: b["x"], default=None)
+def _best_ratio(geos: list[dict[str, Any]], prefix: str = "") -> dict[str, Any] | None:
+    """The fastest kernel (its name starting with ``prefix``) any probe timed against its default:
+    ``{"ratio", "name", "model", "threshold"}`` (that probe's 1 + max(A/A spread, its margin))."""
+    timed = [{"ratio": x, "name": name, "model": g["model"], "threshold": g["ratios"]["threshold"]} for g in geos
+             for name, x in ((g["ratios"] or {}).get("ratios") or {}).items() if name.startswith(prefix)]  # fmt: skip
+    return max(timed, key=lambda b: b["ratio"], default=None)
 
 
 def auto_summary(geos: list[dict[str, Any]]) -> dict[str, Any] | None:
     """What auto chose over the geometries; of a series whose auto timed a start-up probe (``probe``), how many
-    kept their default, the others by name, and the best speed any candidate (and any tma ring) reached against
-    its default, with that probe's A/A bar (auto since reads ``ft bench bw``'s pick: nothing to time at start-up)."""
+    kept their default, the others by name, and the best ratio any kernel (and any tma ring) reached against its
+    default, with that probe's threshold (auto since reads ``ft bench bw``'s pick: nothing to time at start-up)."""
     probed = [g for g in geos if g["chose"]]
     if not probed:
         return None
@@ -60,7 +58,7 @@ def auto_summary(geos: list[dict[str, Any]]) -> dict[str, Any] | None:
             "probe": any(g["default"] is not None for g in probed), "chose": {g["model"]: g["chose"] for g in probed},
             "other": [{"model": g["model"], "chose": g["chose"], "default": g["default"]} for g in probed
                       if g["chose"] != g["default"]],
-            "best": _best_speed(probed), "best_tma": _best_speed(probed, Kernel.TMA)}  # fmt: skip
+            "best": _best_ratio(probed), "best_tma": _best_ratio(probed, Kernel.TMA)}  # fmt: skip
 
 
 def ring_view(choice: dict[str, Any] | None) -> dict[str, Any] | None:

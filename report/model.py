@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from freetoken_overlay.kernels import SPEC_PREFIX
+from freetoken_overlay.kernel_cache import SPEC_PREFIX
 from freetoken_overlay.series import patch_files, series_hash
 from suite.results import machine_line
 from report.gather import decode_step_view, gather_view, targets_view

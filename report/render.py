@@ -32,7 +32,8 @@ def num(x: Any, digits: int = 2, unit: str = "") -> str:
 
 
 def ratio(x: Any) -> str:
-    """A ratio, or a :class:`suite.stats.Comparison`'s, to 3 decimals."""
+    """A ratio (base time / kernel time: > 1, the kernel faster), or a :class:`suite.stats.Comparison`'s, to 3
+    decimals; other quotients print with ``num(3)``."""
     return num(getattr(x, "ratio", x), 3)
 
 

@@ -40,10 +40,11 @@ def sweep_view(doc: Sweep | None, png: str | None, default_ring: Ring | None) ->
 
 
 def _ring_in_flight(doc: Sweep, rows: str, metric: str, best: Mapping[str, Any]) -> dict[str, Any]:
-    """The bytes in flight of a sweep summary's best ring by Ring's rule, from the swept row it names (its
-    fields, not its label); an LDG grid's as stored."""
+    """The bytes in flight (by Ring's rule) and spelling of a sweep summary's best ring, from the swept row it names
+    (its fields, not its label); an LDG grid's as stored."""
     row = next((r for r in getattr(doc, rows) if getattr(r, metric) == best.get("gbps")), None) if rows == "ring" else None
-    return {"bytes_in_flight": _in_flight(row).bytes_in_flight} if row is not None and row.ctas else {}
+    ring = Ring(row.ctas, row.stages, row.chunk_bytes) if row is not None and row.ctas else None
+    return {"bytes_in_flight": ring.bytes_in_flight, "config": str(ring)} if ring else {}
 
 
 def knee(doc: Sweep, default_ring: Ring | None) -> dict[str, Any] | None:
@@ -109,12 +110,12 @@ def contention_view(doc: Contention | None) -> dict[str, Any] | None:
 def gpu_view(doc: Gpu | None) -> dict[str, Any] | None:
     if not doc:
         return None
-    return {"doc": doc, "status": words.passed(doc.passed), "tests": doc.totals.get("tests") or {},
+    return {"doc": doc, "status": words.affirm("passed", doc.passed), "tests": doc.totals.get("tests") or {},
             "totals": doc.totals, "groups": sorted(doc.groups.items())}  # fmt: skip
 
 
 def sanitize_view(doc: Sanitize | None) -> dict[str, Any] | None:
-    return {"doc": doc, "status": words.passed(doc.passed), "tools": list(doc.tools.items())} if doc else None
+    return {"doc": doc, "status": words.affirm("passed", doc.passed), "tools": list(doc.tools.items())} if doc else None
 
 
 def sass_view(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -141,17 +142,17 @@ def sass_view(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def e2e_view(doc: E2E | None) -> dict[str, Any] | None:
-    """The end-to-end A/B (``bench.e2e``): per slot-cache point, tokens/s of every arm over fresh processes
-    and each arm's Comparison against upstream (the rule ``repeats``)."""
+    """The end-to-end A/B (``bench.e2e``): per slot-cache point, tokens/s of every kernel over fresh processes
+    and each kernel's Comparison against upstream (the rule ``repeats``)."""
     if not doc or not doc.points:
         return None
     rows = []
     for p in doc.points:
-        u, t = p.variants.get(Kernel.UPSTREAM) or {}, p.variants.get(Kernel.TMA) or {}
-        a = p.variants.get(Kernel.AUTO)
+        u, t = p.kernels.get(Kernel.UPSTREAM) or {}, p.kernels.get(Kernel.TMA) or {}
+        a = p.kernels.get(Kernel.AUTO)
         rows.append({"slots": p.slots, "miss_rate": (t or u).get("miss_rate_median"), Kernel.UPSTREAM: u, Kernel.TMA: t,
                      "misses_per_token": (t or u).get("misses_per_token_median"), "ratio": p.ratio.get(Kernel.TMA),
-                     "auto": {"arm": a, "kernels": sorted(set(a.get("copy_kernel") or [])),
+                     "auto": {"figures": a, "kernels": sorted(set(a.get("copy_kernel") or [])),
                               "ratio": p.ratio[Kernel.AUTO]} if a and Kernel.AUTO in p.ratio else None})  # fmt: skip
     return {"doc": doc, "model": doc.model, "settings": doc.settings, "rows": rows,
             "complete": doc.complete, "ids_identical": doc.ids_identical, "runs": len(doc.runs)}  # fmt: skip
@@ -160,7 +161,7 @@ def e2e_view(doc: E2E | None) -> dict[str, Any] | None:
 def auto_view(doc: AutoStability | None) -> dict[str, Any] | None:
     """``auto`` in fresh processes (``bench.auto_stability``): what each ran and, where it read ``ft bench bw``'s
     pick (``profile``), whether it followed it and timed nothing while the cache was built; of a series whose auto
-    timed a start-up probe, the candidates each probe timed and left out, its cost, and whether it left the cache
+    timed a start-up probe, the kernels each probe timed and left out, its cost, and whether it left the cache
     as it found it."""
     if not doc or not doc.runs:
         return None
@@ -176,8 +177,8 @@ def auto_view(doc: AutoStability | None) -> dict[str, Any] | None:
     return {
         "doc": doc, "profile": False, "runs": s.runs, "probes": sum(s.counts.values()), "counts": s.counts,
         "same": s.same_every_time, "default": s.default,
-        "timed": sorted({k for c in choices for k in (c.get("speed") or {})}),
+        "timed": sorted({k for c in choices for k in (c.get("ratio") or {})}),
         "left_out": sorted(why), "left_out_why": why,
         "probe_ms": (s.probe_ms_min, s.probe_ms_median, s.probe_ms_max), "first_probe_ms": (min(probe_s), max(probe_s)),
-        "load_ms_max": s.load_ms_max, "spread_max": s.spread_max, "as_found": s.cache_left_as_found,
+        "load_ms_max": s.load_ms_max, "aa_spread_max": s.aa_spread_max, "as_found": s.cache_left_as_found,
     }  # fmt: skip

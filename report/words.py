@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from suite.kernels import VERDICTS
 from suite.stats import Comparison
-
-VERDICTS = ("faster", "tie", "slower", "n/a")
 
 
 def groups(pairs: Iterable[tuple[Any, str]]) -> dict[str, list[Any]]:
@@ -39,16 +38,9 @@ def phrase(verdict: str) -> str:
     return "a tie" if verdict == "tie" else verdict
 
 
-def met(ok: bool) -> str:
-    return "met" if ok else "not met"
-
-
-def reached(ok: bool) -> str:
-    return "reached" if ok else "not reached"
-
-
-def passed(ok: bool | None) -> str:
-    return "passed" if ok else "not passed"
+def affirm(word: str, ok: bool | None) -> str:
+    """``word`` (met, reached, passed) when ``ok``, else "not <word>"."""
+    return word if ok else f"not {word}"
 
 
 def change(before: float, after: float) -> str:

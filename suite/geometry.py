@@ -14,6 +14,7 @@ Pure Python: the report and the CPU tests import it without torch.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 from typing import NamedTuple
@@ -81,20 +82,17 @@ def rows_for_bank_count(num_banks: int, chunk_bytes: int) -> list[int]:
     return [base[(num_banks + i) % len(base)] for i in range(num_banks)]
 
 
+class RingError(ValueError, argparse.ArgumentTypeError):
+    """A ring spelled otherwise (argparse prints its message as it is)."""
+
+
 class Ring(NamedTuple):
     ctas: int
     stages: int
     chunk_bytes: int
 
-    @property
-    def tag(self) -> str:
-        c = self.chunk_bytes
-        size = f"{c // 1024}K" if c % 1024 == 0 else f"{c}B"
-        return f"{self.ctas}x{self.stages}x{size}"
-
-    @property
-    def env(self) -> str:
-        """The ring as ``FREETOKEN_DECODE_GATHER_RING`` spells it: ``<ctas>x<stages>x<chunk_bytes>``."""
+    def __str__(self) -> str:
+        """The ring's one spelling, ``FREETOKEN_DECODE_GATHER_RING``'s: ``<ctas>x<stages>x<chunk_bytes>``."""
         return f"{self.ctas}x{self.stages}x{self.chunk_bytes}"
 
     @property
@@ -110,7 +108,7 @@ class Ring(NamedTuple):
     @property
     def bytes_in_flight(self) -> int:
         """Host reads in flight in steady state: each CTA refills one stage while the others are in
-        flight, so (stages - 1) chunks per CTA (384 KiB for 16x4x8K; its shared ring holds 512 KiB)."""
+        flight, so (stages - 1) chunks per CTA (384 KiB for 16x4x8192; its shared ring holds 512 KiB)."""
         return self.ctas * (self.stages - 1) * self.chunk_bytes
 
     def kwargs(self) -> dict[str, int]:
@@ -118,15 +116,15 @@ class Ring(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> "Ring":
-        """``16x4x8192`` or ``16x4x8K`` (the chunk as :func:`parse_size` reads it)."""
+        """A ring as ``FREETOKEN_DECODE_GATHER_RING`` spells it (``str(ring)``), as every ``--rings`` takes it."""
         parts = text.lower().split("x")
-        if len(parts) != 3:
-            raise ValueError(f"ring {text!r}: expected CTASxSTAGESxCHUNK, e.g. 16x4x8K")
-        return cls(int(parts[0]), int(parts[1]), parse_size(parts[2]))
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise RingError(f"ring {text!r}: expected <ctas>x<stages>x<chunk_bytes> in integers, e.g. 16x4x8192")
+        return cls(*map(int, parts))
 
 
 # Rings past the default 48 KiB of shared memory per block, which the kernel opts in to: FreeToken #751's
-# 8x3x16K (48 KiB of ring + the bank table), its sweep's best 4x4x16K (64 KiB) and 8x4x24K (96 KiB).
+# 8x3x16384 (48 KiB of ring + the bank table), its sweep's best 4x4x16384 (64 KiB) and 8x4x24576 (96 KiB).
 OPT_IN_RINGS = [Ring(8, 3, 16384), Ring(4, 4, 16384), Ring(8, 4, 24576)]
 
 # Rings the conformance tier exercises besides the module default: one CTA, a 32 KiB ring of two

@@ -1,9 +1,10 @@
-"""The one comparison of a candidate against its base: :class:`Comparison`, decided by a named rule.
+"""The one comparison of a kernel against its base: :class:`Comparison`, decided by a named rule.
 
-A ratio is how much faster the candidate is (> 1: the candidate faster): base time / candidate time of
-paired rounds, or candidate rate / base rate of fresh-process runs. :data:`RULES` names the two ways a
-verdict (*faster*, *tie*, *slower*, *n/a*) is decided from it, never beyond 1 +- :data:`MARGIN`. A Comparison
-decides its own verdict (:meth:`Comparison.decide`): one stored by an older rule reads back with this rule's.
+A ratio (the word as :mod:`suite.kernels` defines it) is how much faster the kernel is (> 1: the kernel
+faster): base time / kernel time of paired rounds, or kernel rate / base rate of fresh-process runs. :data:`RULES`
+names the two ways a verdict (*faster*, *tie*, *slower*, *n/a*) is decided from it, never beyond 1 +-
+:data:`MARGIN`. A Comparison decides its own verdict (:meth:`Comparison.decide`): one stored by an older rule
+reads back with this rule's.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ RULES = {
     "aa": "paired rounds with an A/A control: a tie when |ratio - 1| is within max(A/A spread, MARGIN), the A/A "
     "spread the largest per-round |base / A/A - 1| of the same rounds",
     "repeats": "fresh processes, no A/A control: a tie when the per-repeat ratios straddle 1 or |ratio - 1| is "
-    "within max(the repeats' range, MARGIN), the range the larger (max - min) / median of either arm's repeats",
+    "within max(the repeats' range, MARGIN), the range the larger (max - min) / median of either kernel's repeats",
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """A candidate against its base: the ratio of medians, the median and range of the per-round (per-repeat)
+    """A kernel against its base: the ratio of medians, the median, min and max of the per-round (per-repeat)
     ratios, the noise of its rule (``aa_spread`` for ``aa``, ``repeat_range`` for ``repeats``), the verdict its
     rule gives them (:meth:`decide`: a ``verdict`` passed in is replaced)."""
 
@@ -93,21 +94,21 @@ def _ranged(ratio: float | None, per: list[float], **rest: Any) -> Comparison:
     return Comparison(ratio, median(per), min(per, default=None), max(per, default=None), **rest)
 
 
-def paired_rounds(base: Sequence[float], candidate: Sequence[float], aa: Sequence[float] = ()) -> Comparison:
-    """The rule ``aa`` over per-round times: median(base) / median(candidate), against the A/A spread."""
-    b, c = median(base), median(candidate)
+def paired_rounds(base: Sequence[float], kernel: Sequence[float], aa: Sequence[float] = ()) -> Comparison:
+    """The rule ``aa`` over per-round times: median(base) / median(kernel), against the A/A spread."""
+    b, c = median(base), median(kernel)
     ratio = b / c if b and c else None
-    spread = max((abs(r - 1.0) for r in aa_ratios(base, aa)), default=None)
-    per = [x / y for x, y in zip(base, candidate) if y]
-    return _ranged(ratio, per, aa_spread=spread, rule="aa")
+    aa_spread = max((abs(r - 1.0) for r in aa_ratios(base, aa)), default=None)
+    per = [x / y for x, y in zip(base, kernel) if y]
+    return _ranged(ratio, per, aa_spread=aa_spread, rule="aa")
 
 
-def fresh_processes(base: Mapping[Any, float], candidate: Mapping[Any, float]) -> Comparison:
-    """The rule ``repeats`` over rates (tokens/s) of fresh processes, keyed by repeat: median(candidate) /
-    median(base), the per-repeat ratios and the larger relative range of the two arms' repeats."""
-    b, c = median(base.values()), median(candidate.values())
+def fresh_processes(base: Mapping[Any, float], kernel: Mapping[Any, float]) -> Comparison:
+    """The rule ``repeats`` over rates (tokens/s) of fresh processes, keyed by repeat: median(kernel) /
+    median(base), the per-repeat ratios and the larger relative range of the two kernels' repeats."""
+    b, c = median(base.values()), median(kernel.values())
     ratio = c / b if b and c else None
-    per = [candidate[r] / base[r] for r in sorted(candidate) if base.get(r)]
-    ranges = [relative_range(list(arm.values())) for arm in (base, candidate)]
+    per = [kernel[r] / base[r] for r in sorted(kernel) if base.get(r)]
+    ranges = [relative_range(list(x.values())) for x in (base, kernel)]
     noise = max((x for x in ranges if x is not None), default=None)
     return _ranged(ratio, per, repeat_range=noise, rule="repeats")

@@ -80,7 +80,7 @@ def fake_kernel_build(tmp_path: Path, monkeypatch) -> list[list[str]]:
     """freetoken's AOT compile replaced by one that writes a stand-in .so per spec (no nvcc), for arch 9.0 and a
     stand-in CUDA_HOME: the list it returns gets each build's specs, sorted."""
     aot = pytest.importorskip("freetoken.kernel.aot", reason="needs the patched freetoken (nox -s test)")
-    from freetoken_overlay import kernels
+    from freetoken_overlay import kernel_cache
 
     compiled: list[list[str]] = []
 
@@ -93,8 +93,8 @@ def fake_kernel_build(tmp_path: Path, monkeypatch) -> list[list[str]]:
         return built
 
     monkeypatch.setattr(aot, "compile_and_package_kernels", fake_compile)
-    monkeypatch.setattr(kernels, "ensure_cuda_home", lambda workdir, pip_args: tmp_path / "cuda")
-    monkeypatch.setenv(kernels.CUDA_ARCH_LIST_ENV, "9.0")
+    monkeypatch.setattr(kernel_cache, "ensure_cuda_home", lambda workdir, pip_args: tmp_path / "cuda")
+    monkeypatch.setenv(kernel_cache.CUDA_ARCH_LIST_ENV, "9.0")
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))  # the build sets it; restored after the test
     return compiled
 

@@ -39,26 +39,26 @@ def test_schedule_alternates_the_first_variant_and_keeps_repeats_whole():
 def test_summary_statistics_and_verdicts():
     runs = []
     for r, (u, t) in enumerate(((100.0, 101.0), (102.0, 103.5), (99.0, 100.0))):
-        runs += [{"repeat": r, "point": 0, "variant": "upstream", **fake_result(u)},
-                 {"repeat": r, "point": 0, "variant": "tma", **fake_result(t)}]  # fmt: skip
+        runs += [{"repeat": r, "point": 0, "kernel": "upstream", **fake_result(u)},
+                 {"repeat": r, "point": 0, "kernel": "tma", **fake_result(t)}]  # fmt: skip
     s = harness.summarize_point({"slots": 948}, 0, runs)
-    upstream, tma = s["variants"]["upstream"], s["variants"]["tma"]
+    upstream, tma = s["kernels"]["upstream"], s["kernels"]["tma"]
     assert upstream["tokens_per_s"] == [100.0, 102.0, 99.0] and upstream["tokens_per_s_median"] == 100.0
     assert upstream["tokens_per_s_range"] == pytest.approx(3.0 / 100.0)
     assert tma["tokens_per_s_median"] == 101.0
     c = s["ratio"]["tma"]
     assert c.ratio == pytest.approx(1.01) and c.rule == "repeats"
     assert (c.paired_min, c.ratio_paired, c.paired_max) == pytest.approx([1.01, 100.0 / 99.0, 103.5 / 102.0])
-    assert c.repeat_range == pytest.approx(max(3.0 / 100.0, 3.5 / 101.0))  # the larger of the two arms' ranges
+    assert c.repeat_range == pytest.approx(max(3.0 / 100.0, 3.5 / 101.0))  # the larger of the two kernels' ranges
     # every repeat faster, but 1 % is inside the repeats' own 3 % range
     assert c.verdict == "tie" and s["ids_identical"] is True and s["miss_counts_identical"] is True
 
     def verdict(runs):
         return harness.summarize_point({"slots": 948}, 0, runs)["ratio"]["tma"].verdict
 
-    tight = [dict(x, tokens_per_s=(100.0 + x["repeat"] * 0.2) * (1.05 if x["variant"] == "tma" else 1.0)) for x in runs]
+    tight = [dict(x, tokens_per_s=(100.0 + x["repeat"] * 0.2) * (1.05 if x["kernel"] == "tma" else 1.0)) for x in runs]
     assert verdict(tight) == "faster"  # 5 % against 0.4 %
-    slow = [dict(x, tokens_per_s=(100.0 + x["repeat"] * 0.2) * (0.95 if x["variant"] == "tma" else 1.0)) for x in runs]
+    slow = [dict(x, tokens_per_s=(100.0 + x["repeat"] * 0.2) * (0.95 if x["kernel"] == "tma" else 1.0)) for x in runs]
     assert verdict(slow) == "slower"
     runs[1]["tokens_per_s"] = 99.0  # one repeat slower: the paired ratios straddle 1
     assert verdict(runs) == "tie"
@@ -66,33 +66,33 @@ def test_summary_statistics_and_verdicts():
     assert harness.summarize_point({"slots": 948}, 0, runs)["miss_counts_identical"] is False
     assert relative_range([5.0]) is None
     runs[0]["step_ms"] = {"p10": 0.9, "p50": 1.0, "p90": 1.4}  # a worker's interval quantiles, repeat 0
-    upstream = harness.summarize_point({"slots": 948}, 0, runs)["variants"]["upstream"]
+    upstream = harness.summarize_point({"slots": 948}, 0, runs)["kernels"]["upstream"]
     assert upstream["step_ms_p50"] == [1.0, None, None] and upstream["step_ms_p90"] == [1.4, None, None]
 
 
 def test_ids_mismatch_is_found_per_repeat_and_point():
     runs = [
-        {"repeat": 0, "point": 0, "variant": "upstream", "ids_sha256": "x"},
-        {"repeat": 0, "point": 0, "variant": "tma", "ids_sha256": "x"},
-        {"repeat": 1, "point": 0, "variant": "tma", "ids_sha256": "y"},  # its pair has not run yet
-        {"repeat": 0, "point": 1, "variant": "tma", "ids_sha256": "p"},
-        {"repeat": 0, "point": 1, "variant": "upstream", "ids_sha256": "q"},
+        {"repeat": 0, "point": 0, "kernel": "upstream", "ids_sha256": "x"},
+        {"repeat": 0, "point": 0, "kernel": "tma", "ids_sha256": "x"},
+        {"repeat": 1, "point": 0, "kernel": "tma", "ids_sha256": "y"},  # its pair has not run yet
+        {"repeat": 0, "point": 1, "kernel": "tma", "ids_sha256": "p"},
+        {"repeat": 0, "point": 1, "kernel": "upstream", "ids_sha256": "q"},
     ]
     assert harness.ids_mismatches(runs) == [{"repeat": 0, "point": 1, "tma": "p", "upstream": "q"}]
 
 
 class FakeRunner:
-    """Returns canned results; ``bad`` = (repeat, point, variant) that generates other ids."""
+    """Returns canned results; ``bad`` = (repeat, point, kernel) that generates other ids."""
 
     def __init__(self, bad=None, fail=None) -> None:
         self.calls, self.bad, self.fail = [], bad, fail
 
-    def __call__(self, repeat, point, variant, p):
-        self.calls.append((repeat, point, variant))
-        if (repeat, point, variant) == self.fail:
+    def __call__(self, repeat, point, kernel, p):
+        self.calls.append((repeat, point, kernel))
+        if (repeat, point, kernel) == self.fail:
             raise harness.RunFailed("worker exit 3")
-        sha = "b" * 64 if (repeat, point, variant) == self.bad else "a" * 64
-        return fake_result(100.0 + repeat + (1.0 if variant == "tma" else 0.0), sha)
+        sha = "b" * 64 if (repeat, point, kernel) == self.bad else "a" * 64
+        return fake_result(100.0 + repeat + (1.0 if kernel == "tma" else 0.0), sha)
 
 
 def run_execute(runner, **kw):
@@ -176,12 +176,12 @@ def test_main_writes_the_document(tmp_path, monkeypatch):
     assert [p["slots"] for p in doc["points"]] == [51, 35]
     for p in doc["points"]:
         for v in ("upstream", "tma"):
-            d = p["variants"][v]
+            d = p["kernels"][v]
             assert len(d["tokens_per_s"]) == 3 and len(d["ids_sha256"]) == 3 and d["ttft_s_median"] == 0.5
             assert d["misses_per_token_median"] == 9.5 and d["vram_peak_reserved_bytes"] == 10 << 30
         assert p["ratio"]["tma"]["ratio"] == pytest.approx(102.0 / 101.0)
     assert len(doc["runs"]) == 12 and "machine" not in doc["runs"][0]
-    assert doc["settings"]["variants"] == {
+    assert doc["settings"]["kernels"] == {
         "upstream": {"FREETOKEN_DECODE_GATHER": None},
         "tma": {"FREETOKEN_DECODE_GATHER": "tma"},
     }
@@ -276,11 +276,11 @@ def test_resume_refuses_another_measurement():
     assert harness.resume_mismatch(doc, model, args, [{"slots": 400}], "t") == "its slot points differ"
     assert harness.resume_mismatch(doc, model, args, points, "u") == "it measured another patched tree"
     assert harness.resume_mismatch({**doc, "complete": True}, model, args, points, "t") == "it is complete"
-    differ = [{"repeat": 0, "point": 0, "variant": v, "ids_sha256": v} for v in ("upstream", "tma")]
+    differ = [{"repeat": 0, "point": 0, "kernel": v, "ids_sha256": v} for v in ("upstream", "tma")]
     assert "different ids" in harness.resume_mismatch({**doc, "runs": differ}, model, args, points, "t")
 
 
-# --------------------------------------------------------------------------- the auto arm (--auto)
+# --------------------------------------------------------------------------- the auto kernel (--auto)
 
 
 def test_schedule_with_auto_runs_every_variant_and_reverses_on_odd_points():
@@ -297,8 +297,8 @@ def test_schedule_with_auto_runs_every_variant_and_reverses_on_odd_points():
 def test_auto_arm_is_compared_with_upstream_beside_tma():
     runs = []
     for r, (u, t, a) in enumerate(((100.0, 101.0, 100.2), (102.0, 103.5, 101.9), (99.0, 100.0, 99.1))):
-        arms = (("upstream", u), ("tma", t), ("auto", a))
-        runs += [{"repeat": r, "point": 0, "variant": v, **fake_result(x)} for v, x in arms]
+        kernels = (("upstream", u), ("tma", t), ("auto", a))
+        runs += [{"repeat": r, "point": 0, "kernel": v, **fake_result(x)} for v, x in kernels]
     s = harness.summarize_point({"slots": 948}, 0, runs, ("upstream", "tma", "auto"))
     assert s["ratio"]["tma"].ratio == pytest.approx(1.01)
     auto = s["ratio"]["auto"]
@@ -311,8 +311,8 @@ def test_auto_arm_is_compared_with_upstream_beside_tma():
 
 def test_ids_mismatch_counts_any_two_variants_so_far():
     runs = [
-        {"repeat": 0, "point": 0, "variant": "upstream", "ids_sha256": "x"},
-        {"repeat": 0, "point": 0, "variant": "auto", "ids_sha256": "z"},  # tma has not run yet
+        {"repeat": 0, "point": 0, "kernel": "upstream", "ids_sha256": "x"},
+        {"repeat": 0, "point": 0, "kernel": "auto", "ids_sha256": "z"},  # tma has not run yet
     ]
     assert harness.ids_mismatches(runs) == [{"repeat": 0, "point": 0, "upstream": "x", "auto": "z"}]
 
@@ -321,23 +321,23 @@ def test_main_with_auto_runs_three_variants(tmp_path, monkeypatch):
     runner = FakeRunner()
     code, doc = run_main(tmp_path, monkeypatch, runner, ["--auto", "--repeats", "2"])
     assert code == 0 and len(doc["runs"]) == 2 * 2 * 3
-    assert doc["settings"]["variants"]["auto"] == {"FREETOKEN_DECODE_GATHER": "auto"}
+    assert doc["settings"]["kernels"]["auto"] == {"FREETOKEN_DECODE_GATHER": "auto"}
     assert all(set(p["ratio"]) == {"tma", "auto"} for p in doc["points"])
     (tmp_path / "again").mkdir()
     code, doc = run_main(tmp_path / "again", monkeypatch, FakeRunner(bad=(1, 0, "auto")), ["--auto", "--repeats", "2"])
     assert code == 1 and doc["points"][0]["ids_identical"] is False
 
 
-def test_resume_refuses_a_document_of_other_variants():
+def test_resume_refuses_a_document_of_other_kernels():
     doc = {"schema": harness.E2E_SCHEMA, "complete": False, "model": {"config_sha256": "c"},
            "points": [{"slots": 900}], "provenance": {"tree": "t"},
            "settings": {"tokens": 256, "skip": 128, "kv_tokens": 8192,
-                        "variants": {"upstream": {}, "tma": {}}}}  # fmt: skip
+                        "kernels": {"upstream": {}, "tma": {}}}}  # fmt: skip
     model, points = {"config_sha256": "c"}, [{"slots": 900}]
     args = argparse.Namespace(tokens=256, skip=128, kv_tokens=8192, auto=False)
     assert harness.resume_mismatch(doc, model, args, points, "t") is None
     args.auto = True
-    assert harness.resume_mismatch(doc, model, args, points, "t") == "it ran other variants (--auto)"
+    assert harness.resume_mismatch(doc, model, args, points, "t") == "it ran other kernels (--auto)"
 
 
 def test_worker_reports_what_runs_from_the_launcher_not_a_label():

@@ -79,9 +79,12 @@ def test_documents_carry_schema_and_provenance_of_the_installed_wheel(results_en
 
 
 def test_ring_parse_and_geometry_rows():
-    assert Ring.parse("16x4x8K") == Ring(16, 4, 8192) == Ring.parse("16x4x8192")
-    assert Ring(16, 4, 8192).tag == "16x4x8K" and Ring(16, 4, 8192).bytes_in_flight == 3 * 8192 * 16  # (stages - 1) chunks per CTA in flight
-    assert Ring(64, 4, 4096).env == "64x4x4096" and Ring.parse(Ring(7, 5, 2048).env) == Ring(7, 5, 2048)
+    assert Ring.parse("16x4x8192") == Ring(16, 4, 8192) == Ring.parse("16X4x8192")
+    for other in ("16x4x8K", "16x4", "16x4x8192x1", "x4x8192", "16x-4x8192"):  # one spelling: the variable's
+        with pytest.raises(ValueError, match=f"ring '{other}': expected <ctas>x<stages>x<chunk_bytes> in integers"):
+            Ring.parse(other)
+    assert Ring(16, 4, 8192).bytes_in_flight == 3 * 8192 * 16  # (stages - 1) chunks per CTA in flight
+    assert str(Ring(64, 4, 4096)) == f"{Ring(64, 4, 4096)}" == "64x4x4096" and Ring.parse(str(Ring(7, 5, 2048))) == Ring(7, 5, 2048)
     for chunk in (2048, 8192, 32768):
         rows = geometry_rows(chunk)
         assert all(r % 16 == 0 and r > 0 for r in rows)
@@ -246,17 +249,17 @@ def test_every_committed_result_document_has_its_schema_and_provenance():
 
 
 def test_probe_headers_are_removed_after_the_block_and_never_replace_a_file(tmp_path):
-    from gpukit.kernels import probe_headers
+    from gpukit.launch import probe_headers
 
     (tmp_path / "decode_gather.cuh").write_text("installed")
-    with probe_headers({"dg_probe.cuh": "variant"}, tmp_path) as jit:
-        assert (jit / "dg_probe.cuh").read_text() == "variant"
+    with probe_headers({"dg_probe.cuh": "probe"}, tmp_path) as jit:
+        assert (jit / "dg_probe.cuh").read_text() == "probe"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["decode_gather.cuh"]
-    with pytest.raises(RuntimeError), probe_headers({"dg_probe.cuh": "variant"}, tmp_path):
+    with pytest.raises(RuntimeError), probe_headers({"dg_probe.cuh": "probe"}, tmp_path):
         raise RuntimeError("the build failed")  # removed on error too
     assert not (tmp_path / "dg_probe.cuh").exists()
     with pytest.raises(FileExistsError, match="decode_gather.cuh"):
-        with probe_headers({"decode_gather.cuh": "variant"}, tmp_path):
+        with probe_headers({"decode_gather.cuh": "probe"}, tmp_path):
             pass
     assert (tmp_path / "decode_gather.cuh").read_text() == "installed"
 
@@ -335,7 +338,7 @@ def _fake_kernel_modules():
 
 
 def test_launch_counter_counts_each_kernel_and_puts_the_modules_back():
-    from gpukit.kernels import LaunchCounter
+    from gpukit.launch import LaunchCounter
 
     ring, upstream, launched = _fake_kernel_modules()
     before = (ring.decode_gather_module, ring._decode_gather_jit, upstream._jit_fast_index_copy_multi_module)
@@ -351,7 +354,7 @@ def test_launch_counter_counts_each_kernel_and_puts_the_modules_back():
 def test_a_launch_counter_that_fails_to_enter_leaves_the_modules_as_they_were():
     import types
 
-    from gpukit.kernels import LaunchCounter
+    from gpukit.launch import LaunchCounter
 
     _, upstream, _ = _fake_kernel_modules()
     factory = upstream._jit_fast_index_copy_multi_module

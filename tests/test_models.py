@@ -99,11 +99,11 @@ def test_a_committed_e2e_reads_with_a_ratio_for_each_arm_beside_upstream(name):
     doc = json.loads((REPO_ROOT / "results" / "h200" / name).read_text())
     e2e = E2E.from_doc(json.loads(json.dumps(doc)))
     point = e2e.points[0]
-    assert {"upstream", "tma"} <= set(point.variants) and set(point.ratio) == set(point.variants) - {"upstream"}
-    rates = {v: dict(enumerate(x["tokens_per_s"])) for v, x in point.variants.items()}  # per repeat
-    for arm, c in point.ratio.items():  # the rule repeats over the point's own repeats
-        assert c == fresh_processes(rates["upstream"], rates[arm]) and c.rule == "repeats"
-    ranges = [doc["points"][0]["variants"][v]["tokens_per_s_range"] for v in ("upstream", "tma")]
+    assert {"upstream", "tma"} <= set(point.kernels) and set(point.ratio) == set(point.kernels) - {"upstream"}
+    rates = {v: dict(enumerate(x["tokens_per_s"])) for v, x in point.kernels.items()}  # per repeat
+    for k, c in point.ratio.items():  # the rule repeats over the point's own repeats
+        assert c == fresh_processes(rates["upstream"], rates[k]) and c.rule == "repeats"
+    ranges = [doc["points"][0]["kernels"][v]["tokens_per_s_range"] for v in ("upstream", "tma")]
     assert point.ratio["tma"].repeat_range == max(ranges) > 0
     assert E2E.from_doc(e2e.to_doc()) == e2e
 
@@ -128,7 +128,7 @@ def test_paired_is_the_one_shape_of_a_case():
 
 
 def test_a_case_of_before_the_comparison_reads_as_the_writer_makes_it_now():
-    """The shape of the committed runs ({candidate: ratio}, ratio_paired and verdict beside it) reads into the
+    """The shape of the committed runs ({kernel: ratio}, ratio_paired and verdict beside it) reads into the
     Comparison today's writer makes from the same rounds."""
     p = paired(_rounds())
     c = p.ratio["tma"]

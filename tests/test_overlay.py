@@ -1,6 +1,6 @@
 """CPU tests of freetoken_overlay's apply and export as a whole: the fixed points, an upstream clone, the submission
-branch (the pin: test_pin.py; the wheel: test_wheel.py; the kernels: test_kernels.py; the work repository's rule:
-test_workrepo.py; settings, the CLI and the nox sessions: test_settings_and_nox.py).
+branch (the pin: test_pin.py; the wheel: test_wheel.py; the kernel cache: test_kernel_cache.py; the work
+repository's rule: test_workrepo.py; settings, the CLI and the nox sessions: test_settings_and_nox.py).
 
 Most tests drive ``python -m freetoken_overlay`` in a subprocess with a
 temporary work directory (FT_OVERLAY_WORKDIR) whose wheel cache points at the

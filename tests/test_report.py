@@ -105,8 +105,8 @@ FLIPS = {
     ),
     "default ring below -> above the knee": (
         BENCH, lambda d: d.update(tma_default_ring=dict(ctas=64, stages=4, chunk_bytes=16384)),
-        ("REPORT.md", "the default ring (16x4x8K, 384 KiB) sits below that point"),  # (4 - 1) x 8 KiB x 16 in flight
-        ("REPORT.md", "the default ring (64x4x16K, 3 MiB) sits above that point"),  # (4 - 1) x 16 KiB x 64
+        ("REPORT.md", "the default ring (16x4x8192, 384 KiB) sits below that point"),  # (4 - 1) x 8 KiB x 16 in flight
+        ("REPORT.md", "the default ring (64x4x16384, 3 MiB) sits above that point"),  # (4 - 1) x 16 KiB x 64
     ),
     "conformance passed -> not passed": (
         "conformance/gpu.json", lambda d: d.update(passed=False),

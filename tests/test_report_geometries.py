@@ -19,11 +19,11 @@ SLUG = "synthetic-gpu"
 AT = "2026-01-02T00:00:00+00:00"
 
 
-def _row(n: int, up: float, ratio: float, spread: float) -> dict:
+def _row(n: int, up: float, ratio: float, aa_spread: float) -> dict:
     """A row as the series' benchmark writes it: its ratios, and the verdicts its own rule gave them."""
     med = {"upstream": up, "upstream_aa": up, "tma": up / ratio, "tma_8x4x8192": up / ratio}
-    return {"n": n, "regime": "decode", "median_us": med, "aa_spread": spread, "verified": 300,
-            "ratio": {"tma": ratio, "tma_8x4x8192": ratio}, "verdict": {k: verdict(ratio, spread) for k in ("tma", "tma_8x4x8192")},
+    return {"n": n, "regime": "decode", "median_us": med, "aa_spread": aa_spread, "verified": 300,
+            "ratio": {"tma": ratio, "tma_8x4x8192": ratio}, "verdict": {k: verdict(ratio, aa_spread) for k in ("tma", "tma_8x4x8192")},
             "gbps": {"upstream": 40.0 if n else None}}  # fmt: skip
 
 
@@ -32,8 +32,8 @@ def _set_tma(row: dict, ratio: float) -> None:
 
 
 def _auto(chose: str = "bpb8", tma: float = 1.011) -> dict:
-    """auto of a series that timed a start-up probe, as the benchmark recorded it per geometry."""
-    return {"chose": chose, "default": "bpb8", "speed": {"bpb32": 1.003, "tma 16x4x8192": tma}, "bar": 1.02,
+    """auto of a series that timed a start-up probe, as the benchmark recorded it per geometry (in today's names)."""
+    return {"chose": chose, "default": "bpb8", "ratio": {"bpb32": 1.003, "tma 16x4x8192": tma}, "threshold": 1.02,
             "probe_ms": 300.0, "load_ms": 1.0, "line": f"decode gather auto: runs {chose}"}  # fmt: skip
 
 
@@ -83,7 +83,7 @@ def test_the_pr_lines_follow_the_figures(synthetic_results):
     pages = _pages(synthetic_results)
     assert "tma is never slower beyond max(A/A, 0.5%) in 4 rows:" in pages["PR-1.md"]
     assert "kept its default `bpb8` (upstream's kernel) on 2 of 2 geometries;" in pages["REPORT.md"]
-    best = "tma 16x4x8192 on alpha-1B, ran 1.011x as fast as its default, under that probe's A/A bar of 1.020x"
+    best = "tma 16x4x8192 on alpha-1B, ran 1.011x as fast as its default, under that probe's threshold of 1.020x"
     assert best in pages["REPORT.md"] and "- **Measured**: not yet;" in pages["PR-2.md"]  # a probe is not auto now
 
     def slower(doc):
@@ -121,8 +121,8 @@ def test_a_run_of_schema_3_gives_its_rings_and_auto_by_figures(synthetic_results
         doc["benchmark_schema"] = "freetoken-bench-decode-gather/3"
         del doc["ring_choice"]
         for g in doc["geometries"][:2]:
-            g["auto"] = {"chose": "bpb8", "default": "bpb8", "speed": {"bpb32": 1.003, "tma 16x4x8192": 1.04},
-                         "bar": 1.05, "line": "decode gather auto: a line without figures"}  # fmt: skip
+            g["auto"] = {"chose": "bpb8", "default": "bpb8", "ratio": {"bpb32": 1.003, "tma 16x4x8192": 1.04},
+                         "threshold": 1.05, "line": "decode gather auto: a line without figures"}  # fmt: skip
             for r in g["rows"]:
                 r["median_us"]["tma_8x4x8192"] = r["median_us"]["tma"] / 1.05
 
@@ -138,7 +138,7 @@ def test_a_run_of_schema_3_gives_its_rings_and_auto_by_figures(synthetic_results
         rep = _pages(synthetic_results, change)["REPORT.md"]
         assert "8x4x8192 1.050 (faster beyond max(A/A, 0.5%) in 2 of 2 rows, slower in 0)" in rep
         assert "`export FREETOKEN_DECODE_GATHER_RING=8x4x8192`" in rep
-    best = "tma 16x4x8192 on alpha-1B, ran 1.040x as fast as its default, under that probe's A/A bar of 1.050x"
+    best = "tma 16x4x8192 on alpha-1B, ran 1.040x as fast as its default, under that probe's threshold of 1.050x"
     assert best in rep
 
 
@@ -159,7 +159,7 @@ def test_earlier_runs_of_the_same_tree_are_tabled_with_their_verdicts(synthetic_
     runs.mkdir(parents=True)
     earlier = geometries_doc(tree)
     earlier["generated_at"] = "2026-01-01T00:00:00+00:00"
-    _set_tma(earlier["geometries"][0]["rows"][1], 0.98)  # alpha-1B n = 1 slower beyond the A/A spread 0.002
+    _set_tma(earlier["geometries"][0]["rows"][1], 0.98)  # alpha-1B n = 1 slower beyond the A/A aa_spread 0.002
     (runs / "series_bench.1.json").write_text(json.dumps(earlier))
     other = json.loads(json.dumps(earlier))
     other["provenance"]["tree"] = "u" * 40  # another tree: not a repeat
@@ -199,8 +199,8 @@ def test_committed_geometry_table_equals_the_json():
     rep = (RESULTS / "REPORT.md").read_text()
     for g in doc["geometries"]:
         for r in g["rows"]:
-            ratio, spread = r["ratio"]["tma"], r["aa_spread"]
-            word = "tie" if abs(ratio - 1) <= max(spread, MARGIN) else "faster" if ratio > 1 else "slower"
+            ratio, aa_spread = r["ratio"]["tma"], r["aa_spread"]
+            word = "tie" if abs(ratio - 1) <= max(aa_spread, MARGIN) else "faster" if ratio > 1 else "slower"
             assert (f"| {g['model']} | {g['quant_format']} | {g['expert_bytes'] / 1e6:.2f} | {r['n']} | "
                     f"{r['median_us']['upstream']:,.2f} |") in rep
-            assert f"| {ratio:.3f} | ±{spread:.3f} | {word} | {g['auto']['chose']} |" in rep
+            assert f"| {ratio:.3f} | ±{aa_spread:.3f} | {word} | {g['auto']['chose']} |" in rep

@@ -8,7 +8,7 @@ from suite.rounds import round_order, run_rounds
 
 
 class FakeTimer:
-    """A variant that records when it ran (on a shared log) and returns a fixed timing per round."""
+    """A kernel's timer that records when it ran (on a shared log) and returns a fixed timing per round."""
 
     def __init__(self, name: str, log: list, times):
         self.name, self.log, self.times = name, log, times
@@ -20,9 +20,9 @@ class FakeTimer:
 
 def test_rounds_alternate_and_hooks_bracket_every_round():
     log: list = []
-    variants = {n: FakeTimer(n, log, 1.0) for n in ("upstream", "upstream_aa", "tma")}
+    kernels = {n: FakeTimer(n, log, 1.0) for n in ("upstream", "upstream_aa", "tma")}
     r = run_rounds(
-        variants, 3, base="upstream", aa="upstream_aa",
+        kernels, 3, base="upstream", aa="upstream_aa",
         before_round=lambda i: log.append((i, "before")), after_round=lambda i: log.append((i, "after")),
     )  # fmt: skip
     assert log == [
@@ -37,13 +37,13 @@ def test_summary_is_gpukit_stats_of_the_paired_rounds():
     up = [10.0, 10.2, 9.9, 10.1, 10.0]
     aa = [10.1, 10.0, 10.0, 10.0, 10.1]
     log: list = []
-    variants = {
+    kernels = {
         "upstream": FakeTimer("upstream", log, lambda i: up[i]),
         "upstream_aa": FakeTimer("upstream_aa", log, lambda i: aa[i]),
         "tma": FakeTimer("tma", log, lambda i: [8.0, 8.2, 7.0]),  # three samples a round: their median
         "tie": FakeTimer("tie", log, lambda i: up[i] * 1.001),
     }
-    r = run_rounds(variants, 5, base="upstream", aa="upstream_aa")
+    r = run_rounds(kernels, 5, base="upstream", aa="upstream_aa")
     s = r.summary("tma")
     assert r.values["tma"] == [8.0] * 5
     assert s.ratio == pytest.approx(10.0 / 8.0) and (s.verdict, s.rule) == ("faster", "aa")
@@ -62,7 +62,7 @@ def test_untimed_variants_and_custom_orders():
     fixed = run_rounds({"a": FakeTimer("a", log, 1.0), "b": FakeTimer("b", log, 2.0)}, 2, order="fixed")
     assert fixed.orders == [("a", "b"), ("a", "b")] and fixed.order == "fixed"
     assert round_order(lambda i, names: sorted(names, reverse=True), 0, ["a", "b"]) == ("b", "a")
-    with pytest.raises(ValueError, match="every variant once"):
+    with pytest.raises(ValueError, match="every kernel once"):
         round_order(lambda i, names: ["a"], 0, ["a", "b"])
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from suite.commands import MEASUREMENTS
-from freetoken_overlay import kernels, series, sessions
+from freetoken_overlay import kernel_cache, series, sessions
 from freetoken_overlay.pin import get_pin
 from freetoken_overlay.series import series_hash
 from freetoken_overlay.util import (
@@ -43,9 +43,9 @@ def test_bad_settings_are_named(monkeypatch) -> None:
         env_flag("FT_OVERLAY_SYSTEM_SITE", {"FT_OVERLAY_SYSTEM_SITE": "maybe"})
     with pytest.raises(OverlayError, match=r"'9\.9\.9'.*allowed values: 0\.2\.0, 0\.2\.1"):
         get_pin("9.9.9")
-    monkeypatch.setenv(kernels.CUDA_ARCH_LIST_ENV, "9.0 sm90")
+    monkeypatch.setenv(kernel_cache.CUDA_ARCH_LIST_ENV, "9.0 sm90")
     with pytest.raises(OverlayError, match=r"TVM_FFI_CUDA_ARCH_LIST='9.0 sm90': sm90 .*allowed values"):
-        kernels.cuda_arch_list()
+        kernel_cache.cuda_arch_list()
 
 
 @pytest.mark.integration
@@ -127,23 +127,24 @@ def test_a_kernel_cache_for_another_series_is_rebuilt_first(tmp_path: Path, monk
     """None at all (CI's fresh clone): no cache, said so (the tests that need one skip).  One for another series is
     rebuilt with the set and architectures it was built with, then used; one still stale after that is an error
     naming the command that rebuilds it."""
-    monkeypatch.delenv(kernels.CUDA_ARCH_LIST_ENV, raising=False)
+    monkeypatch.delenv(kernel_cache.CUDA_ARCH_LIST_ENV, raising=False)
     cache, said, rebuilt = tmp_path / "kernel-cache", [], []
 
     def use(rebuild=lambda settings: None):
-        return kernels.kernel_cache_for(cache, "0.2.1+dg.new", rebuild=rebuild, log=said.append)
+        return kernel_cache.kernel_cache_for(cache, "0.2.1+dg.new", rebuild=rebuild, log=said.append)
 
     assert use() is None and said[-1] == f"no kernel cache at {cache} (nox -s build makes it); tests that need one skip"
-    _manifest(cache, "0.2.1+dg.new", [f"{kernels.SPEC_PREFIX}_16_4_8192"])
+    _manifest(cache, "0.2.1+dg.new", [f"{kernel_cache.SPEC_PREFIX}_16_4_8192"])
     assert use() == cache and rebuilt == []
-    _manifest(cache, "0.2.1+dg.old", [f"{kernels.SPEC_PREFIX}_16_4_8192", f"{kernels.FULL_SET_PREFIX}_1024_8"], "9.0 10.0")
+    specs = [f"{kernel_cache.SPEC_PREFIX}_16_4_8192", f"{kernel_cache.FULL_SET_PREFIX}_1024_8"]
+    _manifest(cache, "0.2.1+dg.old", specs, "9.0 10.0")
 
     def rebuild(settings: dict[str, str]) -> None:
         rebuilt.append(settings)
         _manifest(cache, "0.2.1+dg.new", [])
 
     assert use(rebuild) == cache
-    assert rebuilt == [{kernels.KERNEL_SET_ENV: "full", kernels.CUDA_ARCH_LIST_ENV: "9.0 10.0"}]
+    assert rebuilt == [{kernel_cache.KERNEL_SET_ENV: "full", kernel_cache.CUDA_ARCH_LIST_ENV: "9.0 10.0"}]
     assert "is for freetoken 0.2.1+dg.old, not 0.2.1+dg.new: rebuilding it" in said[-2]
     _manifest(cache, "0.2.1+dg.old", [])
     with pytest.raises(OverlayError, match=r"for freetoken 0.2.1\+dg.old, not 0.2.1\+dg.new, after rebuilding it; "

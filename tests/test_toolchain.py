@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conformance.gpu.run_sanitizer import find_sanitizer
-from freetoken_overlay import kernels, toolchain
+from freetoken_overlay import kernel_cache, toolchain
 from freetoken_overlay.util import OverlayError, Workdir
 
 
@@ -45,12 +45,12 @@ def test_every_tool_is_found_in_the_same_order(clean_env, tmp_path):
     for tool in ("nvcc", "cuobjdump", "compute-sanitizer"):
         assert toolchain.find_tool(tool) == str(on_path / "bin" / tool)
     assert find_sanitizer(None) == str(on_path / "bin" / "compute-sanitizer")
-    assert kernels.find_cuda_home(Workdir(tmp_path / "work")) == on_path
+    assert kernel_cache.find_cuda_home(Workdir(tmp_path / "work")) == on_path
     clean_env.setenv("CUDA_HOME", str(home))  # the toolkit variable comes before PATH, for every tool
     for tool in ("nvcc", "cuobjdump", "compute-sanitizer"):
         assert toolchain.find_tool(tool) == str(home / "bin" / tool)
     assert find_sanitizer(None) == str(home / "bin" / "compute-sanitizer")
-    assert kernels.find_cuda_home(Workdir(tmp_path / "work")) == home
+    assert kernel_cache.find_cuda_home(Workdir(tmp_path / "work")) == home
     clean_env.setenv("COMPUTE_SANITIZER", str(on_path / "bin" / "compute-sanitizer"))  # the tool's own variable first
     assert find_sanitizer(None) == str(on_path / "bin" / "compute-sanitizer")
     assert find_sanitizer("/explicit") == "/explicit"
@@ -61,39 +61,39 @@ def test_cuda_home_skips_a_toolkit_without_cudart_and_refuses_a_bad_variable(cle
     full = _toolkit(tmp_path / "full", "nvcc", cudart=True)
     clean_env.setenv("PATH", os.pathsep.join([str(bare / "bin"), str(full / "bin")]))
     assert toolchain.find_tool("nvcc") == str(bare / "bin" / "nvcc")
-    assert kernels.find_cuda_home(Workdir(tmp_path / "work")) == full
+    assert kernel_cache.find_cuda_home(Workdir(tmp_path / "work")) == full
     clean_env.setenv("CUDA_HOME", str(tmp_path / "nowhere"))
     with pytest.raises(OverlayError, match="CUDA_HOME='.*nowhere': no bin/nvcc there"):
-        kernels.find_cuda_home(Workdir(tmp_path / "work"))
+        kernel_cache.find_cuda_home(Workdir(tmp_path / "work"))
     clean_env.delenv("CUDA_HOME")
     clean_env.setenv("NVCC", str(tmp_path / "typo"))
     with pytest.raises(OverlayError, match="NVCC="):
-        kernels.find_cuda_home(Workdir(tmp_path / "work"))
+        kernel_cache.find_cuda_home(Workdir(tmp_path / "work"))
     clean_env.setenv("PATH", str(tmp_path / "empty"))
     clean_env.delenv("NVCC")
-    assert kernels.find_cuda_home(Workdir(tmp_path / "work")) is None
+    assert kernel_cache.find_cuda_home(Workdir(tmp_path / "work")) is None
 
 
 def test_kernel_cache_is_rebuilt_only_when_an_input_changed(tmp_path: Path, monkeypatch, fake_kernel_build) -> None:
     """A second build from the same inputs compiles nothing; another arch list or a missing .so rebuilds."""
     workdir = Workdir(tmp_path / "work")
     compiled = fake_kernel_build
-    monkeypatch.setattr(kernels, "select_specs", lambda: ["freetoken__decode_gather_16x4x8192"])
+    monkeypatch.setattr(kernel_cache, "select_specs", lambda: ["freetoken__decode_gather_16x4x8192"])
     for _ in range(2):
-        kernels.build_kernel_cache(workdir, pip_args=[])
+        kernel_cache.build_kernel_cache(workdir, pip_args=[])
     assert len(compiled) == 1
-    monkeypatch.setenv(kernels.CUDA_ARCH_LIST_ENV, "9.0 12.0")
-    kernels.build_kernel_cache(workdir, pip_args=[])
+    monkeypatch.setenv(kernel_cache.CUDA_ARCH_LIST_ENV, "9.0 12.0")
+    kernel_cache.build_kernel_cache(workdir, pip_args=[])
     assert len(compiled) == 2
     (workdir.kernel_cache / "freetoken__decode_gather_16x4x8192" / "freetoken__decode_gather_16x4x8192.so").unlink()
-    kernels.build_kernel_cache(workdir, pip_args=[])
+    kernel_cache.build_kernel_cache(workdir, pip_args=[])
     assert len(compiled) == 3
-    monkeypatch.setattr(kernels, "_kernel_sources_sha256", lambda: "0" * 64)  # a kernel source edited
-    kernels.build_kernel_cache(workdir, pip_args=[])
-    kernels.build_kernel_cache(workdir, pip_args=[])
+    monkeypatch.setattr(kernel_cache, "_kernel_sources_sha256", lambda: "0" * 64)  # a kernel source edited
+    kernel_cache.build_kernel_cache(workdir, pip_args=[])
+    kernel_cache.build_kernel_cache(workdir, pip_args=[])
     assert len(compiled) == 4
-    monkeypatch.setattr(kernels.toolchain, "tool_version", lambda path: "Cuda compilation tools, release 13.1")
-    kernels.build_kernel_cache(workdir, pip_args=[])  # the same toolkit path, another nvcc
+    monkeypatch.setattr(kernel_cache.toolchain, "tool_version", lambda path: "Cuda compilation tools, release 13.1")
+    kernel_cache.build_kernel_cache(workdir, pip_args=[])  # the same toolkit path, another nvcc
     assert len(compiled) == 5
     manifest = json.loads((workdir.kernel_cache / "MANIFEST.json").read_text())
     assert manifest["cuda_arch_list"] == "9.0 12.0" and manifest["freetoken"] == importlib.metadata.version("freetoken")
@@ -106,12 +106,12 @@ def test_cuda_home_shim_is_reused_and_a_foreign_directory_is_left_alone(tmp_path
     (root / "lib").mkdir()
     (root / "lib" / "libcudart.so.13").write_text("")
     shim = tmp_path / "work" / "cuda-home"
-    assert kernels._shim_cuda_home(root, shim) == shim
+    assert kernel_cache._shim_cuda_home(root, shim) == shim
     assert (shim / "lib64" / "libcudart.so").resolve() == (root / "lib" / "libcudart.so.13").resolve()
-    assert kernels._shim_cuda_home(root, shim) == shim  # the second build: the same links, nothing rewritten
+    assert kernel_cache._shim_cuda_home(root, shim) == shim  # the second build: the same links, nothing rewritten
     other = tmp_path / "elsewhere" / "cuda-home"
     (other / "bin").mkdir(parents=True)
     (other / "bin" / "mine.txt").write_text("a user's file")
     with pytest.raises(OverlayError, match="is not the CUDA_HOME shim"):
-        kernels._shim_cuda_home(root, other)
+        kernel_cache._shim_cuda_home(root, other)
     assert (other / "bin" / "mine.txt").read_text() == "a user's file"

@@ -56,10 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tokens", type=_positive, default=256, help="decode tokens measured per run (default 256)")
     run.add_argument("--skip", type=int, default=128,
                      help="decode tokens before the measured window: the cache refills after the prefill (default 128)")
-    run.add_argument("--repeats", type=_positive, default=3, help="fresh processes per variant and point (default 3)")
+    run.add_argument("--repeats", type=_positive, default=3, help="fresh processes per kernel and point (default 3)")
     run.add_argument("--kv-tokens", type=_positive, default=8192, help="KV capacity in tokens (default 8192)")
     run.add_argument("--auto", action="store_true",
-                     help=f"a third arm, {SWITCH_ENV}=auto (the kernel ft bench bw's profile picked, read at start-up)")
+                     help=f"a third kernel, {SWITCH_ENV}=auto (ft bench bw's profile's pick, read at start-up)")
     run.add_argument("--out", default=None, help="directory of e2e.json (default: results/<device>/, suite.results)")
     run.add_argument("--log-dir", default=None, help="worker logs and raw results (default: a new temp dir)")
     run.add_argument("--run-timeout-s", type=_positive, default=420, help="kill a worker after this long (default 420)")

@@ -2,9 +2,9 @@
 ``tma`` (and ``auto`` with ``--auto``), each run a fresh ``python -m bench.e2e worker`` process.
 
 Plan: for every repeat, for every slot-cache point (``--slots`` of the unified expert pool, or ``--miss-rate``
-through a generated checkpoint's predicted table, :mod:`bench.e2e.synth`), every variant in suite.rounds'
-alternating order. Per point the ids of all variants must be identical in every repeat (else exit 1, at
-once); every arm against upstream is a :class:`suite.stats.Comparison` of the rule ``repeats``.
+through a generated checkpoint's predicted table, :mod:`bench.e2e.synth`), every kernel in suite.rounds'
+alternating order. Per point the ids of all kernels must be identical in every repeat (else exit 1, at
+once); every kernel against upstream is a :class:`suite.stats.Comparison` of the rule ``repeats``.
 
 Exit codes: 0 done, ids identical; 1 ids differ; 2 a run failed, a setting is invalid, or the time
 budget stopped the plan early (the JSON then says ``complete: false``).
@@ -27,7 +27,7 @@ from typing import Any
 
 from bench import entry
 from bench.e2e import synth
-from bench.e2e.summary import VARIANTS, ids_mismatches, settings, summarize_point
+from bench.e2e.summary import KERNELS, ids_mismatches, settings, summarize_point
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
 from suite import results
 from suite.commands import MEASUREMENTS
@@ -40,7 +40,7 @@ DEFAULT_MISS_RATES = (0.1, 0.3)
 EXIT_OK, EXIT_IDS_DIFFER, EXIT_FAILED = 0, 1, 2
 #: Between two workers: the last one's pinned banks, VRAM and port 2333 (its process group) go back first.
 PAUSE_S = 1.0
-#: the order of the variants in each (repeat, point): suite.rounds' alternation over repeat + point
+#: the order of the kernels in each (repeat, point): suite.rounds' alternation over repeat + point
 ORDER = "alternate"
 
 
@@ -51,14 +51,14 @@ class RunFailed(RuntimeError):
 log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
-def variant_names(args: argparse.Namespace) -> tuple[str, ...]:
-    """The variants of this session: upstream (FREETOKEN_DECODE_GATHER unset) and tma, and auto with ``--auto``."""
-    return VARIANTS + ((Kernel.AUTO,) if getattr(args, "auto", False) else ())
+def kernel_names(args: argparse.Namespace) -> tuple[str, ...]:
+    """The kernels of this session: upstream (FREETOKEN_DECODE_GATHER unset) and tma, and auto with ``--auto``."""
+    return KERNELS + ((Kernel.AUTO,) if getattr(args, "auto", False) else ())
 
 
-def schedule(points: int, repeats: int, names: Sequence[str] = VARIANTS) -> list[tuple[int, int, str]]:
-    """``(repeat, point, variant)`` in run order: repeats outermost so an early stop still leaves
-    every point with whole repeats; within a (repeat, point) both variants, upstream first when
+def schedule(points: int, repeats: int, names: Sequence[str] = KERNELS) -> list[tuple[int, int, str]]:
+    """``(repeat, point, kernel)`` in run order: repeats outermost so an early stop still leaves
+    every point with whole repeats; within a (repeat, point) both kernels, upstream first when
     ``repeat + point`` is even and ``tma`` first when it is odd (drift cancels across repeats)."""
     return [(r, p, v) for r in range(repeats) for p in range(points) for v in round_order(ORDER, r + p, tuple(names))]
 
@@ -122,13 +122,13 @@ def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
 
     calls = []
 
-    def run(repeat: int, point: int, variant: str, p: dict[str, Any]) -> dict[str, Any]:
+    def run(repeat: int, point: int, kernel: str, p: dict[str, Any]) -> dict[str, Any]:
         if calls:
             time.sleep(PAUSE_S)
-        calls.append((repeat, point, variant))
-        tag = f"r{repeat}-p{point}-{variant}"
+        calls.append((repeat, point, kernel))
+        tag = f"r{repeat}-p{point}-{kernel}"
         result, log_path = log_dir / f"{tag}.json", log_dir / f"{tag}.log"
-        env = {k: v for k, v in os.environ.items() if k != SWITCH_ENV} | Kernel(variant).env
+        env = {k: v for k, v in os.environ.items() if k != SWITCH_ENV} | Kernel(kernel).env
         env.setdefault("PYTHONUNBUFFERED", "1")
         cmd = [sys.executable, "-m", "bench.e2e", "worker", "--model", str(args.model), "--slots", str(p["slots"]),
                "--tokens", str(args.tokens), "--skip", str(args.skip), "--kv-tokens", str(args.kv_tokens),
@@ -157,14 +157,14 @@ def run_worker(tag: str, cmd: list[str], env: dict[str, str], result: Path, log_
 def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
             on_update: Callable[[list[dict[str, Any]], bool, list[str]], None], budget_s: float | None = None,
             clock: Callable[[], float] = time.monotonic, prior: list[dict[str, Any]] | None = None,
-            names: Sequence[str] = VARIANTS) -> int:  # fmt: skip
+            names: Sequence[str] = KERNELS) -> int:  # fmt: skip
     """Run the plan; ``on_update(runs, complete, errors)`` after every run. ``prior``: runs of an
     interrupted session (``--resume``), not run again. Returns the exit code: stops at the first
-    (repeat, point) whose variants' ids differ (1), at the first failed run (2), or before a run that
+    (repeat, point) whose kernels' ids differ (1), at the first failed run (2), or before a run that
     would overrun ``budget_s`` (2, incomplete)."""
     runs: list[dict[str, Any]] = list(prior or [])
     errors: list[str] = []
-    done = {(x["repeat"], x["point"], x["variant"]) for x in runs}
+    done = {(x["repeat"], x["point"], x["kernel"]) for x in runs}
     full = schedule(len(points), repeats, names)
     plan = [step for step in full if step not in done]
     if done:
@@ -190,7 +190,7 @@ def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
         except RunFailed as exc:
             return stop(str(exc), EXIT_FAILED)
         longest = max(longest, clock() - t)
-        runs.append({"repeat": r, "point": p, "variant": v, **res})
+        runs.append({"repeat": r, "point": p, "kernel": v, **res})
         step = res.get("step_ms") or {}
         log(f"  {v}: {res['tokens_per_s']:.2f} tok/s (step p50 {step.get('p50', float('nan')):.3f} ms, "
             f"p90 {step.get('p90', float('nan')):.3f} ms), TTFT {res['ttft_s']:.3f} s, "
@@ -218,8 +218,8 @@ def resume_mismatch(doc: dict[str, Any], model: dict[str, Any], args: argparse.N
         (all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")),
          "its tokens/skip/kv differ"),
         ((doc.get("provenance") or {}).get("tree") == tree, "it measured another patched tree"),
-        (not ids_mismatches(doc.get("runs") or []), "its variants generated different ids (exit 1 is its result)"),
-        (list(settings.get("variants") or VARIANTS) == list(variant_names(args)), "it ran other variants (--auto)"),
+        (not ids_mismatches(doc.get("runs") or []), "its kernels generated different ids (exit 1 is its result)"),
+        (list(settings.get("kernels") or KERNELS) == list(kernel_names(args)), "it ran other kernels (--auto)"),
     )
     return next((why for ok, why in checks if not ok), None)
 
@@ -254,7 +254,7 @@ def document_fields(args: argparse.Namespace, model: dict[str, Any], points: lis
     """(the machine, the document's fields) for the runs so far (``model``: :func:`model_info` of
     ``--model``, read once per session; ``machine``: when no run carries it)."""
     machine = next((r.get("machine") for r in runs if r.get("machine")), None) or machine or {}
-    names = variant_names(args)
+    names = kernel_names(args)
     summaries = [summarize_point(pt, i, runs, names) for i, pt in enumerate(points)]
     identical = [s["ids_identical"] for s in summaries if s["ids_identical"] is not None]
     raw = [{k: v for k, v in r.items() if k != "machine"} for r in runs]
@@ -265,7 +265,7 @@ def document_fields(args: argparse.Namespace, model: dict[str, Any], points: lis
             "batch": 1, "cuda_graph_decode": True, "moe_strategy": "offload",
             "sampling": "greedy (temperature 0), ignore_eos",
             "prompt_sha256": hashlib.sha256(PROMPT.encode()).hexdigest(),
-            "warmup_tokens": WARMUP_TOKENS, "variants": settings(names),
+            "warmup_tokens": WARMUP_TOKENS, "kernels": settings(names),
             "order": ORDER,  # suite.rounds' order of each (repeat, point): the runs are listed as they ran
             "serve_equivalent": [serve_equivalent("MODEL", p["slots"]) for p in points],
             "tokens_per_s": "tokens / (t[skip + tokens] - t[skip]), host arrival stamps of the generated tokens",
@@ -296,7 +296,7 @@ def main(args: argparse.Namespace) -> int:
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="ft-e2e-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     log(f"model {model}: {len(points)} point(s) {[p['slots'] for p in points]} slots "
-        f"(target miss rate {[p['target_miss_rate'] for p in points]}), {args.repeats} repeat(s) x {len(variant_names(args))} variants, "
+        f"(target miss rate {[p['target_miss_rate'] for p in points]}), {args.repeats} repeat(s) x {len(kernel_names(args))} kernels, "
         f"{args.tokens} tokens after {args.skip}; worker logs in {log_dir}")  # fmt: skip
     info = model_info(str(model))
     prior, machine = prior_runs(args, points, info) if args.resume else ([], None)
@@ -313,21 +313,21 @@ def main(args: argparse.Namespace) -> int:
         return path
 
     code = execute(points, args.repeats, worker_runner(args, log_dir), on_update=on_update, budget_s=args.budget_s,
-                   prior=prior, names=variant_names(args))  # fmt: skip
+                   prior=prior, names=kernel_names(args))  # fmt: skip
     path = on_update(state["runs"], state["complete"] and code == EXIT_OK, state["errors"], code)
-    print_summary(points, state["runs"], variant_names(args))
+    print_summary(points, state["runs"], kernel_names(args))
     log(f"wrote {path} (exit {code})")
     return code
 
 
-def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]], names: Sequence[str] = VARIANTS) -> None:
+def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]], names: Sequence[str] = KERNELS) -> None:
     for i, pt in enumerate(points):
         s = summarize_point(pt, i, runs, names)
-        variants = {v: s["variants"][v] for v in names}
+        kernels = {v: s["kernels"][v] for v in names}
         parts = [f"{v} {d['tokens_per_s_median']:.2f} tok/s [{d['tokens_per_s_min']:.2f}-{d['tokens_per_s_max']:.2f}] "
                  f"x{d['repeats']}, {d['misses_per_token_median']:.1f} misses/token"
-                 for v, d in variants.items() if d["repeats"]]  # fmt: skip
-        ratios = [f"{arm}/upstream {c.ratio:.4f} (paired {c.paired_min:.4f}-{c.paired_max:.4f}, {c.verdict})"
-                  if c.ratio and c.paired_min else f"{arm}/upstream n/a" for arm, c in s["ratio"].items()]  # fmt: skip
+                 for v, d in kernels.items() if d["repeats"]]  # fmt: skip
+        ratios = [f"{k}/upstream {c.ratio:.4f} (paired {c.paired_min:.4f}-{c.paired_max:.4f}, {c.verdict})"
+                  if c.ratio and c.paired_min else f"{k}/upstream n/a" for k, c in s["ratio"].items()]  # fmt: skip
         log(f"slots {pt['slots']}: {'; '.join(parts) or 'no runs'}; {'; '.join(ratios)}; "
             f"ids identical: {s['ids_identical']}")

@@ -1,4 +1,4 @@
-"""The end-to-end A/B's statistics: one variant over its repeats, and every arm against upstream
+"""The end-to-end A/B's statistics: one kernel over its repeats, and every kernel against upstream
 (tokens/s of fresh processes, the rule ``repeats`` of :mod:`suite.stats`)."""
 
 from __future__ import annotations
@@ -9,20 +9,18 @@ from typing import Any
 from suite.kernels import SWITCH_ENV, Kernel
 from suite.stats import fresh_processes, median, relative_range
 
-#: The A/B's variants by default: upstream (the baseline, first: the switch unset) and tma; ``run --auto`` adds
+#: The A/B's kernels by default: upstream (the baseline, first: the switch unset) and tma; ``run --auto`` adds
 #: auto (the kernel ft bench bw's profile picked for the GPU).
-VARIANTS = (Kernel.UPSTREAM, Kernel.TMA)
-#: each variant's switch (None: unset)
-VARIANT_ENV: dict[str, str | None] = {k: k.env.get(SWITCH_ENV) for k in (Kernel.UPSTREAM, Kernel.TMA, Kernel.AUTO)}
+KERNELS = (Kernel.UPSTREAM, Kernel.TMA)
 
 
 def settings(names: Sequence[str]) -> dict[str, dict[str, str | None]]:
-    """{variant: {the switch: its value}} of the variants ``names``, as the document records them."""
-    return {v: {SWITCH_ENV: VARIANT_ENV[v]} for v in names}
+    """{kernel: {the switch: its value (None: unset)}} of the kernels ``names``, as the document records them."""
+    return {v: {SWITCH_ENV: Kernel(v).env.get(SWITCH_ENV)} for v in names}
 
 
-def summarize_variant(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One variant at one point: lists over repeats (repeat order) and their medians/ranges."""
+def summarize_kernel(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One kernel at one point: lists over repeats (repeat order) and their medians/ranges."""
     runs = sorted(runs, key=lambda r: r["repeat"])
 
     def col(key: str) -> list[Any]:
@@ -48,27 +46,27 @@ def summarize_variant(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def ids_mismatches(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every (repeat, point) whose variants (two or more of them so far) generated different ids."""
+    """Every (repeat, point) whose kernels (two or more of them so far) generated different ids."""
     by_key: dict[tuple[int, int], dict[str, str]] = {}
     for r in runs:
-        by_key.setdefault((r["repeat"], r["point"]), {})[r["variant"]] = r["ids_sha256"]
+        by_key.setdefault((r["repeat"], r["point"]), {})[r["kernel"]] = r["ids_sha256"]
     return [{"repeat": k[0], "point": k[1], **v} for k, v in sorted(by_key.items()) if len(set(v.values())) > 1]
 
 
 def summarize_point(
-    point: dict[str, Any], index: int, runs: list[dict[str, Any]], names: Sequence[str] = VARIANTS
+    point: dict[str, Any], index: int, runs: list[dict[str, Any]], names: Sequence[str] = KERNELS
 ) -> dict[str, Any]:
-    """One slot point: every variant of ``names`` (upstream first) over its repeats, and every other arm
+    """One slot point: every kernel of ``names`` (upstream first) over its repeats, and every other kernel
     against upstream (``ratio``: suite.stats.fresh_processes of their tokens/s by repeat)."""
     mine = [r for r in runs if r["point"] == index]
-    variants = {v: summarize_variant([r for r in mine if r["variant"] == v]) for v in names}
-    rates = {v: {r["repeat"]: r["tokens_per_s"] for r in mine if r["variant"] == v} for v in names}
+    kernels = {v: summarize_kernel([r for r in mine if r["kernel"] == v]) for v in names}
+    rates = {v: {r["repeat"]: r["tokens_per_s"] for r in mine if r["kernel"] == v} for v in names}
     complete = [r for r in sorted({x["repeat"] for x in mine})
-                if {x["variant"] for x in mine if x["repeat"] == r} >= set(names)]  # fmt: skip
-    counts = [{x["variant"]: x.get("misses_total") for x in mine if x["repeat"] == r} for r in complete]
+                if {x["kernel"] for x in mine if x["repeat"] == r} >= set(names)]  # fmt: skip
+    counts = [{x["kernel"]: x.get("misses_total") for x in mine if x["repeat"] == r} for r in complete]
     return {
-        **point, "variants": variants,
-        "ratio": {arm: fresh_processes(rates[Kernel.UPSTREAM], rates[arm]) for arm in names if arm != Kernel.UPSTREAM},
+        **point, "kernels": kernels,
+        "ratio": {k: fresh_processes(rates[Kernel.UPSTREAM], rates[k]) for k in names if k != Kernel.UPSTREAM},
         "ids_identical": (not ids_mismatches(mine)) if complete else None,
         "miss_counts_identical": all(len(set(c.values())) == 1 for c in counts) if counts else None,
     }  # fmt: skip

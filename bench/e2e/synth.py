@@ -31,9 +31,9 @@ expert lookup, ~31 slots per layer ~0.3.
 
 Because the token path is robust by construction (the correct logit leads by ~40 standard
 deviations), the generated ids do not depend on the expert bytes here: on this checkpoint
-``ids_identical`` shows that both variants decoded the same sequence, not that the gather is
+``ids_identical`` shows that both kernels decoded the same sequence, not that the gather is
 byte-exact (the conformance tier shows that). The small expert outputs do reach later layers'
-routers, so the exact miss counts of the two variants are compared as well (informational).
+routers, so the exact miss counts of the two kernels are compared as well (informational).
 """
 
 from __future__ import annotations

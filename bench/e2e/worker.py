@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from suite.kernels import SWITCH_ENV, TMA_KERNEL, UPSTREAM_KERNEL, Kernel, Variant, launched
+from suite.kernels import SWITCH_ENV, TMA_KERNEL, UPSTREAM_KERNEL, Kernel, Launch, launched
 
 #: The fixed prompt (any tokenizer encodes it; ~90 tokens on a BPE vocabulary, ~480 bytes).
 PROMPT = (
@@ -71,7 +71,7 @@ def engine_kwargs(args: argparse.Namespace, num_experts: int) -> dict[str, Any]:
     }
 
 
-def copy_variant(cache) -> Variant:
+def copy_launch(cache) -> Launch:
     """The kernel and launch shape of ``cache``'s decode miss copy, from its launcher (``_decode_miss_copy``,
     chosen once in ``_build_copy_plan``: upstream's at its grid, the ring, or auto's pick)."""
     return launched(getattr(cache, "_decode_miss_copy", None), getattr(cache, "_copy_blocks_per_bank", None))
@@ -79,7 +79,7 @@ def copy_variant(cache) -> Variant:
 
 def copy_kernel(cache) -> str:
     """Which kernel ``copy_missing`` runs for decode misses in this cache."""
-    if copy_variant(cache).kernel is Kernel.TMA:
+    if copy_launch(cache).kernel is Kernel.TMA:
         return TMA_KERNEL
     if getattr(cache, "_copy_fused_ok", False):
         return UPSTREAM_KERNEL
@@ -88,11 +88,12 @@ def copy_kernel(cache) -> str:
 
 def copy_grid(cache) -> dict[str, Any]:
     """The launch shape of the decode miss copy: decode_gather's ring, or upstream's CTAs per bank."""
-    return copy_variant(cache).grid
+    return copy_launch(cache).grid
 
 
 def expected_kernel(env_value: str | None) -> str | None:
-    """The kernel a variant must run; None for ``auto``, whose pick (ft bench bw's profile) may be either."""
+    """The kernel the switch at ``env_value`` must run; None for ``auto``, whose pick (ft bench bw's profile) may be
+    either."""
     if env_value and env_value.strip().lower() == Kernel.AUTO:
         return None
     return TMA_KERNEL if env_value else UPSTREAM_KERNEL
@@ -122,7 +123,7 @@ def _timed_llm(torch: Any, LLM: Any, DetokenizeMsg: Any) -> type:
 
 def _load(args: argparse.Namespace, torch: Any) -> tuple[Any, Any, str, str | None, list[int]]:
     """(llm, its offload cache, the decode miss kernel, $FREETOKEN_DECODE_GATHER, graph batch sizes), refusing
-    an engine that would not measure the variant."""
+    an engine that would not measure the kernel its switch asks for."""
     from freetoken.llm import LLM
     from freetoken.message import DetokenizeMsg
 
@@ -138,7 +139,7 @@ def _load(args: argparse.Namespace, torch: Any) -> tuple[Any, Any, str, str | No
     if expected_kernel(env_gather) not in (None, kernel):
         raise RuntimeError(
             f"{SWITCH_ENV}={env_gather!r} should copy decode misses with {expected_kernel(env_gather)}, "
-            f"but the cache chose {kernel} (see FreeToken's warning above); this run would not measure the variant"
+            f"but the cache chose {kernel} (see FreeToken's warning above); this run would not measure that kernel"
         )
     graph_bs = list(getattr(llm.engine.graph_runner, "graph_bs_list", []) or [])
     if 1 not in graph_bs:
@@ -195,7 +196,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     layers = cache.num_layers
     free, total = torch.cuda.mem_get_info()
     result = {
-        "variant_env": env_gather, "copy_kernel": kernel,
+        "kernel_env": env_gather, "copy_kernel": kernel,
         "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
         "copy_grid": copy_grid(cache), "auto": auto_pick(cache), "slots": args.slots, "moe_layers": layers,
         "num_experts": cache.num_experts, "prefill_overlap": bool(cache.prefill_overlap), "graph_bs": graph_bs,

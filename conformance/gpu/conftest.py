@@ -29,7 +29,7 @@ from suite import results
 from suite.commands import CONFORMANCE_SUMMARY_ENV as SUMMARY_ENV
 from suite.models import Gpu
 from suite.geometry import CONFORMANCE_EXTRA_RINGS, Ring
-from gpukit.kernels import default_ring, load_kernels, precompile
+from gpukit.launch import default_ring, load_kernels, precompile
 from gpukit.machine import machine_info
 from gpukit.memory import sync
 from gpukit.skips import NO_TORCH, cuda_skip_reason
@@ -108,7 +108,7 @@ class GpuEnv:
 
     @property
     def rings(self) -> dict[str, Ring]:
-        return {"default": self.ring, **{r.tag: r for r in CONFORMANCE_EXTRA_RINGS}}
+        return {"default": self.ring, **{str(r): r for r in CONFORMANCE_EXTRA_RINGS}}
 
     def sync(self) -> None:
         sync(self.device)

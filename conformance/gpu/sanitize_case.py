@@ -8,8 +8,9 @@ Geometry: 4 banks of 16, 48, 4096+16 and 8192+16 byte rows, 2 layers of 6 expert
 pinned allocation whose last byte is the last expert of the last layer's last bank, a 9-slot cache
 inside canaries. Eager counts 0, 1, 4, 9, 9+5 (clamped) and -3; then one captured launch replayed
 with three different miss lists. Every call is poisoned first and checked against torch indexing.
-``--kernel both`` also runs upstream's fast_index_copy_multi (counts <= capacity only: it does not
-clamp). Exit status: 0 exact, 1 a mismatch, 2 no CUDA device.
+The module's default ring, then each ``--rings`` ring (``<ctas>x<stages>x<chunk_bytes>``, as
+FREETOKEN_DECODE_GATHER_RING spells it). ``--kernel both`` also runs upstream's fast_index_copy_multi (counts <=
+capacity only: it does not clamp). Exit status: 0 exact, 1 a mismatch, 2 no CUDA device.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import argparse
 import random
 import sys
 
-from suite.geometry import Ring
-from gpukit.kernels import call_tma, call_upstream, load_kernels
+from suite.geometry import OPT_IN_RINGS, Ring
+from gpukit.launch import call_tma, call_upstream, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 from suite.kernels import Kernel
 
@@ -27,13 +28,17 @@ ROWS = [16, 48, 4096 + 16, 8192 + 16]
 LAYERS, EXPERTS, SLOTS = 2, 6, 9
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rings", default="default,32x2x23K,8x3x16K,4x4x16K,8x4x24K",  # the last three opt in past 48 KiB
-                    help="comma-separated rings: 'default' or CTASxSTAGESxCHUNK (default: %(default)s)")  # fmt: skip
+    rings = [Ring(32, 2, 23 * 1024), *OPT_IN_RINGS]  # the largest ring without the opt-in, the opt-in ones
+    ap.add_argument("--rings", type=Ring.parse, nargs="+", default=rings, metavar="RING",
+                    help=f"rings besides the default (default: {' '.join(map(str, rings))})")
     ap.add_argument("--kernel", choices=[Kernel.TMA, Kernel.UPSTREAM, "both"], default=Kernel.TMA)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
@@ -41,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     decode_gather, fast_index_copy = load_kernels()
     dev = torch.device("cuda")
-    rings = [None if r == "default" else Ring.parse(r) for r in args.rings.split(",") if r]
+    rings = [None, *dict.fromkeys(args.rings)]  # None: the module's default ring
     banks = HostBanks(LAYERS, EXPERTS, ROWS, dev, seed=5)
     cache = SlotCache(SLOTS, ROWS, dev)
     misses = MissList(SLOTS, "int32", dev)
@@ -60,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     kernels = [Kernel.TMA, Kernel.UPSTREAM] if args.kernel == "both" else [Kernel(args.kernel)]
     for kernel in kernels:
         for ring in rings if kernel == Kernel.TMA else [None]:
-            tag = str(kernel) if kernel == Kernel.UPSTREAM else f"{kernel} {ring.tag if ring else 'default'}"
+            tag = str(kernel) if kernel == Kernel.UPSTREAM else f"{kernel} {ring or 'default'}"
 
             def launch(layer: int, kernel: str = kernel, ring: Ring | None = ring) -> None:
                 if kernel == Kernel.TMA:

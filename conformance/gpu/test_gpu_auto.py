@@ -25,7 +25,7 @@ def test_auto_runs_the_profiles_pick_through_the_captured_decode_step(real_gpu, 
     from freetoken.kernel.fast_index_copy import default_blocks_per_bank, fast_index_copy_multi_jit
     from freetoken.moe import bench_profile
     from freetoken.version import __version__
-    from gpukit.decode_step import DecodeStep, StepConfig, StepVariant
+    from gpukit.decode_step import DecodeStep, StepConfig, StepKernel
     from suite.geometry import NVFP4_ROW_BYTES
 
     ring, dev = decode_gather.default_ring(), real_gpu.device
@@ -39,7 +39,7 @@ def test_auto_runs_the_profiles_pick_through_the_captured_decode_step(real_gpu, 
                                                      "entries": {key: entry}}}))  # fmt: skip
     monkeypatch.setenv("FREETOKEN_BENCHBW_PATH", str(profile))
     config = StepConfig(layers=16, slots_per_layer=24, zipf_exponent=1.0, source_layers=8, warm=8, steps=24)
-    step = DecodeStep([StepVariant("unset"), StepVariant("auto", {ENV: "auto"})], config, device=dev)
+    step = DecodeStep([StepKernel("unset"), StepKernel("auto", {ENV: "auto"})], config, device=dev)
     try:
         auto, unset = step.caches["auto"], step.caches["unset"]
         pick = auto._decode_gather_switch.auto

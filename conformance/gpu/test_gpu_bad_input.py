@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpukit.kernels import LaunchCounter, call_tma
+from gpukit.launch import LaunchCounter, call_tma
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from suite.geometry import MODEL, NVFP4_EXPERT_BYTES, NVFP4_ROW_BYTES, OPT_IN_RINGS
-from gpukit.kernels import call_tma, call_upstream
+from gpukit.launch import call_tma, call_upstream
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -46,7 +46,7 @@ def test_nvfp4_geometry_is_the_proposal_shape():
 
 
 # the module default with both index widths, and every opt-in ring (past 48 KiB of shared memory)
-EVERY_COUNT = [("default", "int32"), ("default", "int64"), *((r.tag, "int32") for r in OPT_IN_RINGS)]
+EVERY_COUNT = [("default", "int32"), ("default", "int64"), *((str(r), "int32") for r in OPT_IN_RINGS)]
 
 
 @pytest.mark.parametrize("ring_tag, index_dtype", EVERY_COUNT)

@@ -14,14 +14,14 @@ import random
 import pytest
 
 from suite.geometry import CONFORMANCE_EXTRA_RINGS, NVFP4_ROW_BYTES, rows_for_bank_count
-from gpukit.kernels import call_tma
+from gpukit.launch import call_tma
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 LAYERS, EXPERTS, SLOTS = 3, 9, 13
 MAX_BANKS = 8  # decode_gather.MAX_BANKS, asserted below
-RING_TAGS = ["default"] + [r.tag for r in CONFORMANCE_EXTRA_RINGS]
+RING_TAGS = ["default"] + [str(r) for r in CONFORMANCE_EXTRA_RINGS]
 
 
 @pytest.mark.parametrize("ring_tag", RING_TAGS)
@@ -54,7 +54,7 @@ def test_bank_counts_row_sizes_and_rings(gpu, tally, ring_tag, num_banks):
                         None if ring_tag == "default" else ring,
                     )
                     err = check_slot_cache(cache, poison, [(dst[:count], src[:count], banks.dev[layer])])
-                    assert err is None, f"ring {ring.tag} rows {rows} layer {layer} n={n} {index_dtype}: {err}"
+                    assert err is None, f"ring {ring} rows {rows} layer {layer} n={n} {index_dtype}: {err}"
                     tally(1, count * banks.bytes_per_expert)
     finally:
         banks.close()
@@ -104,7 +104,7 @@ def test_source_ends_exactly_at_the_end_of_its_pinned_allocation(real_gpu, tally
                 None if ring_tag == "default" else ring,
             )
             err = check_slot_cache(cache, 0x3C, [([7], [7], banks.dev[1])])
-            assert err is None, f"ring {ring.tag}: {err}"
+            assert err is None, f"ring {ring}: {err}"
             tally(1, banks.bytes_per_expert)
         tally.note("exact_end_pinned", banks.buf.describe())
     finally:

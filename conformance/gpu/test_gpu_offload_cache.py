@@ -18,7 +18,7 @@ import random
 import pytest
 
 from suite.geometry import MODEL, NVFP4_ROW_BYTES, nvfp4_banks
-from gpukit.kernels import LaunchCounter
+from gpukit.launch import LaunchCounter
 from gpukit.memory import HostBanks, cache_reference_diff, cache_rows
 from suite.rounds import run_rounds
 from gpukit.routing import zipf_routing_trace

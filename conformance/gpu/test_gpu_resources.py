@@ -6,7 +6,7 @@ into a driver routine whose first launch raises the per-thread stack limit to ~1
 this test pins that down on the machine it runs on: in a FRESH process, after every buffer is
 allocated and the JIT module is loaded, the CUDA stack-size limit (cudaDeviceGetLimit) must be
 unchanged and the free device memory (cudaMemGetInfo) within a small tolerance across the first
-launch of each ring (the default ring, 32x2x23K, the largest without a shared-memory opt-in, and the
+launch of each ring (the default ring, 32x2x23552, the largest without a shared-memory opt-in, and the
 opt-in rings, which the first launch opts in to their shared memory).
 Upstream's kernel is measured the same way, in the same process, as a control.
 """
@@ -30,7 +30,7 @@ import json
 import torch
 from gpukit.runtime import CUDA_LIMIT_MALLOC_HEAP_SIZE, CUDA_LIMIT_STACK_SIZE, device_limit
 from suite.geometry import OPT_IN_RINGS, Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
-from gpukit.kernels import call_tma, call_upstream, default_ring, load_kernels
+from gpukit.launch import call_tma, call_upstream, default_ring, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
 
 decode_gather, fast_index_copy = load_kernels()
@@ -66,7 +66,7 @@ fast_index_copy._jit_fast_index_copy_multi_module(num_threads=UPSTREAM_THREADS, 
 cache.poison(0x11)
 check_slot_cache(cache, 0x11, [])
 for r in rings:
-    measure("decode_gather " + r.tag, lambda r=r: call_tma(decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num, r))
+    measure(f"decode_gather {r}", lambda r=r: call_tma(decode_gather, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num, r))
 measure("upstream", lambda: call_upstream(fast_index_copy, cache, banks.src_ptrs[0], misses.dst, misses.src, misses.num))
 out["device"] = torch.cuda.get_device_name()
 print("RESULT " + json.dumps(out))

@@ -7,9 +7,10 @@ import tempfile
 
 import pytest
 
-from conformance.gpu import run_sanitizer
+from conformance.gpu import run_sanitizer, sanitize_case
 from suite import results
 from suite.commands import MEASUREMENTS
+from suite.geometry import OPT_IN_RINGS, Ring
 
 
 @pytest.mark.parametrize("text, errors, warnings", [
@@ -34,3 +35,15 @@ def test_the_dry_run_leaves_nothing_and_its_sample_is_a_document(tmp_path, monke
     assert run_sanitizer.main(["--dry-run", "--out", str(tmp_path / "out")]) == 0
     doc = results.read_json(tmp_path / "out" / "sanitize.json")
     assert doc["schema"] == MEASUREMENTS["sanitize"].schema and doc["dry_run"] is True and "provenance" in doc
+
+
+def test_the_sanitizer_case_takes_rings_as_the_variable_spells_them(capsys) -> None:
+    """``--rings``: rings besides the default, each ``<ctas>x<stages>x<chunk_bytes>`` as FREETOKEN_DECODE_GATHER_RING
+    and the series' benchmark spell them; another spelling is refused, naming the value and the one allowed."""
+    args = sanitize_case.parse_args(["--rings", "16x4x8192", "8x3x16384"])
+    assert args.rings == [Ring(16, 4, 8192), Ring(8, 3, 16384)]
+    assert set(OPT_IN_RINGS) <= set(sanitize_case.parse_args([]).rings)
+    for other in ("16x4x8K", "4x16384", "default,8x3x16384"):
+        with pytest.raises(SystemExit):
+            sanitize_case.parse_args(["--rings", other])
+        assert f"--rings: ring '{other}': expected <ctas>x<stages>x<chunk_bytes> in integers" in capsys.readouterr().err

@@ -30,7 +30,7 @@ class CaseRow(Model):
     regime: str = "replay"
     bytes_per_layer: int = 0
     us: dict[str, float] = field({})  # paired medians, µs per layer
-    ratio: dict[str, Comparison] = field({})  # per candidate against upstream (the case's Paired.ratio)
+    ratio: dict[str, Comparison] = field({})  # per kernel against upstream (the case's Paired.ratio)
     gbps: dict[str, float | None] = field({})
     pct_of_ceiling: dict[str, float | None] = field({})
     benchmark: dict[str, dict[str, Any]] = field({})  # per kernel: pytest-benchmark's median, iqr, min, mean, rounds
@@ -41,14 +41,14 @@ class CaseRow(Model):
 
 @dataclasses.dataclass
 class StepRow(Model):
-    """The captured decode step: per-step paired medians and ratios, the trace's miss figures, the auto arm's choice."""
+    """The captured decode step: per-step paired medians and ratios, the trace's miss figures, what auto chose."""
 
     layers: int
     bytes_per_step: int | None = None
     rounds: int | None = None
     us_per_step: dict[str, float] = field({})
     rounds_us: dict[str, list[float]] = field({})
-    ratio: dict[str, Comparison] = field({})  # per candidate against upstream (the step's Paired.ratio)
+    ratio: dict[str, Comparison] = field({})  # per kernel against upstream (the step's Paired.ratio)
     benchmark: dict[str, dict[str, Any]] = field({})  # per kernel, per step
     steps_per_round: int | None = None
     miss_rate: float | None = None

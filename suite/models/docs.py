@@ -21,9 +21,9 @@ from suite.stats import Comparison, verdict
 
 @dataclasses.dataclass
 class StepBreakdown(Model):
-    """``step_pdl.json``'s decode step: the torch.profiler breakdown per variant and the trace's miss figures."""
+    """``step_pdl.json``'s decode step: the torch.profiler breakdown per kernel and the trace's miss figures."""
 
-    breakdown: dict[str, dict[str, Any]] = field({})  # per variant: calls, steps, mean_us, median_us, per_step_us
+    breakdown: dict[str, dict[str, Any]] = field({})  # per kernel: calls, steps, mean_us, median_us, per_step_us
     zipf_exponent: float | None = None
     modelled_miss_rate: float | None = None
     cache_slots: int | None = None
@@ -77,13 +77,13 @@ class Sanitize(Document):
 
 @dataclasses.dataclass
 class E2EPoint(Model):
-    """One slot-cache point of the end-to-end A/B: every arm over its repeats, each against upstream."""
+    """One slot-cache point of the end-to-end A/B: every kernel over its repeats, each against upstream."""
 
     slots: int
     target_miss_rate: float | None = None
     predicted_miss_rate: float | None = None
-    variants: dict[str, dict[str, Any]] = field({})  # per arm: tokens/s over the repeats, miss rates, ...
-    ratio: dict[str, Comparison] = field({})  # per arm against upstream: tokens/s, the rule "repeats"
+    kernels: dict[str, dict[str, Any]] = field({})  # per kernel: tokens/s over the repeats, miss rates, ...
+    ratio: dict[str, Comparison] = field({})  # per kernel against upstream: tokens/s, the rule "repeats"
     ids_identical: bool | None = None
     miss_counts_identical: bool | None = None
     extra: dict[str, Any] = field({})
@@ -102,7 +102,7 @@ class E2E(Document):
     complete: bool = False
     exit_code: int | None = None
     errors: list[Any] = field([])
-    runs: list[dict[str, Any]] = field([])  # one per fresh process: repeat, point, variant, tokens/s, ...
+    runs: list[dict[str, Any]] = field([])  # one per fresh process: repeat, point, kernel, tokens/s, ...
 
     NESTED = {"points": (list, E2EPoint)}
 
@@ -120,7 +120,7 @@ class AutoSummary(Model):
     probe_ms_median: float | None = None
     probe_ms_max: float | None = None
     load_ms_max: float | None = None
-    spread_max: float | None = None
+    aa_spread_max: float | None = None
     cache_left_as_found: bool | None = None
     extra: dict[str, Any] = field({})
 
@@ -145,7 +145,7 @@ class SeriesRow(Model):
     rounds_us: dict[str, list[float]] = field({})
     aa_spread: float | None = None
     verified: int = 0
-    ratio: dict[str, Comparison] = field({})  # upstream (default grid) / variant, the series' figures and verdicts
+    ratio: dict[str, Comparison] = field({})  # upstream (default grid) / kernel, the series' figures and verdicts
     gbps: dict[str, float | None] = field({})
     extra: dict[str, Any] = field({})
 
@@ -153,7 +153,7 @@ class SeriesRow(Model):
 
     @classmethod
     def normalise(cls, doc: dict[str, Any]) -> dict[str, Any]:
-        """The series' row ({variant: ratio}, ``verdict`` beside it) as Comparisons; no regime: ``replay``."""
+        """The series' row ({kernel: ratio}, ``verdict`` beside it) as Comparisons; no regime: ``replay``."""
         ratio = comparisons(doc)
         return {**doc, "ratio": ratio, "regime": doc.get("regime") or "replay"}
 

@@ -23,7 +23,7 @@ class Paired(Model):
     aa: str = AA
     rounds: int | None = None
     order: str = "alternate"  # the order the rounds ran in (suite.rounds)
-    ratio: dict[str, Comparison] = field({})  # per candidate, against base
+    ratio: dict[str, Comparison] = field({})  # per kernel, against base
     aa_ratio: float | None = None
     aa_ratios: list[float] = field([])
     aa_spread: float | None = None
@@ -40,28 +40,28 @@ class Paired(Model):
 
 
 def comparisons(doc: dict[str, Any]) -> dict[str, Any]:
-    """``doc["ratio"]``; a case of before the Comparison ({candidate: ratio}, ``ratio_paired`` and ``verdict``
-    beside it) read as Comparisons of the rule ``aa``, from its own figures (the rounds give the paired range)."""
+    """``doc["ratio"]``; a case of before the Comparison ({kernel: ratio}, ``ratio_paired`` and ``verdict``
+    beside it) read as Comparisons of the rule ``aa``, from its own figures (the rounds give the paired min and max)."""
     ratio = doc.get("ratio") or {}
     if all(isinstance(v, Mapping) for v in ratio.values()):
         return ratio
-    spread, rounds = doc.get("aa_spread"), doc.get("rounds_us") or {}
+    aa_spread, rounds = doc.get("aa_spread"), doc.get("rounds_us") or {}
     verdicts, medians = doc.pop("verdict", None) or {}, doc.pop("ratio_paired", None) or {}
     out = {}
     for c, x in ratio.items():
         per = [b / t for b, t in zip(rounds.get(doc.get("base", BASE), []), rounds.get(c, [])) if t]
-        out[c] = Comparison(x, medians.get(c, median(per)), min(per, default=None), max(per, default=None), spread,
-                            verdict=verdicts.get(c) or verdict(x, spread))  # fmt: skip
+        out[c] = Comparison(x, medians.get(c, median(per)), min(per, default=None), max(per, default=None), aa_spread,
+                            verdict=verdicts.get(c) or verdict(x, aa_spread))  # fmt: skip
     return out
 
 
-def paired(r: Rounds, candidates: Sequence[str] | None = None, **extra: Any) -> Paired:
-    """The paired result of one case's rounds (every variant's per-round timings, base and A/A control as
-    :func:`suite.rounds.run_rounds` was given them) for ``candidates`` (default: every other variant);
+def paired(r: Rounds, kernels: Sequence[str] | None = None, **extra: Any) -> Paired:
+    """The paired result of one case's rounds (every kernel's per-round timings, base and A/A control as
+    :func:`suite.rounds.run_rounds` was given them) for ``kernels`` (default: every other kernel);
     ``extra``: the case's own facts."""
     v = r.values
     ratios = aa_ratios(v[r.base], v[r.aa])
     return Paired(base=r.base, aa=r.aa, rounds=len(v[r.base]), order=r.order,
-                  ratio={c: r.summary(c) for c in candidates or r.summaries()}, aa_ratio=median(ratios),
+                  ratio={c: r.summary(c) for c in kernels or r.summaries()}, aa_ratio=median(ratios),
                   aa_ratios=ratios, aa_spread=max((abs(x - 1.0) for x in ratios), default=None),
                   median_us={k: median(x) for k, x in v.items()}, rounds_us=v, extra=extra)  # fmt: skip

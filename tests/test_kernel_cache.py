@@ -1,4 +1,4 @@
-"""CPU tests of freetoken_overlay/kernels.py: the series' specs, an AOT kernel built without a GPU (and, on a GPU,
+"""CPU tests of freetoken_overlay/kernel_cache.py: the series' specs, an AOT kernel built without a GPU (and, on a GPU,
 the kernel cache loads)."""
 
 from __future__ import annotations
@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from freetoken_overlay import kernels
+from freetoken_overlay import kernel_cache
 from freetoken_overlay.util import Workdir
 
 
 def test_kernel_specs_are_selected_by_prefix() -> None:
     pytest.importorskip("freetoken.kernel.aot", reason="needs the patched freetoken (nox -s test)")
-    assert kernels.SPEC_PREFIX == "freetoken__decode_gather"
-    assert all(name.startswith(kernels.SPEC_PREFIX) for name in kernels.select_specs())
-    assert kernels.select_specs("freetoken__fast_index_copy_update_flag") == ["freetoken__fast_index_copy_update_flag"]
+    assert kernel_cache.SPEC_PREFIX == "freetoken__decode_gather"
+    assert all(name.startswith(kernel_cache.SPEC_PREFIX) for name in kernel_cache.select_specs())
+    flag = "freetoken__fast_index_copy_update_flag"
+    assert kernel_cache.select_specs(flag) == [flag]
 
 
 @pytest.mark.integration
@@ -25,12 +26,12 @@ def test_aot_kernel_builds_without_gpu(tmp_path: Path) -> None:
     pytest.importorskip("freetoken.kernel.aot", reason="needs the patched freetoken (nox -s test)")
     if shutil.which("ninja") is None:
         pytest.skip("no ninja on PATH (the build session installs it)")
-    home = kernels.find_cuda_home(Workdir(tmp_path))
+    home = kernel_cache.find_cuda_home(Workdir(tmp_path))
     if home is None:
         pytest.skip("no CUDA toolkit (nvcc) here; `nox -s build` would install one from PyPI")
     from freetoken.kernel.aot import compile_and_package_kernels
 
-    env = {"CUDA_HOME": str(home), kernels.CUDA_ARCH_LIST_ENV: "9.0"}
+    env = {"CUDA_HOME": str(home), kernel_cache.CUDA_ARCH_LIST_ENV: "9.0"}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

@@ -24,7 +24,7 @@ def load_kernels():
 
 @contextlib.contextmanager
 def probe_headers(texts: Mapping[str, str], jit_dir: Path | None = None) -> Iterator[Path]:
-    """Lay kernel-variant headers ({file name: text}) beside the installed JIT headers for the block (so
+    """Lay probe kernels' headers ({file name: text}) beside the installed JIT headers for the block (so
     their relative includes resolve while they build) and remove them after, also on error: the installed
     freetoken must not keep them (its own tests scan that directory, and a later run would build a stale
     probe). An existing file is never overwritten. Yields the directory (default: freetoken's ``jit/``)."""
@@ -46,7 +46,7 @@ def probe_headers(texts: Mapping[str, str], jit_dir: Path | None = None) -> Iter
 
 
 def runs_ring(cache) -> bool:
-    """Whether ``cache``'s decode misses run the ring: the variant of ``copy_missing``'s launcher (chosen once
+    """Whether ``cache``'s decode misses run the ring: the kernel of ``copy_missing``'s launcher (chosen once
     in ``_build_copy_plan``), read by :func:`suite.kernels.launched`."""
     from suite.kernels import Kernel, launched
 
@@ -66,7 +66,7 @@ def precompile(decode_gather, fast_index_copy, rings: Iterable[Ring],
 
     ring = decode_gather.decode_gather_module
     build = functools.partial(getattr(fast_index_copy, UPSTREAM_FACTORY), num_threads=UPSTREAM_THREADS)
-    jobs: dict[str, Callable[[], Any]] = {f"ring {r.tag}": functools.partial(ring, **r.kwargs()) for r in rings}
+    jobs: dict[str, Callable[[], Any]] = {f"ring {r}": functools.partial(ring, **r.kwargs()) for r in rings}
     jobs |= {f"upstream {UPSTREAM_THREADS}x{b}": functools.partial(build, blocks_per_bank=b) for b in upstream_blocks}
     errors: dict[str, str] = {}
     t0 = time.perf_counter()
