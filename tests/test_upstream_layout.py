@@ -6,7 +6,10 @@ series' tests checks that).  What any series keeps: it adds no conftest.py and n
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -51,3 +54,37 @@ def test_the_series_tests_pass_in_upstreams_layout(tmp_path: Path) -> None:
     ran = {part for case in suite.iter("testcase") for part in case.get("classname", "").split(".")}
     modules = {Path(f).stem for f in files if re.fullmatch(r"tests/(moe|kernels)/test_\w+\.py", f)}
     assert modules and modules | {"test_zz_overlay_probe"} <= ran, (sorted(ran), sorted(modules))
+
+
+@pytest.mark.integration  # git and pytest in subprocesses
+def test_each_pull_request_passes_its_own_tests_without_the_later_ones(tmp_path: Path) -> None:
+    """Each stacked pull request but the last (which is the whole series, run above) is taken as a maintainer would
+    take it alone: the work repository at its last commit, its python/ first on the path (a probe checks that the
+    freetoken under test is that one) and its tests laid out as upstream's; a plain pytest passes there."""
+    pytest.importorskip("torch")
+    from report.series import pull_requests
+
+    repo = work_repo(Workdir.from_env())
+    tags = subprocess.run(["git", "-C", str(repo), "tag", "--list", "upstream-*"], capture_output=True, text=True)
+    if not (repo / "tests").is_dir() or not tags.stdout.split():
+        pytest.skip(f"the work repository {repo} is not applied (nox -s apply makes it)")
+    log = subprocess.run(["git", "-C", str(repo), "log", "--reverse", "--format=%H %s",
+                          f"{tags.stdout.split()[0]}..HEAD"], capture_output=True, text=True, check=True)  # fmt: skip
+    commits = [dict(zip(("sha", "subject"), line.split(" ", 1))) for line in log.stdout.splitlines()]
+    stacks = pull_requests(commits)
+    if len(stacks) < 2:
+        pytest.skip("the series is one pull request: the test above runs it")
+    for n, stack in enumerate(stacks[:-1], 1):
+        tree, upstream = tmp_path / f"pr{n}", tmp_path / f"pr{n}-upstream"
+        tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(repo), "archive", stack[-1]["sha"], "python", "tests"],
+                                 capture_output=True, check=True).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        lay_out(tree, upstream)
+        (upstream / "tests/moe/test_zz_stack_probe.py").write_text(
+            f"import freetoken\n\n\ndef test_the_freetoken_under_test_is_this_stacks():\n"
+            f"    assert freetoken.__file__.startswith({str(tree / 'python')!r}), freetoken.__file__\n")
+        env = {**os.environ, "PYTHONPATH": str(tree / "python")}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "tests/moe", "tests/kernels", "-p", "no:cacheprovider",
+                               "-q", "-x"], cwd=upstream, env=env, capture_output=True, text=True)  # fmt: skip
+        assert proc.returncode == 0, f"PR-{n} ({stack[0]['subject']} .. {stack[-1]['subject']}):\n{proc.stdout[-3000:]}"
