@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 #: The least |ratio - 1| any verdict calls faster or slower: a gap within max(noise, MARGIN) is a tie. The series
 #: names the same margin once, ``freetoken.kernel.decode_gather.MARGIN`` (its benchmark's verdicts and ``ft bench bw``'s
-#: pick use it); change both together.
+#: pick use it); tests/test_upstream_layout.py holds them equal.
 MARGIN = 0.005
 
 #: {rule: how it decides}: the ``rule`` every Comparison names

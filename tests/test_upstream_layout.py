@@ -91,3 +91,14 @@ def test_each_pull_request_passes_its_own_tests_without_the_later_ones(tmp_path:
         proc = subprocess.run([sys.executable, "-m", "pytest", "tests/moe", "tests/kernels", "-p", "no:cacheprovider",
                                "-q", "-x"], cwd=upstream, env=env, capture_output=True, text=True)  # fmt: skip
         assert proc.returncode == 0, f"PR-{n} ({stack[0]['subject']} .. {stack[-1]['subject']}):\n{proc.stdout[-3000:]}"
+
+
+def test_the_overlay_and_the_series_decide_with_one_margin() -> None:
+    """The series names the practical margin of a verdict once (freetoken.kernel.decode_gather.MARGIN: its
+    benchmark and ft bench bw's pick); the overlay's verdicts (suite.stats, stdlib-only) must use the same one."""
+    pytest.importorskip("torch")
+    from freetoken.kernel import decode_gather
+
+    from suite.stats import MARGIN
+
+    assert decode_gather.MARGIN == MARGIN
