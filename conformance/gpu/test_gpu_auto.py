@@ -23,7 +23,7 @@ def test_auto_runs_the_profiles_pick_through_the_captured_decode_step(real_gpu, 
     from freetoken.gpu_select import gpu_identity
     from freetoken.kernel import decode_gather
     from freetoken.kernel.fast_index_copy import default_blocks_per_bank, fast_index_copy_multi_jit
-    from freetoken.moe import bench_profile
+    from freetoken.moe import decode_gather_profile
     from freetoken.version import __version__
     from gpukit.decode_step import DecodeStep, StepConfig, StepKernel
     from suite.geometry import NVFP4_ROW_BYTES
@@ -32,10 +32,10 @@ def test_auto_runs_the_profiles_pick_through_the_captured_decode_step(real_gpu, 
     entry = {"pick": "tma " + "x".join(map(str, ring)), "ring": list(ring), "ratio": {}, "aa_spread": 0.0,
              "blocks_per_bank": default_blocks_per_bank(dev), "rounds": 0, "measured_at": "(written by this test)",
              "gpu": {"uuid": gpu_identity(dev.index or 0)["uuid"]}, "freetoken": __version__,
-             "series": bench_profile.decode_kernels_hash()}  # fmt: skip
-    key = bench_profile.decode_gather_key("nvfp4", NVFP4_ROW_BYTES)
+             "series": decode_gather_profile.decode_kernels_hash()}  # fmt: skip
+    key = decode_gather_profile.decode_gather_key("nvfp4", NVFP4_ROW_BYTES)
     profile = tmp_path / "profile.json"
-    profile.write_text(json.dumps({"decode_gather": {"version": bench_profile.DECODE_GATHER_VERSION,
+    profile.write_text(json.dumps({"decode_gather": {"version": decode_gather_profile.DECODE_GATHER_VERSION,
                                                      "entries": {key: entry}}}))  # fmt: skip
     monkeypatch.setenv("FREETOKEN_BENCHBW_PATH", str(profile))
     config = StepConfig(layers=16, slots_per_layer=24, zipf_exponent=1.0, source_layers=8, warm=8, steps=24)
