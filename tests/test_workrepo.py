@@ -230,7 +230,10 @@ def test_the_daily_loop_end_to_end(throwaway_series: Path, workdir: Path, tmp_pa
     test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(repo / "tests")],
                           cwd=repo, capture_output=True, text=True, check=False)  # fmt: skip
     assert test.returncode == 0, test.stdout + test.stderr
-    assert subprocess.run([sys.executable, "-m", "report", "--check"], cwd=REPO_ROOT, check=False).returncode == 0
+    pages = ["--out", str(tmp_path / "pages"), "--patches", str(throwaway_series)]  # re-rendered, as the loop says
+    (tmp_path / "pages").mkdir()
+    assert subprocess.run([sys.executable, "-m", "report", *pages], cwd=REPO_ROOT, check=False).returncode == 0
+    assert subprocess.run([sys.executable, "-m", "report", *pages, "--check"], cwd=REPO_ROOT, check=False).returncode == 0
     overlay("export", "--patches", str(throwaway_series), workdir=workdir)  # theirs renumbered after mine
     commit_project(throwaway_series, "series: mine and theirs")
     overlay("export", "--patches", str(throwaway_series), workdir=workdir)  # nothing to change: a fixed point
