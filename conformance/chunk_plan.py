@@ -7,7 +7,8 @@ bank row, and deals chunk ``k`` to CTA ``k % ctas``; each CTA walks its chunks w
 :mod:`conformance.tma_ring`, which walks this plan's chunks). The mirrors: :func:`build_bank_table` (the warp scan
 of the per-bank ``first_chunk`` prefix sums), :func:`clamp_count`, :class:`ChunkCursor` (``row_step = ctas / cpr``,
 ``j_step = ctas % cpr``, the bank scan ``while (j >= first_chunk[b + 1]) ++b``), :func:`cta_chunks` / :func:`plan`
-(the prologue's early exits, ``my_chunks``, the cursor loop); the independent references the tests compare them
+(the prologue's early exits, ``my_chunks``, the first chunk lane 0 issues early from the scan's registers,
+:func:`early_chunk`, the cursor loop); the independent references the tests compare them
 against: :func:`direct_chunk` (the closed form) and :func:`plan_problems` (interval arithmetic).
 :data:`KERNEL_SOURCE_ANCHORS` lists the device statements this model and :mod:`conformance.tma_ring` mirror; a
 test asserts each is still in the installed ``.cuh``, so a kernel change that the model does not follow fails
@@ -181,10 +182,25 @@ def cta_chunks(
     first_chunk = cta  # static_cast<int32_t>(blockIdx.x)
     if first_chunk >= total:
         return []
+    early = [early_chunk(table, chunk_bytes, first_chunk)] if first_chunk < cpr else []  # const bool early
     my_chunks = my_chunk_count(total, first_chunk, ctas)
-    cursor = cursor_cls(table, chunk_bytes, first_chunk, ctas)
+    cursor = cursor_cls(table, chunk_bytes, first_chunk + len(early) * ctas, ctas)  # next = first + issued * kCtas
     return [Chunk(cta, row * cpr + j, row, bank, j, offset, size)
-            for row, bank, j, offset, size in (cursor.next() for _ in range(my_chunks))]  # fmt: skip
+            for row, bank, j, offset, size in early + [cursor.next() for _ in range(my_chunks - len(early))]]  # fmt: skip
+
+
+def early_chunk(table: BankTable, chunk_bytes: int, first_chunk: int) -> tuple[int, int, int, int, int]:
+    """The CTA's first chunk as lane 0 plans it from the scan's registers when it lies in row 0: the owner is the
+    lowest lane whose inclusive prefix ``upto`` exceeds ``first`` (``__ffs(__ballot_sync(...)) - 1``; lanes past
+    the banks hold the row total), its first chunk ``upto - bank_chunks``, its ``feat`` shuffled from that lane."""
+    upto = [table.first_chunk[lane + 1] if lane < K_MAX_BANKS else table.chunks_per_row for lane in range(K_THREADS)]
+    owner = next(lane for lane in range(K_THREADS) if first_chunk < upto[lane])
+    feat = table.feat[owner]
+    if feat is None or owner >= table.num_banks:
+        raise ModelError(f"chunk {first_chunk}: the ballot names lane {owner}, which holds no bank")
+    offset = (first_chunk - table.first_chunk[owner]) * chunk_bytes
+    left = feat - offset
+    return 0, owner, first_chunk, offset, left if left < chunk_bytes else chunk_bytes
 
 
 def plan(
@@ -305,8 +321,17 @@ KERNEL_SOURCE_ANCHORS = (
     "const int64_t total = n * chunks_per_row;",
     "if (first >= total) { return; }",
     "const int64_t my_chunks = (total - first + kCtas - 1) / kCtas;",
-    "static_cast<int64_t>(first / chunks_per_row), first % chunks_per_row, chunks_per_row, "
+    "const bool early = first < chunks_per_row;",
+    "const int32_t issued = early ? 1 : 0;",
+    "const int32_t next = first + issued * static_cast<int32_t>(kCtas);",
+    "static_cast<int64_t>(next / chunks_per_row), next % chunks_per_row, chunks_per_row, "
     "static_cast<int64_t>(static_cast<int32_t>(kCtas) / chunks_per_row), static_cast<int32_t>(kCtas) % chunks_per_row,",
+    # early_chunk
+    "const int owner = __ffs(__ballot_sync(0xffffffffu, first < upto)) - 1;",
+    "const int32_t owner_first = __shfl_sync(0xffffffffu, upto - bank_chunks, owner);",
+    "const int64_t offset = static_cast<int64_t>(first - owner_first) * kChunkBytes;",
+    "smem.pending_dst[0] = reinterpret_cast<char*>(dst) + row0_dst * feat + offset;",
+    "bulk_load(ring, reinterpret_cast<const char*>(src) + row0_src * feat + offset, bytes, &smem.full[0]);",
     # ChunkCursor::next
     "while (j >= table->first_chunk[b + 1]) { ++b; }",
     "const int64_t offset = static_cast<int64_t>(j - table->first_chunk[b]) * kChunkBytes;",
@@ -314,7 +339,11 @@ KERNEL_SOURCE_ANCHORS = (
     "left < static_cast<int64_t>(kChunkBytes) ? left : kChunkBytes",
     "row += row_step; j += j_step; if (j >= chunks_per_row) { j -= chunks_per_row; ++row; }",
     # RingModel.run
+    "if (lane == 0) { mbar_init(&smem.full[0]); asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");",
+    "if (lane < kStages && !(early && lane == 0)) { mbar_init(&smem.full[lane]); }",
+    "uint32_t load_stage = static_cast<uint32_t>(issued);",
     "const int64_t prologue = my_chunks < static_cast<int64_t>(kStages) ? my_chunks : kStages;",
+    "for (int64_t i = issued; i < prologue; ++i) { issue(); }",
     "mbar_wait(&smem.full[stage], phase); "
     "bulk_store(smem.pending_dst[stage], ring + stage * kChunkBytes, smem.pending_bytes[stage]);",
     "if (i >= 1 && i - 1 + static_cast<int64_t>(kStages) < my_chunks) { "

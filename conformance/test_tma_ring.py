@@ -33,7 +33,7 @@ class PhaseNeverFlips(ring.RingModel):
 
 
 class RefillsTheJustStoredStage(ring.RingModel):
-    def run(self, my_chunks):
+    def run(self, my_chunks, early=False):
         stages = self.stages
         for s in range(stages):
             self.mbar_init(s)
@@ -55,13 +55,23 @@ class RefillsTheJustStoredStage(ring.RingModel):
         return self.written
 
 
+class EarlyLoadBeforeItsFence(ring.RingModel):
+    """Lane 0 issues its early chunk before the fence that makes stage 0's barrier visible to the bulk-copy proxy."""
+
+    def run(self, my_chunks, early=False):
+        self.mbar_init(0)
+        self.issue()
+        return super().run(my_chunks)
+
+
 class NoFinalWait(ring.RingModel):
     def wait_group(self, allowed):
         pass  # the CTA retires with stores in flight
 
 
 @pytest.mark.parametrize(
-    "model_cls", [RefillBeforeItsStoreRead, PhaseNeverFlips, RefillsTheJustStoredStage, NoFinalWait],
+    "model_cls", [RefillBeforeItsStoreRead, PhaseNeverFlips, RefillsTheJustStoredStage, EarlyLoadBeforeItsFence,
+                  NoFinalWait],
     ids=lambda c: c.__name__,
 )
 @pytest.mark.parametrize("stages", [2, 4, 8])

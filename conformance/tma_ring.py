@@ -34,7 +34,7 @@ class RingModel:
         self.load_stage = 0
         # hardware state
         self.initialised = [False] * stages
-        self.fenced = False
+        self.fenced = [False] * stages  # per barrier: initialised before a fence.proxy.async
         self.armed = [0] * stages  # phases armed (arrive.expect_tx + bulk load) per barrier
         self.waited = [0] * stages  # phases the thread has waited for
         self.holds: list[Chunk | None] = [None] * stages  # whose bytes the stage holds / receives
@@ -51,7 +51,7 @@ class RingModel:
         self.initialised[s] = True
 
     def fence_proxy_async(self) -> None:
-        self.fenced = True
+        self.fenced = list(self.initialised)  # what the fence makes visible: the inits before it
 
     def cursor_next(self) -> Chunk:
         if self._taken >= len(self._source):
@@ -72,7 +72,7 @@ class RingModel:
         self.load_stage = 0 if self.load_stage + 1 == self.stages else self.load_stage + 1
 
     def bulk_load(self, s: int, c: Chunk) -> None:
-        if not self.initialised[s] or not self.fenced:
+        if not self.initialised[s] or not self.fenced[s]:
             raise RingError(f"stage {s}: bulk load before mbarrier.init and fence.proxy.async")
         for g in range(self.read_done, len(self.groups)):
             stage, chunk = self.groups[g]
@@ -131,13 +131,22 @@ class RingModel:
 
     # --- the kernel's loop -------------------------------------------------------------------
 
-    def run(self, my_chunks: int) -> list[Chunk]:
+    def run(self, my_chunks: int, early: bool = False) -> list[Chunk]:
+        """``early``: the CTA's first chunk lies in row 0, and lane 0 issues it into stage 0 before the other
+        barriers are initialised (the kernel's ``const bool early``)."""
         stages = self.stages
+        issued = 0
+        if early and my_chunks:
+            self.mbar_init(0)
+            self.fence_proxy_async()
+            self.issue()
+            issued = 1
         for s in range(stages):
-            self.mbar_init(s)
+            if not (early and s == 0):
+                self.mbar_init(s)
         self.fence_proxy_async()
         prologue = my_chunks if my_chunks < stages else stages
-        for _ in range(prologue):
+        for _ in range(issued, prologue):
             self.issue()
         stage = 0
         phase = 0
@@ -158,4 +167,4 @@ class RingModel:
 
 def simulate_ring(chunks: Sequence[Chunk], stages: int, *, model_cls: type[RingModel] = RingModel) -> list[Chunk]:
     """Run one CTA's chunks through the ring; the chunks in the order their stores completed."""
-    return model_cls(stages, chunks).run(len(chunks))
+    return model_cls(stages, chunks).run(len(chunks), early=bool(chunks) and chunks[0].row == 0)
