@@ -142,19 +142,22 @@ def sass_view(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def e2e_view(doc: E2E | None) -> dict[str, Any] | None:
-    """The end-to-end A/B (``bench.e2e``): per slot-cache point, tokens/s of every kernel over fresh processes
-    and each kernel's Comparison against upstream (the rule ``repeats``)."""
+    """The end-to-end A/B (``bench.e2e``): per slot-cache point, tokens/s of every kernel over its rounds in one
+    process or its fresh processes, and each kernel's Comparison against upstream; ``rule``: tma's (``aa``: rounds
+    with the A/A control; ``repeats``: fresh processes), ``noise`` the figure its verdict weighs the ratio against."""
     if not doc or not doc.points:
         return None
     rows = []
     for p in doc.points:
         u, t = p.kernels.get(Kernel.UPSTREAM) or {}, p.kernels.get(Kernel.TMA) or {}
-        a = p.kernels.get(Kernel.AUTO)
+        a, c = p.kernels.get(Kernel.AUTO), p.ratio.get(Kernel.TMA)
         rows.append({"slots": p.slots, "miss_rate": (t or u).get("miss_rate_median"), Kernel.UPSTREAM: u, Kernel.TMA: t,
-                     "misses_per_token": (t or u).get("misses_per_token_median"), "ratio": p.ratio.get(Kernel.TMA),
+                     "misses_per_token": (t or u).get("misses_per_token_median"), "ratio": c,
+                     "noise": c and (c.aa_spread if c.rule == "aa" else c.repeat_range),
                      "auto": {"figures": a, "kernels": sorted(set(a.get("copy_kernel") or [])),
                               "ratio": p.ratio[Kernel.AUTO]} if a and Kernel.AUTO in p.ratio else None})  # fmt: skip
-    return {"doc": doc, "model": doc.model, "settings": doc.settings, "rows": rows,
+    rule = next((r["ratio"].rule for r in rows if r["ratio"]), "repeats")
+    return {"doc": doc, "model": doc.model, "settings": doc.settings, "rows": rows, "rule": rule,
             "complete": doc.complete, "ids_identical": doc.ids_identical, "runs": len(doc.runs)}  # fmt: skip
 
 

@@ -28,8 +28,8 @@ def within(c: Comparison) -> str:
 
 
 def settled(c: Comparison) -> str:
-    """Whether a ratio of fresh-process runs stands out of max(the repeats' range, MARGIN): its verdict by the rule
-    ``repeats`` is not a tie."""
+    """Whether an end-to-end ratio stands out of max(its rule's noise, MARGIN): its verdict (the rule ``aa``: the A/A
+    spread; ``repeats``: the repeats' range) is not a tie."""
     return {"n/a": "n/a", "tie": "does not stand out of"}.get(c.verdict, "stands out of")
 
 

@@ -116,10 +116,10 @@ _TABLE = (
                 doc="GPU x2: both GPUs gathering at once against each one's solo rate -> results/<device>x2/contention.json."),
     #: The end-to-end A/B through FreeToken's engine; ``--model PATH`` comes from the caller.
     Measurement("e2e", _bench("e2e", "run"), note="needs --model PATH", model="E2E", words="end to end",
-                needs="--model CHECKPOINT_DIR [--slots K ... | --miss-rate R ...] [--repeats N]",
+                needs="--model CHECKPOINT_DIR [--slots K | --miss-rate R] [--repeats N] [--fresh-processes]",
                 entry="bench.e2e.__main__",
-                doc="GPU: end-to-end A/B through FreeToken's engine, upstream vs tma (--auto adds auto), fresh process "
-                    "per run: nox -s e2e -- --model PATH."),
+                doc="GPU: end-to-end A/B through FreeToken's engine, upstream vs tma and the A/A control in alternating "
+                    "rounds in one process (--fresh-processes: a process per run): nox -s e2e -- --model PATH."),
     Measurement("auto_stability", _bench("auto_stability"), note="what auto ran in N fresh processes",
                 model="AutoStability", words="auto's stability runs",
                 doc=f"GPU: ft bench bw, then what {SWITCH_ENV}=auto ran in fresh processes and that building the "

@@ -526,3 +526,40 @@ def test_auto_of_today_and_of_older_series_both_render(synthetic_results: Path) 
         assert decode_step_view(SimpleNamespace(decode_step=step, store="s"))["auto"]["reason"] == said
     committed = (RESULTS / "REPORT.md").read_text()  # the committed run of a series whose auto timed a probe
     assert "whose start-up probe (this series' `auto`) runs once" in committed and "probe ms (min / median / max)" in committed
+
+
+def _in_process_e2e(machine: dict, aa_tps: float) -> dict:
+    """An end-to-end document of the in-process A/B (the rule ``aa``) as its writer makes it: 10 rounds, tma 2 %
+    faster, round 1's A/A control at ``aa_tps`` (upstream at 100 tok/s)."""
+    import argparse
+
+    from bench.e2e import harness
+    from suite.models import E2E
+    from suite.results import document
+
+    tps = {"upstream": 100.0, "tma": 102.0, "upstream_aa": 100.0}
+    runs = [{"repeat": r, "point": 0, "kernel": k, "tokens_per_s": aa_tps if (r, k) == (1, "upstream_aa") else v,
+             "ids_sha256": "a" * 64, "misses_total": 100, "miss_rate": 0.1, "misses_per_token": 9.5, "ttft_s": 0.1}
+            for r in range(10) for k, v in tps.items()]  # fmt: skip
+    args = argparse.Namespace(tokens=512, skip=128, repeats=10, kv_tokens=8192, fresh_processes=False)
+    model = {"name": "ft-e2e", "architecture": "Qwen3_5MoeForCausalLM", "num_hidden_layers": 12, "num_experts": 256,
+             "synthetic": {"spec": {}}}  # fmt: skip
+    _, fields = harness.document_fields(args, model, [{"slots": 864}], runs, True, [], 0)
+    return E2E.from_doc({**document("e2e", machine=machine), **fields}).to_doc()  # as entry.save writes it
+
+
+def test_an_in_process_e2e_renders_the_aa_verdict_against_its_aa_spread(synthetic_results):
+    d = synthetic_results / "synthetic-gpu"
+    machine = json.loads((d / "step_pdl.json").read_text())["machine"]
+    (d / "e2e.json").write_text(json.dumps(_in_process_e2e(machine, 100.0)))
+    pages = render(synthetic_results)
+    rep = pages["REPORT.md"]
+    assert "one process, 10 rounds of `upstream`, `tma` and `upstream_aa` (the A/A control)" in rep
+    assert "A/A spread (largest per-round upstream / A/A - 1)" in rep
+    assert "the ratio 1.020 stands out of max(0.5%, the A/A spread (0.000: upstream against itself" in rep
+    assert "12-layer synthetic model, 10 rounds in one process" in pages["PR-1.md"]
+    assert "1.020 at 0.10 misses/lookup, faster (A/A ±0.000)" in pages["PR-1.md"]
+    (d / "e2e.json").write_text(json.dumps(_in_process_e2e(machine, 100.0 * 1.03)))  # one round's A/A 3 % off
+    pages = render(synthetic_results)
+    assert "the ratio 1.020 does not stand out of max(0.5%, the A/A spread (0.030:" in pages["REPORT.md"]
+    assert "1.020 at 0.10 misses/lookup, a tie (A/A ±0.030)" in pages["PR-1.md"]

@@ -1,4 +1,4 @@
-"""``python -m bench.e2e {make-checkpoint,run} ...`` (``worker`` is what ``run`` starts per run)."""
+"""``python -m bench.e2e {make-checkpoint,run} ...`` (``worker`` is what ``run --fresh-processes`` starts per run)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--tiny", action="store_true", help="a few-MB model of the same architecture (tests, smoke runs)")
     mk.add_argument("--force", action="store_true", help="overwrite a checkpoint already in DIR")
 
-    run = sub.add_parser("run", help="the A/B: upstream vs tma (--auto adds auto), fresh process per run",
+    run = sub.add_parser("run", help="the A/B: upstream vs tma and the A/A control, alternating rounds in one process",
                          description="End-to-end A/B through FreeToken's engine; writes <out>/e2e.json.")  # fmt: skip
     run.add_argument("--model", required=True, help="HF-layout checkpoint directory (synthetic or a real NVFP4 one)")
     pts = run.add_mutually_exclusive_group()
@@ -52,11 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="slot counts of the unified expert cache, one point each (a real checkpoint needs these)")
     pts.add_argument("--miss-rate", type=_rate, nargs="+", default=None,
                      help="target misses per expert lookup, one point each, via the generated checkpoint's "
-                          "predicted table (default 0.1 0.3 there)")  # fmt: skip
+                          "predicted table (default there 0.1; 0.1 0.3 with --fresh-processes)")  # fmt: skip
     run.add_argument("--tokens", type=_positive, default=256, help="decode tokens measured per run (default 256)")
     run.add_argument("--skip", type=int, default=128,
                      help="decode tokens before the measured window: the cache refills after the prefill (default 128)")
-    run.add_argument("--repeats", type=_positive, default=3, help="fresh processes per kernel and point (default 3)")
+    run.add_argument("--repeats", type=_positive, default=None, help="rounds of every kernel in one process "
+                     "(default 10); with --fresh-processes, fresh processes per kernel and point (default 3)")
+    run.add_argument("--fresh-processes", action="store_true", help="a process per run (several points, --auto, "
+                     "--resume; the rule 'repeats', no A/A control), not one engine re-capturing its graphs per run")
     run.add_argument("--kv-tokens", type=_positive, default=8192, help="KV capacity in tokens (default 8192)")
     run.add_argument("--auto", action="store_true",
                      help=f"a third kernel, {SWITCH_ENV}=auto (ft bench bw's profile's pick, read at start-up)")

@@ -1,10 +1,11 @@
-"""The end-to-end A/B (``python -m bench.e2e run --model PATH ...``, bench/README.md): the switch unset against
-``tma`` (and ``auto`` with ``--auto``), each run a fresh ``python -m bench.e2e worker`` process.
+"""The end-to-end A/B (``python -m bench.e2e run --model PATH ...``, bench/README.md): upstream against ``tma``, by
+default on one engine in this process (:mod:`bench.e2e.inprocess`, one point, the A/A control ``upstream_aa``, the
+rule ``aa``, every run's ids and misses the same), with ``--fresh-processes`` each run a fresh ``python -m bench.e2e
+worker`` process (``--auto`` adds ``auto``; the rule ``repeats``, the ids the same within each repeat).
 
-Plan: for every repeat, for every slot-cache point (``--slots`` of the unified expert pool, or ``--miss-rate``
-through a generated checkpoint's predicted table, :mod:`bench.e2e.synth`), every kernel in suite.rounds'
-alternating order. Per point the ids of all kernels must be identical in every repeat (else exit 1, at
-once); every kernel against upstream is a :class:`suite.stats.Comparison` of the rule ``repeats``.
+Plan: for every repeat (round), for every slot-cache point (``--slots`` of the unified expert pool, or
+``--miss-rate`` through a generated checkpoint's predicted table, :mod:`bench.e2e.synth`), every kernel in
+suite.rounds' alternating order; every kernel against upstream is a :class:`suite.stats.Comparison`.
 
 Exit codes: 0 done, ids identical; 1 ids differ; 2 a run failed, a setting is invalid, or the time
 budget stopped the plan early (the JSON then says ``complete: false``).
@@ -27,7 +28,7 @@ from typing import Any
 
 from bench import entry
 from bench.e2e import synth
-from bench.e2e.summary import KERNELS, ids_mismatches, settings, summarize_point
+from bench.e2e.summary import KERNELS, ids_mismatches, settings, state_mismatches, summarize_point
 from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
 from suite import results
 from suite.commands import MEASUREMENTS
@@ -37,6 +38,8 @@ from suite.rounds import round_order
 
 E2E_SCHEMA = MEASUREMENTS["e2e"].schema
 DEFAULT_MISS_RATES = (0.1, 0.3)
+#: rounds of the in-process A/B, and fresh processes per kernel and point, unless --repeats says otherwise
+ROUNDS, REPEATS = 10, 3
 EXIT_OK, EXIT_IDS_DIFFER, EXIT_FAILED = 0, 1, 2
 #: Between two workers: the last one's pinned banks, VRAM and port 2333 (its process group) go back first.
 PAUSE_S = 1.0
@@ -51,9 +54,14 @@ class RunFailed(RuntimeError):
 log = logging.getLogger(__name__).info  # the messages; main() sets their format
 
 
+def in_process(args: argparse.Namespace) -> bool:
+    return not getattr(args, "fresh_processes", True)
+
+
 def kernel_names(args: argparse.Namespace) -> tuple[str, ...]:
-    """The kernels of this session: upstream (FREETOKEN_DECODE_GATHER unset) and tma, and auto with ``--auto``."""
-    return KERNELS + ((Kernel.AUTO,) if getattr(args, "auto", False) else ())
+    """The kernels of this session: upstream (FREETOKEN_DECODE_GATHER unset) and tma, then the A/A control
+    upstream_aa in one process, or auto with ``--auto`` in fresh ones."""
+    return KERNELS + ((Kernel.UPSTREAM_AA,) if in_process(args) else (Kernel.AUTO,) if getattr(args, "auto", 0) else ())
 
 
 def schedule(points: int, repeats: int, names: Sequence[str] = KERNELS) -> list[tuple[int, int, str]]:
@@ -63,7 +71,8 @@ def schedule(points: int, repeats: int, names: Sequence[str] = KERNELS) -> list[
     return [(r, p, v) for r in range(repeats) for p in range(points) for v in round_order(ORDER, r + p, tuple(names))]
 
 
-def resolve_points(model: str, slots: Sequence[int] | None, miss_rates: Sequence[float] | None) -> list[dict[str, Any]]:
+def resolve_points(model: str, slots: Sequence[int] | None, miss_rates: Sequence[float] | None,
+                   defaults: Sequence[float] = DEFAULT_MISS_RATES) -> list[dict[str, Any]]:  # fmt: skip
     """The slot-cache points: ``{"slots", "target_miss_rate", "predicted_miss_rate"}`` each."""
     sidecar = synth.read_sidecar(model)
     table = sidecar.get("miss_table") if sidecar else None
@@ -77,7 +86,7 @@ def resolve_points(model: str, slots: Sequence[int] | None, miss_rates: Sequence
                          "so --miss-rate cannot be turned into slots: pass --slots K [K ...], slot counts of the "
                          "unified expert cache (the proposal ran Qwen3.6-35B-A3B NVFP4 with --slots 3164 at ~0.1 "
                          "misses per lookup)")  # fmt: skip
-    ks = [(r, synth.slots_for_miss_rate(table, r)) for r in miss_rates or DEFAULT_MISS_RATES]
+    ks = [(r, synth.slots_for_miss_rate(table, r)) for r in miss_rates or defaults]
     return [{"slots": k, "target_miss_rate": r, "predicted_miss_rate": synth.predicted_miss_rate(table, k)}
             for r, k in ks]  # fmt: skip
 
@@ -109,12 +118,18 @@ def model_info(model: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def serve_equivalent(model: str, slots: int) -> str:
+def serve_equivalent(model: str, slots: int, extra: str = "") -> str:
     return (f"ft serve --model {model} --moe-strategy offload --moe-cache-size {slots} --max-running-requests 1 "
-            f"--cuda-graph-max-bs 1 --moe-collect-stats --text-model-only")  # fmt: skip
+            f"--cuda-graph-max-bs 1 --moe-collect-stats --text-model-only{extra}")  # fmt: skip
 
 
 Runner = Callable[[int, int, str, dict[str, Any]], dict[str, Any]]
+
+
+def in_process_runner(args: argparse.Namespace) -> Runner:
+    from bench.e2e.inprocess import InProcess  # one engine in this process: torch and freetoken
+
+    return InProcess(args)
 
 
 def worker_runner(args: argparse.Namespace, log_dir: Path) -> Runner:
@@ -157,11 +172,11 @@ def run_worker(tag: str, cmd: list[str], env: dict[str, str], result: Path, log_
 def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
             on_update: Callable[[list[dict[str, Any]], bool, list[str]], None], budget_s: float | None = None,
             clock: Callable[[], float] = time.monotonic, prior: list[dict[str, Any]] | None = None,
-            names: Sequence[str] = KERNELS) -> int:  # fmt: skip
+            names: Sequence[str] = KERNELS, across_rounds: bool = False) -> int:  # fmt: skip
     """Run the plan; ``on_update(runs, complete, errors)`` after every run. ``prior``: runs of an
     interrupted session (``--resume``), not run again. Returns the exit code: stops at the first
-    (repeat, point) whose kernels' ids differ (1), at the first failed run (2), or before a run that
-    would overrun ``budget_s`` (2, incomplete)."""
+    (repeat, point) whose kernels' ids differ (``across_rounds``: run whose ids or misses differ from its point's
+    first) (1), at the first failed run (2), or before a run that would overrun ``budget_s`` (2, incomplete)."""
     runs: list[dict[str, Any]] = list(prior or [])
     errors: list[str] = []
     done = {(x["repeat"], x["point"], x["kernel"]) for x in runs}
@@ -176,13 +191,13 @@ def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
         on_update(runs, False, errors)
         return code
 
-    t0, longest = clock(), 0.0
+    t0, longest, unit = clock(), 0.0, "round" if across_rounds else "repeat"
     for k, (r, p, v) in enumerate(plan):
         elapsed = clock() - t0
         if budget_s is not None and elapsed + longest > budget_s:
             return stop(f"time budget {budget_s:.0f} s: stopped with {len(plan) - k} of {len(full)} runs to go "
                         f"({elapsed:.0f} s spent); the same command with --resume continues", EXIT_FAILED)  # fmt: skip
-        log(f"run {len(full) - len(plan) + k + 1}/{len(full)}: repeat {r + 1}/{repeats}, slots {points[p]['slots']}, "
+        log(f"run {len(full) - len(plan) + k + 1}/{len(full)}: {unit} {r + 1}/{repeats}, slots {points[p]['slots']}, "
             f"{v} ...")
         t = clock()
         try:
@@ -196,10 +211,11 @@ def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
             f"p90 {step.get('p90', float('nan')):.3f} ms), TTFT {res['ttft_s']:.3f} s, "
             f"{res['misses_per_token']:.1f} misses/token (rate {res['miss_rate']:.3f}), "
             f"{res['copy_kernel']}, load {res.get('load_s', 0):.0f} s, ids {res['ids_sha256'][:12]}")  # fmt: skip
-        mism = ids_mismatches([x for x in runs if x["repeat"] == r and x["point"] == p])
-        if mism:
-            return stop(f"generated ids differ between {'/'.join(names)} (repeat {r + 1}, slots {points[p]['slots']}): "
-                        f"{mism}", EXIT_IDS_DIFFER)  # fmt: skip
+        scope = [x for x in runs if x["point"] == p and (across_rounds or x["repeat"] == r)]
+        if mism := (state_mismatches if across_rounds else ids_mismatches)(scope):
+            what = "ids or miss counts" if across_rounds else "ids"
+            return stop(f"generated {what} differ between {'/'.join(names)} ({unit} {r + 1}, slots "
+                        f"{points[p]['slots']}): {mism}", EXIT_IDS_DIFFER)  # fmt: skip
         on_update(runs, k + 1 == len(plan), errors)
     if not plan:
         on_update(runs, True, errors)
@@ -254,7 +270,7 @@ def document_fields(args: argparse.Namespace, model: dict[str, Any], points: lis
     """(the machine, the document's fields) for the runs so far (``model``: :func:`model_info` of
     ``--model``, read once per session; ``machine``: when no run carries it)."""
     machine = next((r.get("machine") for r in runs if r.get("machine")), None) or machine or {}
-    names = kernel_names(args)
+    names, one = kernel_names(args), in_process(args)
     summaries = [summarize_point(pt, i, runs, names) for i, pt in enumerate(points)]
     identical = [s["ids_identical"] for s in summaries if s["ids_identical"] is not None]
     raw = [{k: v for k, v in r.items() if k != "machine"} for r in runs]
@@ -267,7 +283,10 @@ def document_fields(args: argparse.Namespace, model: dict[str, Any], points: lis
             "prompt_sha256": hashlib.sha256(PROMPT.encode()).hexdigest(),
             "warmup_tokens": WARMUP_TOKENS, "kernels": settings(names),
             "order": ORDER,  # suite.rounds' order of each (repeat, point): the runs are listed as they ran
-            "serve_equivalent": [serve_equivalent("MODEL", p["slots"]) for p in points],
+            "rule": "aa" if one else "repeats",  # suite.stats.RULES: the Comparison of each kernel against upstream
+            "process": "one: before every run the kernel's launcher set, the CUDA graphs re-captured, the prefix "
+                       "cache off (cache_type naive)" if one else "a fresh process per run",
+            "serve_equivalent": [serve_equivalent("MODEL", p["slots"], " --cache-type naive" * one) for p in points],
             "tokens_per_s": "tokens / (t[skip + tokens] - t[skip]), host arrival stamps of the generated tokens",
             "misses_per_token": "the offload cache's own decode counters over the same window x MoE layers",
         },
@@ -281,10 +300,18 @@ def main(args: argparse.Namespace) -> int:
     if not (model / "config.json").is_file():
         log(f"--model {args.model}: no config.json there; pass an HF-layout checkpoint directory")
         return EXIT_FAILED
+    one = in_process(args)
+    args.repeats = args.repeats or (ROUNDS if one else REPEATS)
     try:
         num_experts = checkpoint_num_experts(str(model))
-        points = resolve_points(str(model), args.slots, args.miss_rate)
+        points = resolve_points(str(model), args.slots, args.miss_rate, DEFAULT_MISS_RATES[: 1 if one else None])
         check_points(points, num_experts)
+        if one and len(points) > 1:  # what one engine in this process cannot run: several points, --auto, --resume
+            option, given = ("--slots", args.slots) if args.slots else ("--miss-rate", args.miss_rate)
+            raise ValueError(f"{option} {' '.join(map(str, given))}: the in-process A/B (the default) measures one "
+                             "slot point per run; pass one value, or add --fresh-processes to measure several")  # fmt: skip
+        if one and (flag := next((f for f in ("auto", "resume") if getattr(args, f)), None)):
+            raise ValueError(f"--{flag} runs with --fresh-processes only (the in-process A/B pairs its own rounds)")
         if args.skip < 0:
             raise ValueError(f"--skip {args.skip}: must be >= 0")
         if args.kv_tokens < 1024 + args.skip + args.tokens + 1:
@@ -293,11 +320,15 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         log(str(exc))
         return EXIT_FAILED
-    log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="ft-e2e-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
+    if one:
+        runner, where = in_process_runner(args), "one engine in this process"
+    else:
+        log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="ft-e2e-"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        runner, where = worker_runner(args, log_dir), f"a fresh process per run, logs in {log_dir}"
     log(f"model {model}: {len(points)} point(s) {[p['slots'] for p in points]} slots "
-        f"(target miss rate {[p['target_miss_rate'] for p in points]}), {args.repeats} repeat(s) x {len(kernel_names(args))} kernels, "
-        f"{args.tokens} tokens after {args.skip}; worker logs in {log_dir}")  # fmt: skip
+        f"(target miss rate {[p['target_miss_rate'] for p in points]}), {args.repeats} {'round' if one else 'repeat'}(s) "
+        f"x {len(kernel_names(args))} kernels {kernel_names(args)}, {args.tokens} tokens after {args.skip}; {where}")  # fmt: skip
     info = model_info(str(model))
     prior, machine = prior_runs(args, points, info) if args.resume else ([], None)
     # a continued document is this measurement's own: only a fresh session keeps the one it replaces
@@ -312,8 +343,8 @@ def main(args: argparse.Namespace) -> int:
         state["keep"] = False
         return path
 
-    code = execute(points, args.repeats, worker_runner(args, log_dir), on_update=on_update, budget_s=args.budget_s,
-                   prior=prior, names=kernel_names(args))  # fmt: skip
+    code = execute(points, args.repeats, runner, on_update=on_update, budget_s=args.budget_s, prior=prior,
+                   names=kernel_names(args), across_rounds=one)  # fmt: skip
     path = on_update(state["runs"], state["complete"] and code == EXIT_OK, state["errors"], code)
     print_summary(points, state["runs"], kernel_names(args))
     log(f"wrote {path} (exit {code})")
@@ -327,7 +358,8 @@ def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]], name
         parts = [f"{v} {d['tokens_per_s_median']:.2f} tok/s [{d['tokens_per_s_min']:.2f}-{d['tokens_per_s_max']:.2f}] "
                  f"x{d['repeats']}, {d['misses_per_token_median']:.1f} misses/token"
                  for v, d in kernels.items() if d["repeats"]]  # fmt: skip
-        ratios = [f"{k}/upstream {c.ratio:.4f} (paired {c.paired_min:.4f}-{c.paired_max:.4f}, {c.verdict})"
+        ratios = [f"{k}/upstream {c.ratio:.4f} (paired {c.paired_min:.4f}-{c.paired_max:.4f}, {c.verdict}"
+                  f"{f', A/A spread {c.aa_spread:.4f}' if c.aa_spread is not None else ''})"
                   if c.ratio and c.paired_min else f"{k}/upstream n/a" for k, c in s["ratio"].items()]  # fmt: skip
         log(f"slots {pt['slots']}: {'; '.join(parts) or 'no runs'}; {'; '.join(ratios)}; "
             f"ids identical: {s['ids_identical']}")

@@ -1,13 +1,15 @@
-"""The end-to-end A/B's statistics: one kernel over its repeats, and every kernel against upstream
-(tokens/s of fresh processes, the rule ``repeats`` of :mod:`suite.stats`)."""
+"""The end-to-end A/B's statistics: one kernel over its repeats (rounds), and every kernel against upstream: the
+rule ``aa`` of :mod:`suite.stats` over the rounds of one process (seconds per token, with the A/A control
+``upstream_aa``), the rule ``repeats`` over fresh processes (tokens/s)."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 from suite.kernels import SWITCH_ENV, Kernel
-from suite.stats import fresh_processes, median, relative_range
+from suite.stats import fresh_processes, median, paired_rounds, relative_range
 
 #: The A/B's kernels by default: upstream (the baseline, first: the switch unset) and tma; ``run --auto`` adds
 #: auto (the kernel ft bench bw's profile picked for the GPU).
@@ -53,20 +55,37 @@ def ids_mismatches(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"repeat": k[0], "point": k[1], **v} for k, v in sorted(by_key.items()) if len(set(v.values())) > 1]
 
 
+def state_mismatches(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of runs that all start from the same cold cache (one process): each run whose ids or miss count differ from
+    its point's first run's, beside that first run (``repeat, kernel, ids_sha256, misses_total``)."""
+    first: dict[int, dict[str, Any]] = {}
+    key, same = operator.itemgetter("repeat", "kernel", "ids_sha256", "misses_total"), operator.itemgetter(2, 3)
+    return [{"run": key(r), "first": key(f)} for r in runs
+            if same(key(f := first.setdefault(r["point"], r))) != same(key(r))]  # fmt: skip
+
+
 def summarize_point(
     point: dict[str, Any], index: int, runs: list[dict[str, Any]], names: Sequence[str] = KERNELS
 ) -> dict[str, Any]:
-    """One slot point: every kernel of ``names`` (upstream first) over its repeats, and every other kernel
-    against upstream (``ratio``: suite.stats.fresh_processes of their tokens/s by repeat)."""
+    """One slot point: every kernel of ``names`` (upstream first) over its repeats, and every other kernel against
+    upstream (``ratio``): with ``upstream_aa`` among ``names`` (rounds of one process) suite.stats.paired_rounds of the
+    complete rounds' seconds per token, and every run's ids and misses the same; else suite.stats.fresh_processes
+    of tokens/s by repeat, and each repeat's ids and misses the same."""
     mine = [r for r in runs if r["point"] == index]
     kernels = {v: summarize_kernel([r for r in mine if r["kernel"] == v]) for v in names}
     rates = {v: {r["repeat"]: r["tokens_per_s"] for r in mine if r["kernel"] == v} for v in names}
     complete = [r for r in sorted({x["repeat"] for x in mine})
                 if {x["kernel"] for x in mine if x["repeat"] == r} >= set(names)]  # fmt: skip
-    counts = [{x["kernel"]: x.get("misses_total") for x in mine if x["repeat"] == r} for r in complete]
-    return {
-        **point, "kernels": kernels,
-        "ratio": {k: fresh_processes(rates[Kernel.UPSTREAM], rates[k]) for k in names if k != Kernel.UPSTREAM},
-        "ids_identical": (not ids_mismatches(mine)) if complete else None,
-        "miss_counts_identical": all(len(set(c.values())) == 1 for c in counts) if counts else None,
-    }  # fmt: skip
+    others = [k for k in names if k not in (Kernel.UPSTREAM, Kernel.UPSTREAM_AA)]
+    if Kernel.UPSTREAM_AA in names:
+        times = {v: [1.0 / rates[v][r] for r in complete] for v in names}
+        ratio = {k: paired_rounds(times[Kernel.UPSTREAM], times[k], times[Kernel.UPSTREAM_AA]) for k in others}
+        ids_same = len({x["ids_sha256"] for x in mine}) == 1
+        misses_same = len({x.get("misses_total") for x in mine}) == 1
+    else:
+        ratio = {k: fresh_processes(rates[Kernel.UPSTREAM], rates[k]) for k in others}
+        ids_same = not ids_mismatches(mine)
+        counts = [{x["kernel"]: x.get("misses_total") for x in mine if x["repeat"] == r} for r in complete]
+        misses_same = all(len(set(c.values())) == 1 for c in counts)
+    return {**point, "kernels": kernels, "ratio": ratio, "ids_identical": ids_same if complete else None,
+            "miss_counts_identical": misses_same if complete else None}  # fmt: skip

@@ -121,9 +121,9 @@ def _timed_llm(torch: Any, LLM: Any, DetokenizeMsg: Any) -> type:
     return TimedLLM
 
 
-def _load(args: argparse.Namespace, torch: Any) -> tuple[Any, Any, str, str | None, list[int]]:
-    """(llm, its offload cache, the decode miss kernel, $FREETOKEN_DECODE_GATHER, graph batch sizes), refusing
-    an engine that would not measure the kernel its switch asks for."""
+def _load(args: argparse.Namespace, torch: Any, **extra: Any) -> tuple[Any, Any, str | None]:
+    """(llm, its offload cache, $FREETOKEN_DECODE_GATHER), refusing an engine that would not measure the kernel
+    its switch asks for or has no batch-1 graph; ``extra``: more ``LLM(...)`` arguments."""
     from freetoken.llm import LLM
     from freetoken.message import DetokenizeMsg
 
@@ -131,7 +131,7 @@ def _load(args: argparse.Namespace, torch: Any) -> tuple[Any, Any, str, str | No
     if args.slots < num_experts:
         raise ValueError(f"--slots {args.slots}: the offload cache needs at least num_experts={num_experts} slots")
     env_gather = os.environ.get(SWITCH_ENV) or None
-    llm = _timed_llm(torch, LLM, DetokenizeMsg)(args.model, **engine_kwargs(args, num_experts))
+    llm = _timed_llm(torch, LLM, DetokenizeMsg)(args.model, **engine_kwargs(args, num_experts), **extra)
     cache = llm.engine.moe_offload_cache
     if cache is None:
         raise RuntimeError("the engine built no MoE offload cache: --moe-strategy offload did not take")
@@ -144,7 +144,7 @@ def _load(args: argparse.Namespace, torch: Any) -> tuple[Any, Any, str, str | No
     graph_bs = list(getattr(llm.engine.graph_runner, "graph_bs_list", []) or [])
     if 1 not in graph_bs:
         raise RuntimeError(f"no batch-1 CUDA graph was captured (graph batch sizes {graph_bs}); decode would run eager")
-    return llm, cache, kernel, env_gather, graph_bs
+    return llm, cache, env_gather
 
 
 def _generate(llm: Any, args: argparse.Namespace, torch: Any) -> tuple[list[int], list[float], float]:
@@ -181,25 +181,18 @@ def _timing(args: argparse.Namespace, stamps: list[float], t_gen: float) -> dict
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    t_start = time.perf_counter()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local checkpoint; never wait on the network
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import torch
-
-    from gpukit.decode_step import auto_pick
-
-    llm, cache, kernel, env_gather, graph_bs = _load(args, torch)
-    t_loaded = time.perf_counter()
-    ids, stamps, t_gen = _generate(llm, args, torch)
+def measure(llm: Any, cache: Any, args: argparse.Namespace, torch: Any, generated: tuple) -> dict[str, Any]:
+    """One generation's record: the cache's copy kernel and counters, timing, ids and memory
+    (``generated``: what :func:`_generate` returned)."""
+    ids, stamps, t_gen = generated
     stats = cache.decode_miss_stats()
     layers = cache.num_layers
     free, total = torch.cuda.mem_get_info()
-    result = {
-        "kernel_env": env_gather, "copy_kernel": kernel,
-        "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
-        "copy_grid": copy_grid(cache), "auto": auto_pick(cache), "slots": args.slots, "moe_layers": layers,
-        "num_experts": cache.num_experts, "prefill_overlap": bool(cache.prefill_overlap), "graph_bs": graph_bs,
+    return {
+        "copy_kernel": copy_kernel(cache), "fused_copy_plan": bool(getattr(cache, "_copy_fused_ok", False)),
+        "copy_grid": copy_grid(cache), "slots": args.slots, "moe_layers": layers,
+        "num_experts": cache.num_experts, "prefill_overlap": bool(cache.prefill_overlap),
+        "graph_bs": list(getattr(llm.engine.graph_runner, "graph_bs_list", []) or []),
         "prompt_tokens": len(llm.tokenizer.encode(PROMPT)), "generated_tokens": len(ids), "skip": args.skip,
         "tokens": args.tokens, **_timing(args, stamps, t_gen),
         "misses_per_token": stats["missing_per_layer"] * layers, "miss_rate": stats["miss_rate"],
@@ -208,8 +201,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ids_sha256": ids_sha256(ids), "ids_head": ids[:16],
         "vram_peak_reserved_bytes": torch.cuda.max_memory_reserved(),
         "vram_peak_allocated_bytes": torch.cuda.max_memory_allocated(), "vram_device_used_bytes": total - free,
-        "load_s": t_loaded - t_start,
     }  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    t_start = time.perf_counter()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local checkpoint; never wait on the network
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+
+    from gpukit.decode_step import auto_pick
+
+    llm, cache, env_gather = _load(args, torch)
+    t_loaded = time.perf_counter()
+    generated = _generate(llm, args, torch)
+    result = {"kernel_env": env_gather, "auto": auto_pick(cache), **measure(llm, cache, args, torch, generated),
+              "load_s": t_loaded - t_start}
     if args.machine:  # nvidia-smi, nvcc, git: a second or two, asked once per session
         from gpukit.machine import machine_info
 
