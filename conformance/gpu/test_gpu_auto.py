@@ -29,10 +29,11 @@ def test_auto_runs_the_profiles_pick_through_the_captured_decode_step(real_gpu, 
     from suite.geometry import NVFP4_ROW_BYTES
 
     ring, dev = decode_gather.default_ring(), real_gpu.device
-    entry = {"pick": "tma " + "x".join(map(str, ring)), "ring": list(ring), "ratio": {}, "aa_spread": 0.0,
-             "blocks_per_bank": default_blocks_per_bank(dev), "rounds": 0, "measured_at": "(written by this test)",
+    pick = "tma " + "x".join(map(str, ring))  # the reader states the pick's ratio: the entry must carry it
+    entry = {"pick": pick, "ring": list(ring), "ratio": {pick: 1.05}, "aa_spread": 0.001,
+             "blocks_per_bank": default_blocks_per_bank(dev), "rounds": 10, "measured_at": "(written by this test)",
              "gpu": {"uuid": gpu_identity(dev.index or 0)["uuid"]}, "freetoken": __version__,
-             "series": decode_gather_profile.decode_kernels_hash()}  # fmt: skip
+             "kernel_sources": decode_gather_profile.decode_kernels_hash()}  # fmt: skip
     key = decode_gather_profile.decode_gather_key("nvfp4", NVFP4_ROW_BYTES)
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"decode_gather": {"version": decode_gather_profile.DECODE_GATHER_VERSION,
