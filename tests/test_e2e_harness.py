@@ -239,50 +239,6 @@ def test_worker_pure_parts():
     assert engine_kwargs(argparse.Namespace(slots=300, kv_tokens=8192), num_experts=256)["moe_prefill_overlap"] is False
 
 
-def test_resume_continues_an_interrupted_document(tmp_path, monkeypatch):
-    """An interrupted session (here a failed 5th run) is continued by the same command with
-    --resume: only the missing runs run, and the document ends complete."""
-    model = make_model_dir(tmp_path)
-    out = tmp_path / "out"
-    monkeypatch.setattr(harness, "PAUSE_S", 0.0)
-
-    def main_with(runner, *extra):
-        monkeypatch.setattr(harness, "worker_runner", lambda args, log_dir: runner)
-        argv = ["run", "--model", str(model), "--out", str(out), "--log-dir", str(tmp_path / "logs"),
-                "--fresh-processes", *extra]  # fmt: skip
-        return harness.main(build_parser().parse_args(argv)), json.loads((out / "e2e.json").read_text())
-
-    first = FakeRunner(fail=(1, 0, "tma"))
-    code, doc = main_with(first)
-    assert code == 2 and doc["complete"] is False and len(doc["runs"]) == 4
-    second = FakeRunner()
-    code, doc = main_with(second, "--resume")
-    assert code == 0 and doc["complete"] is True and len(doc["runs"]) == 12
-    assert len(second.calls) == 8 and second.calls[0] == (1, 0, "tma")
-    assert doc["machine"]["device_slug"] == "fake-gpu" and doc["ids_identical"] is True
-    assert not (out / "history").exists()  # one measurement: its saves as it went, and its continuation
-    third = FakeRunner()
-    code, doc = main_with(third, "--resume")  # complete: not continued, measured afresh
-    assert code == 0 and len(third.calls) == 12
-    kept = list((out / "history").rglob("e2e.*.json"))  # the complete document it replaced, kept once
-    assert len(kept) == 1 and json.loads(kept[0].read_text())["complete"] is True
-
-
-def test_resume_refuses_another_measurement():
-    args = argparse.Namespace(tokens=256, skip=128, kv_tokens=8192)
-    doc = {"schema": harness.E2E_SCHEMA, "complete": False, "model": {"config_sha256": "c"},
-           "points": [{"slots": 900}], "settings": {"tokens": 256, "skip": 128, "kv_tokens": 8192},
-           "provenance": {"tree": "t"}}  # fmt: skip
-    model, points = {"config_sha256": "c"}, [{"slots": 900}]
-    assert harness.resume_mismatch(doc, model, args, points, "t") is None
-    assert harness.resume_mismatch(doc, {"config_sha256": "x"}, args, points, "t") == "it measured another checkpoint"
-    assert harness.resume_mismatch(doc, model, args, [{"slots": 400}], "t") == "its slot points differ"
-    assert harness.resume_mismatch(doc, model, args, points, "u") == "it measured another patched tree"
-    assert harness.resume_mismatch({**doc, "complete": True}, model, args, points, "t") == "it is complete"
-    differ = [{"repeat": 0, "point": 0, "kernel": v, "ids_sha256": v} for v in ("upstream", "tma")]
-    assert "different ids" in harness.resume_mismatch({**doc, "runs": differ}, model, args, points, "t")
-
-
 # --------------------------------------------------------------------------- the auto kernel (--auto)
 
 
@@ -329,18 +285,6 @@ def test_main_with_auto_runs_three_variants(tmp_path, monkeypatch):
     (tmp_path / "again").mkdir()
     code, doc = run_main(tmp_path / "again", monkeypatch, FakeRunner(bad=(1, 0, "auto")), ["--auto", "--repeats", "2"])
     assert code == 1 and doc["points"][0]["ids_identical"] is False
-
-
-def test_resume_refuses_a_document_of_other_kernels():
-    doc = {"schema": harness.E2E_SCHEMA, "complete": False, "model": {"config_sha256": "c"},
-           "points": [{"slots": 900}], "provenance": {"tree": "t"},
-           "settings": {"tokens": 256, "skip": 128, "kv_tokens": 8192,
-                        "kernels": {"upstream": {}, "tma": {}}}}  # fmt: skip
-    model, points = {"config_sha256": "c"}, [{"slots": 900}]
-    args = argparse.Namespace(tokens=256, skip=128, kv_tokens=8192, auto=False)
-    assert harness.resume_mismatch(doc, model, args, points, "t") is None
-    args.auto = True
-    assert harness.resume_mismatch(doc, model, args, points, "t") == "it ran other kernels (--auto)"
 
 
 def test_worker_reports_what_runs_from_the_launcher_not_a_label():
@@ -545,7 +489,6 @@ def test_recapture_refuses_an_engine_without_a_batch_1_graph_or_its_capture_argu
     (["--slots", "40", "48"], "--slots 40 48: the in-process A/B (the default) measures one slot point per run"),
     (["--miss-rate", "0.1", "0.3"], "--miss-rate 0.1 0.3: the in-process A/B"),
     (["--auto"], "--auto runs with --fresh-processes only"),
-    (["--resume"], "--resume runs with --fresh-processes only"),
 ])  # fmt: skip
 def test_in_process_refuses_what_one_engine_cannot_run(tmp_path, monkeypatch, caplog, argv, msg):
     caplog.set_level("INFO")

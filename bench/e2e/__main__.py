@@ -58,16 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="decode tokens before the measured window: the cache refills after the prefill (default 128)")
     run.add_argument("--repeats", type=_positive, default=None, help="rounds of every kernel in one process "
                      "(default 10); with --fresh-processes, fresh processes per kernel and point (default 3)")
-    run.add_argument("--fresh-processes", action="store_true", help="a process per run (several points, --auto, "
-                     "--resume; the rule 'repeats', no A/A control), not one engine re-capturing its graphs per run")
+    run.add_argument("--fresh-processes", action="store_true", help="a process per run (several points, --auto; "
+                     "the rule 'repeats', no A/A control), not one engine re-capturing its graphs per run")
     run.add_argument("--kv-tokens", type=_positive, default=8192, help="KV capacity in tokens (default 8192)")
     run.add_argument("--auto", action="store_true",
                      help=f"a third kernel, {SWITCH_ENV}=auto (ft bench bw's profile's pick, read at start-up)")
     run.add_argument("--out", default=None, help="directory of e2e.json (default: results/<device>/, suite.results)")
     run.add_argument("--log-dir", default=None, help="worker logs and raw results (default: a new temp dir)")
     run.add_argument("--run-timeout-s", type=_positive, default=420, help="kill a worker after this long (default 420)")
-    run.add_argument("--resume", action="store_true",
-                     help="continue an interrupted e2e.json at --out (same checkpoint, points, settings, patched tree)")
     run.add_argument("--budget-s", type=float, default=None,
                      help="start no run that would end after this many seconds; the JSON says complete: false")
     return ap  # ``worker`` (what ``run`` starts per run) is dispatched before parsing: main()

@@ -171,19 +171,14 @@ def run_worker(tag: str, cmd: list[str], env: dict[str, str], result: Path, log_
 
 def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
             on_update: Callable[[list[dict[str, Any]], bool, list[str]], None], budget_s: float | None = None,
-            clock: Callable[[], float] = time.monotonic, prior: list[dict[str, Any]] | None = None,
-            names: Sequence[str] = KERNELS, across_rounds: bool = False) -> int:  # fmt: skip
-    """Run the plan; ``on_update(runs, complete, errors)`` after every run. ``prior``: runs of an
-    interrupted session (``--resume``), not run again. Returns the exit code: stops at the first
+            clock: Callable[[], float] = time.monotonic, names: Sequence[str] = KERNELS,
+            across_rounds: bool = False) -> int:  # fmt: skip
+    """Run the plan; ``on_update(runs, complete, errors)`` after every run. Returns the exit code: stops at the first
     (repeat, point) whose kernels' ids differ (``across_rounds``: run whose ids or misses differ from its point's
     first) (1), at the first failed run (2), or before a run that would overrun ``budget_s`` (2, incomplete)."""
-    runs: list[dict[str, Any]] = list(prior or [])
+    runs: list[dict[str, Any]] = []
     errors: list[str] = []
-    done = {(x["repeat"], x["point"], x["kernel"]) for x in runs}
-    full = schedule(len(points), repeats, names)
-    plan = [step for step in full if step not in done]
-    if done:
-        log(f"resuming: {len(full) - len(plan)} of {len(full)} runs already done")
+    plan = schedule(len(points), repeats, names)
 
     def stop(why: str, code: int) -> int:
         errors.append(why)
@@ -195,10 +190,9 @@ def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
     for k, (r, p, v) in enumerate(plan):
         elapsed = clock() - t0
         if budget_s is not None and elapsed + longest > budget_s:
-            return stop(f"time budget {budget_s:.0f} s: stopped with {len(plan) - k} of {len(full)} runs to go "
-                        f"({elapsed:.0f} s spent); the same command with --resume continues", EXIT_FAILED)  # fmt: skip
-        log(f"run {len(full) - len(plan) + k + 1}/{len(full)}: {unit} {r + 1}/{repeats}, slots {points[p]['slots']}, "
-            f"{v} ...")
+            return stop(f"time budget {budget_s:.0f} s: stopped with {len(plan) - k} of {len(plan)} runs to go "
+                        f"({elapsed:.0f} s spent); the document says complete: false", EXIT_FAILED)  # fmt: skip
+        log(f"run {k + 1}/{len(plan)}: {unit} {r + 1}/{repeats}, slots {points[p]['slots']}, {v} ...")
         t = clock()
         try:
             res = runner(r, p, v, points[p])
@@ -222,54 +216,12 @@ def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
     return EXIT_OK
 
 
-def resume_mismatch(doc: dict[str, Any], model: dict[str, Any], args: argparse.Namespace,
-                    points: list[dict[str, Any]], tree: str | None) -> str | None:  # fmt: skip
-    """Why an existing e2e.json cannot be continued by this session (None: it can)."""
-    settings = doc.get("settings") or {}
-    checks = (
-        (doc.get("schema") == E2E_SCHEMA, "it is not an e2e document"),
-        (not doc.get("complete"), "it is complete"),
-        ((doc.get("model") or {}).get("config_sha256") == model["config_sha256"], "it measured another checkpoint"),
-        ([p.get("slots") for p in doc.get("points") or []] == [p["slots"] for p in points], "its slot points differ"),
-        (all(settings.get(k) == getattr(args, k) for k in ("tokens", "skip", "kv_tokens")),
-         "its tokens/skip/kv differ"),
-        ((doc.get("provenance") or {}).get("tree") == tree, "it measured another patched tree"),
-        (not ids_mismatches(doc.get("runs") or []), "its kernels generated different ids (exit 1 is its result)"),
-        (list(settings.get("kernels") or KERNELS) == list(kernel_names(args)), "it ran other kernels (--auto)"),
-    )
-    return next((why for ok, why in checks if not ok), None)
-
-
-def prior_runs(args: argparse.Namespace, points: list[dict[str, Any]], model: dict[str, Any]
-               ) -> tuple[list[dict[str, Any]], dict | None]:  # fmt: skip
-    """Runs and machine facts of an interrupted e2e.json at ``--out`` that this session continues
-    (``--resume``; ``model``: :func:`model_info` of ``--model``); ``([], None)`` when there is none."""
-    from gpukit.machine import nvidia_smi
-
-    slug = None
-    if args.out is None:
-        name = nvidia_smi().get("smi_name")
-        if not name:
-            log("--resume: nvidia-smi names no GPU, so results/ has no device for it yet; starting afresh")
-            return [], None
-        slug = results.device_slug(name)
-    path = results.path("e2e", slug, args.out)
-    doc = results.read_json(path)
-    if doc is None:
-        return [], None
-    doc = E2E.from_doc(doc).to_doc()
-    if why := resume_mismatch(doc, model, args, points, results.provenance().get("tree")):
-        log(f"--resume: not continuing {path}: {why}; starting afresh (it will be overwritten)")
-        return [], None
-    return list(doc.get("runs") or []), doc.get("machine")
-
-
 def document_fields(args: argparse.Namespace, model: dict[str, Any], points: list[dict[str, Any]],
-                    runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None,
-                    machine: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+                    runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
     """(the machine, the document's fields) for the runs so far (``model``: :func:`model_info` of
-    ``--model``, read once per session; ``machine``: when no run carries it)."""
-    machine = next((r.get("machine") for r in runs if r.get("machine")), None) or machine or {}
+    ``--model``, read once per session)."""
+    machine = next((r.get("machine") for r in runs if r.get("machine")), None) or {}
     names, one = kernel_names(args), in_process(args)
     summaries = [summarize_point(pt, i, runs, names) for i, pt in enumerate(points)]
     identical = [s["ids_identical"] for s in summaries if s["ids_identical"] is not None]
@@ -306,12 +258,12 @@ def main(args: argparse.Namespace) -> int:
         num_experts = checkpoint_num_experts(str(model))
         points = resolve_points(str(model), args.slots, args.miss_rate, DEFAULT_MISS_RATES[: 1 if one else None])
         check_points(points, num_experts)
-        if one and len(points) > 1:  # what one engine in this process cannot run: several points, --auto, --resume
+        if one and len(points) > 1:  # what one engine in this process cannot run: several points, --auto
             option, given = ("--slots", args.slots) if args.slots else ("--miss-rate", args.miss_rate)
             raise ValueError(f"{option} {' '.join(map(str, given))}: the in-process A/B (the default) measures one "
                              "slot point per run; pass one value, or add --fresh-processes to measure several")  # fmt: skip
-        if one and (flag := next((f for f in ("auto", "resume") if getattr(args, f)), None)):
-            raise ValueError(f"--{flag} runs with --fresh-processes only (the in-process A/B pairs its own rounds)")
+        if one and args.auto:
+            raise ValueError("--auto runs with --fresh-processes only (the in-process A/B pairs its own rounds)")
         if args.skip < 0:
             raise ValueError(f"--skip {args.skip}: must be >= 0")
         if args.kv_tokens < 1024 + args.skip + args.tokens + 1:
@@ -330,21 +282,20 @@ def main(args: argparse.Namespace) -> int:
         f"(target miss rate {[p['target_miss_rate'] for p in points]}), {args.repeats} {'round' if one else 'repeat'}(s) "
         f"x {len(kernel_names(args))} kernels {kernel_names(args)}, {args.tokens} tokens after {args.skip}; {where}")  # fmt: skip
     info = model_info(str(model))
-    prior, machine = prior_runs(args, points, info) if args.resume else ([], None)
-    # a continued document is this measurement's own: only a fresh session keeps the one it replaces
-    state: dict[str, Any] = {"runs": prior, "complete": False, "errors": [], "keep": not prior}
+    # only the first save keeps the document it replaces: the later ones replace this measurement's own
+    state: dict[str, Any] = {"runs": [], "complete": False, "errors": [], "keep": True}
 
     def on_update(runs: list[dict[str, Any]], complete: bool, errors: list[str], exit_code: int | None = None) -> Path:
         state.update(runs=list(runs), complete=complete, errors=list(errors))
-        found, fields = document_fields(args, info, points, runs, complete, errors, exit_code, machine)
+        found, fields = document_fields(args, info, points, runs, complete, errors, exit_code)
         # the workers' GPU names the device: this process may never touch CUDA
         path = entry.save("e2e", args, E2E.from_doc(fields), found, device=found.get("device_slug") or "unknown",
                           keep_replaced=state["keep"])  # fmt: skip
         state["keep"] = False
         return path
 
-    code = execute(points, args.repeats, runner, on_update=on_update, budget_s=args.budget_s, prior=prior,
-                   names=kernel_names(args), across_rounds=one)  # fmt: skip
+    code = execute(points, args.repeats, runner, on_update=on_update, budget_s=args.budget_s, names=kernel_names(args),
+                   across_rounds=one)  # fmt: skip
     path = on_update(state["runs"], state["complete"] and code == EXIT_OK, state["errors"], code)
     print_summary(points, state["runs"], kernel_names(args))
     log(f"wrote {path} (exit {code})")
