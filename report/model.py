@@ -15,8 +15,8 @@ from suite.results import machine_line
 from report.gather import decode_step_view, gather_view, targets_view
 from report.repeats import current_ratios, repeats_view
 from report.series import pull_requests, series_commits, series_footprint
-from report.views import (auto_view, contention_view, e2e_view, gpu_view, sanitize_view, sass_view, series_bench_view,
-                          step_pdl_view, sweep_view)  # fmt: skip
+from report.views import (auto_view, contention_view, e2e_view, gpu_view, profile_view, sanitize_view, sass_view,
+                          series_bench_view, step_pdl_view, sweep_view)  # fmt: skip
 from suite import results
 from suite.commands import MEASUREMENTS
 from suite.models import MODELS, BenchRun, Document, Model
@@ -89,6 +89,7 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
         "conformance": gpu_view(docs.get("gpu")), "sanitizer": sanitize_view(docs.get("sanitize")),
         "targets": targets_view(gather, ceiling), "e2e": e2e_view(docs.get("e2e")),
         "auto": auto_view(docs.get("auto_stability")), "repeats": repeats,
+        "profile": profile_view(results.read_json(base / slug / "benchbw.json")),  # ft bench bw's, with its command
     }  # fmt: skip
 
 

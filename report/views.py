@@ -185,3 +185,10 @@ def auto_view(doc: AutoStability | None) -> dict[str, Any] | None:
         "probe_ms": (s.probe_ms_min, s.probe_ms_median, s.probe_ms_max), "first_probe_ms": (min(probe_s), max(probe_s)),
         "load_ms_max": s.load_ms_max, "aa_spread_max": s.aa_spread_max, "as_found": s.cache_left_as_found,
     }  # fmt: skip
+
+
+def profile_view(doc: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The ``decode_gather`` entries of the profile ``ft bench bw`` wrote (a device's committed ``benchbw.json``), each
+    with the series its freetoken version (``<version>+dg.<series>``) names."""
+    entries = ((doc or {}).get("decode_gather") or {}).get("entries") or {}
+    return [{**e, "provenance": {"series_hash": str(e.get("freetoken"))[-12:]}} for e in entries.values()]

@@ -563,3 +563,18 @@ def test_an_in_process_e2e_renders_the_aa_verdict_against_its_aa_spread(syntheti
     pages = render(synthetic_results)
     assert "the ratio 1.020 does not stand out of max(0.5%, the A/A spread (0.030:" in pages["REPORT.md"]
     assert "1.020 at 0.10 misses/lookup, a tie (A/A ±0.030)" in pages["PR-1.md"]
+
+
+def test_pr2_states_the_pick_of_a_committed_ft_bench_bw_profile(synthetic_results: Path) -> None:
+    """A device's benchbw.json (the profile ft bench bw wrote): PR-2 gives each decode_gather entry's pick, ratios and
+    A/A spread, labelled with the series of the freetoken version that wrote it; without one it says not yet."""
+    assert "**Measured**: not yet" in render(synthetic_results)["PR-2.md"]
+    entry = {"format": "nvfp4", "row_bytes": [4096, 8192], "pick": "tma 16x4x8192", "aa_spread": 0.007, "rounds": 10,
+             "ratio": {"tma 8x3x16384": 1.0182, "tma 16x4x8192": 1.0188}, "verified_copies": 10752,
+             "freetoken": "0.2.1+dg.abcdefabcdef"}  # fmt: skip
+    profile = {"version": 6, "decode_gather": {"version": 1, "entries": {"nvfp4:4096,8192": entry}}}
+    (synthetic_results / "synthetic-gpu" / "benchbw.json").write_text(json.dumps(profile))
+    page = render(synthetic_results)["PR-2.md"]
+    assert ("(other series `abcdefabcdef`), nvfp4 rows of 2 banks: picked `tma 16x4x8192`; upstream / ring "
+            "tma 8x3x16384 1.018, tma 16x4x8192 1.019; A/A ±0.007, 10 rounds, 10,752 copies checked.") in page
+    assert "**Measured**: not yet" not in page
