@@ -202,7 +202,7 @@ def _measurement(cmd: commands.Measurement) -> None:
 
     run.__doc__ = cmd.doc
     where = dict(tags=["gpu"], default=False, venv_backend=_venv_with_gpus(cmd.gpus)) if cmd.gpu else \
-        dict(python=False, requires=["patched"])  # fmt: skip
+        dict(python=False, requires=_PATCHED_VENV)  # fmt: skip
     _session(name=cmd.name, **where)(run)
 
 

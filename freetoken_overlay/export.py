@@ -19,8 +19,8 @@ from pathlib import Path
 from .pin import Pin
 from .series import PATCHES_DIR, series_args, patch_files, series_hash, work_repo
 from .util import OverlayError, Workdir, git, git_bytes, git_out, hint
-from .workrepo import dirt, empty_commits, head_place, on_branch, q, read_manifest, read_state, refuse_if_busy
-from .workrepo import series_branch, sha256_hex, text_patch_id, unfinished, write_manifest, write_state
+from .workrepo import branch_tip, dirt, empty_commits, head_place, on_branch, q, read_manifest, read_state
+from .workrepo import refuse_if_busy, series_branch, sha256_hex, text_patch_id, write_manifest, write_state
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def export(pin: Pin, *, workdir: Workdir, patches_dir: Path | None = None) -> li
         raise OverlayError(f"{repo}: HEAD is {head_place(repo)}; export writes patches/ from branch {branch} only\n"
                            f"to export {branch}, run git -C {repo} switch {branch}, then {hint('export', *args)}\n"
                            f"to export the other branch's work, bring it onto {branch} first (rebase or cherry-pick)")
-    if unfinished(repo, branch):
+    if branch_tip(repo, branch) is None:  # on the branch (checked above) with no commit yet
         raise OverlayError(f"{repo} has no commits yet: its first apply did not finish; "
                            f"run {hint('apply', *args)} again")
     if status := git_out(repo, "status", "--porcelain"):

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from . import requirements as req
-from .util import NOX_COMMAND_ENV, NOX_ENV, NOX_RUN_ENV, SYSTEM_SITE_ENV, WHEELHOUSE_ENV, Workdir
+from .util import NOX_COMMAND_ENV, NOX_ENV, NOX_RUN_ENV, REQUIRE_GPU_ENV, SYSTEM_SITE_ENV, WHEELHOUSE_ENV, Workdir
 
 logger = logging.getLogger("nox")  # nox's own: its lines read "nox > ..."
 SIGNAL_AT_ENV = "FT_OVERLAY_SIGNAL_AT"
@@ -188,5 +188,5 @@ def require_gpus(session, gpus: int, require: bool) -> None:
         needs = "a CUDA GPU" if gpus == 1 else f"{gpus} CUDA GPUs"
         why = f"nox -s {session.name} needs {needs} (nvidia-smi finds {found or 'none'} here)"
         if require:
-            session.error(f"{why}; FT_OVERLAY_REQUIRE_GPU=1 makes that a failure")
+            session.error(f"{why}; {REQUIRE_GPU_ENV}=1 makes that a failure")
         session.skip(why)

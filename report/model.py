@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from freetoken_overlay.kernel_cache import SPEC_PREFIX
 from freetoken_overlay.series import patch_files, series_hash
-from suite.results import machine_line
+from suite.results import machine_line, series_of_version
 from report.gather import decode_step_view, gather_view, targets_view
 from report.repeats import current_ratios, repeats_view
 from report.series import pull_requests, series_commits, series_footprint
@@ -42,7 +42,8 @@ def kernel_caches(base: Path) -> dict[str, dict[str, Any]]:
     kernel caches recorded under ``base``/:data:`KERNEL_CACHE`."""
     out = {}
     for m in (json.loads(p.read_text()) for p in sorted((base / KERNEL_CACHE).glob("*.json"))):
-        ours, series = {k: v for k, v in m["kernels"].items() if k.startswith(SPEC_PREFIX)}, m["freetoken"][-12:]
+        ours = {k: v for k, v in m["kernels"].items() if k.startswith(SPEC_PREFIX)}
+        series = series_of_version(m["freetoken"])
         out[series] = {"series": series,
                        "bytes": sum(ours.values()), "nvcc": re.sub(r".*release ([^,]+).*", r"\1", m["nvcc"]),
                        "rings": ["x".join(r) for k in ours for r in re.findall(r"_(\d+)_(\d+)_(\d+)", k)],

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 from suite.geometry import Ring
 from suite.kernels import TMA_KERNEL, Kernel
 from suite.models import AutoStability, Contention, E2E, Gpu, Sanitize, SeriesBench, StepPdl, Sweep, SweepRow
+from suite.results import series_of_version
 from report import words
 from report.geometries import geometries_view
 
@@ -189,6 +190,6 @@ def auto_view(doc: AutoStability | None) -> dict[str, Any] | None:
 
 def profile_view(doc: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The ``decode_gather`` entries of the profile ``ft bench bw`` wrote (a device's committed ``benchbw.json``), each
-    with the series its freetoken version (``<version>+dg.<series>``) names."""
+    with the series its freetoken version names."""
     entries = ((doc or {}).get("decode_gather") or {}).get("entries") or {}
-    return [{**e, "provenance": {"series_hash": str(e.get("freetoken"))[-12:]}} for e in entries.values()]
+    return [{**e, "series": series_of_version(e.get("freetoken"))} for e in entries.values()]

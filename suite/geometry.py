@@ -129,8 +129,9 @@ OPT_IN_RINGS = [Ring(8, 3, 16384), Ring(4, 4, 16384), Ring(8, 4, 24576)]
 
 # Rings the conformance tier exercises besides the module default: one CTA, a 32 KiB ring of two
 # 16 KiB chunks, an odd CTA count whose stride is not a multiple of the chunks per row, a 46 KiB
-# ring (the largest without the opt-in) and the opt-in rings.
-CONFORMANCE_EXTRA_RINGS = [Ring(1, 2, 4096), Ring(8, 2, 16384), Ring(7, 5, 2048), Ring(32, 2, 23 * 1024), *OPT_IN_RINGS]
+# ring (LARGEST_PLAIN_RING: the largest without the opt-in) and the opt-in rings.
+LARGEST_PLAIN_RING = Ring(32, 2, 23 * 1024)
+CONFORMANCE_EXTRA_RINGS = [Ring(1, 2, 4096), Ring(8, 2, 16384), Ring(7, 5, 2048), LARGEST_PLAIN_RING, *OPT_IN_RINGS]
 
 UPSTREAM_THREADS = 1024
 UPSTREAM_BLOCKS_PER_BANK = 8

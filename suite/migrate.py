@@ -47,8 +47,7 @@ def upgrade(doc: dict) -> bool:
         noise = {a: v.get("tokens_per_s_range") for a, v in p["kernels"].items()}
         kernels = p.pop("versus_upstream", None) or {Kernel.TMA: top}
         p["ratio"] = {a: Comparison(v["ratio"], median(v["ratio_paired"]), v["ratio_paired_min"], v["ratio_paired_max"],
-                                    repeat_range=max(noise[Kernel.UPSTREAM], noise[a]), verdict=v["verdict"],
-                                    rule="repeats") for a, v in kernels.items()}  # fmt: skip
+                                    repeat_range=max(noise[Kernel.UPSTREAM], noise[a]), rule="repeats") for a, v in kernels.items()}  # fmt: skip
     if choice := (ring_choice(doc) if kind == "series_bench" and "ring_choice" not in doc else None):
         doc["ring_choice"] = choice
     return bool(runs or points or choice)

@@ -91,12 +91,16 @@ def freetoken_version() -> str | None:
         return None
 
 
-def installed_series() -> str | None:
-    """``<series>`` of the installed freetoken's version ``<version>+dg.<series>`` (None: not a patched wheel)."""
+def series_of_version(version: str | None) -> str | None:
+    """``<series>`` of a patched wheel's version ``<version>+dg.<series>`` (None: not a patched wheel's)."""
     from freetoken_overlay.wheel import LOCAL_LABEL
 
-    label, _, series = (freetoken_version() or "").partition("+")[2].partition(".")
+    label, _, series = (version or "").partition("+")[2].partition(".")
     return series if label == LOCAL_LABEL and series else None
+
+
+def installed_series() -> str | None:
+    return series_of_version(freetoken_version())  # None: not a patched wheel
 
 
 def _work_repo() -> Path:

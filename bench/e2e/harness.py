@@ -66,8 +66,8 @@ def kernel_names(args: argparse.Namespace) -> tuple[str, ...]:
 
 def schedule(points: int, repeats: int, names: Sequence[str] = KERNELS) -> list[tuple[int, int, str]]:
     """``(repeat, point, kernel)`` in run order: repeats outermost so an early stop still leaves
-    every point with whole repeats; within a (repeat, point) both kernels, upstream first when
-    ``repeat + point`` is even and ``tma`` first when it is odd (drift cancels across repeats)."""
+    every point with whole repeats; within a (repeat, point) every kernel of ``names`` in suite.rounds' alternating
+    order: as listed when ``repeat + point`` is even, reversed when it is odd (drift cancels across repeats)."""
     return [(r, p, v) for r in range(repeats) for p in range(points) for v in round_order(ORDER, r + p, tuple(names))]
 
 
@@ -171,11 +171,12 @@ def run_worker(tag: str, cmd: list[str], env: dict[str, str], result: Path, log_
 
 def execute(points: list[dict[str, Any]], repeats: int, runner: Runner, *,
             on_update: Callable[[list[dict[str, Any]], bool, list[str]], None], budget_s: float | None = None,
-            clock: Callable[[], float] = time.monotonic, names: Sequence[str] = KERNELS,
-            across_rounds: bool = False) -> int:  # fmt: skip
+            clock: Callable[[], float] = time.monotonic, names: Sequence[str] = KERNELS) -> int:  # fmt: skip
     """Run the plan; ``on_update(runs, complete, errors)`` after every run. Returns the exit code: stops at the first
-    (repeat, point) whose kernels' ids differ (``across_rounds``: run whose ids or misses differ from its point's
-    first) (1), at the first failed run (2), or before a run that would overrun ``budget_s`` (2, incomplete)."""
+    (repeat, point) whose kernels' ids differ (rounds of one process, with the A/A control among ``names``: the first
+    run whose ids or misses differ from its point's first) (1), at the first failed run (2), or before a run that
+    would overrun ``budget_s`` (2, incomplete)."""
+    across_rounds = Kernel.UPSTREAM_AA in names  # every run from the same cold cache: all must agree
     runs: list[dict[str, Any]] = []
     errors: list[str] = []
     plan = schedule(len(points), repeats, names)
@@ -291,20 +292,18 @@ def main(args: argparse.Namespace) -> int:
         # the workers' GPU names the device: this process may never touch CUDA
         path = entry.save("e2e", args, E2E.from_doc(fields), found, device=found.get("device_slug") or "unknown",
                           keep_replaced=state["keep"])  # fmt: skip
-        state["keep"] = False
+        state.update(keep=False, points=fields["points"])  # the summaries: print_summary reads them
         return path
 
-    code = execute(points, args.repeats, runner, on_update=on_update, budget_s=args.budget_s, names=kernel_names(args),
-                   across_rounds=one)  # fmt: skip
+    code = execute(points, args.repeats, runner, on_update=on_update, budget_s=args.budget_s, names=kernel_names(args))
     path = on_update(state["runs"], state["complete"] and code == EXIT_OK, state["errors"], code)
-    print_summary(points, state["runs"], kernel_names(args))
+    print_summary(state["points"], kernel_names(args))
     log(f"wrote {path} (exit {code})")
     return code
 
 
-def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]], names: Sequence[str] = KERNELS) -> None:
-    for i, pt in enumerate(points):
-        s = summarize_point(pt, i, runs, names)
+def print_summary(summaries: list[dict[str, Any]], names: Sequence[str] = KERNELS) -> None:
+    for s in summaries:
         kernels = {v: s["kernels"][v] for v in names}
         parts = [f"{v} {d['tokens_per_s_median']:.2f} tok/s [{d['tokens_per_s_min']:.2f}-{d['tokens_per_s_max']:.2f}] "
                  f"x{d['repeats']}, {d['misses_per_token_median']:.1f} misses/token"
@@ -312,5 +311,5 @@ def print_summary(points: list[dict[str, Any]], runs: list[dict[str, Any]], name
         ratios = [f"{k}/upstream {c.ratio:.4f} (paired {c.paired_min:.4f}-{c.paired_max:.4f}, {c.verdict}"
                   f"{f', A/A spread {c.aa_spread:.4f}' if c.aa_spread is not None else ''})"
                   if c.ratio and c.paired_min else f"{k}/upstream n/a" for k, c in s["ratio"].items()]  # fmt: skip
-        log(f"slots {pt['slots']}: {'; '.join(parts) or 'no runs'}; {'; '.join(ratios)}; "
+        log(f"slots {s['slots']}: {'; '.join(parts) or 'no runs'}; {'; '.join(ratios)}; "
             f"ids identical: {s['ids_identical']}")

@@ -19,7 +19,7 @@ import argparse
 import random
 import sys
 
-from suite.geometry import OPT_IN_RINGS, Ring
+from suite.geometry import LARGEST_PLAIN_RING, OPT_IN_RINGS, Ring
 from gpukit.launch import call_tma, call_upstream, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache, poison_value, random_misses
 from suite.kernels import Kernel
@@ -30,7 +30,7 @@ LAYERS, EXPERTS, SLOTS = 2, 6, 9
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    rings = [Ring(32, 2, 23 * 1024), *OPT_IN_RINGS]  # the largest ring without the opt-in, the opt-in ones
+    rings = [LARGEST_PLAIN_RING, *OPT_IN_RINGS]  # the largest ring without the opt-in, the opt-in ones
     ap.add_argument("--rings", type=Ring.parse, nargs="+", default=rings, metavar="RING",
                     help=f"rings besides the default (default: {' '.join(map(str, rings))})")
     ap.add_argument("--kernel", choices=[Kernel.TMA, Kernel.UPSTREAM, "both"], default=Kernel.TMA)

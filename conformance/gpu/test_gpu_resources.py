@@ -29,7 +29,7 @@ CHILD = r"""
 import json
 import torch
 from gpukit.runtime import CUDA_LIMIT_MALLOC_HEAP_SIZE, CUDA_LIMIT_STACK_SIZE, device_limit
-from suite.geometry import OPT_IN_RINGS, Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
+from suite.geometry import LARGEST_PLAIN_RING, OPT_IN_RINGS, Ring, UPSTREAM_BLOCKS_PER_BANK, UPSTREAM_THREADS
 from gpukit.launch import call_tma, call_upstream, default_ring, load_kernels
 from gpukit.memory import HostBanks, MissList, SlotCache, check_slot_cache
 
@@ -41,7 +41,7 @@ banks = HostBanks(1, 4, rows, dev, seed=3)
 cache = SlotCache(4, rows, dev)
 misses = MissList(4, "int32", dev)
 misses.set([3, 0, 1, 2], [3, 0, 2, 1], 4)
-rings = [default_ring(decode_gather), Ring(32, 2, 23 * 1024), *OPT_IN_RINGS]  # built by the session's precompile
+rings = [default_ring(decode_gather), LARGEST_PLAIN_RING, *OPT_IN_RINGS]  # built by the session's precompile
 out = {{"launches": []}}
 
 def measure(name, launch):

@@ -15,6 +15,7 @@ from conformance.sass.build import DEFAULT_ARCHS, CompileError, ToolNotFound, de
 from conformance.sass.build import decode_gather_include_dirs, decode_gather_source, require_disassembler, require_nvcc
 from conformance.sass.contract import decode_gather_violations
 from conformance.sass.report import format_table, scan_many
+from suite.geometry import Ring
 from suite.log import configure
 
 logger = logging.getLogger("conformance.sass")
@@ -32,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--arch", action="append", help="sm arch(s): 90, sm_90, or 80,90,100,120 (repeatable; default: all four)")
     parser.add_argument("--source", help="a .cu to scan (default: freetoken's decode_gather kernel, default ring)")
-    parser.add_argument("--ring", help="decode_gather ring CTAS,STAGES,CHUNK_BYTES (default: freetoken's default_ring())")
+    parser.add_argument("--ring", type=Ring.parse, help="decode_gather ring, e.g. 8x3x16384 (default: default_ring())")
     parser.add_argument("-I", "--include", action="append", default=[], help="extra include directory")
     parser.add_argument("--flag", action="append", default=[], help="extra nvcc flag (repeatable)")
     parser.add_argument("--out", help="write the full reports (paths, ptxas logs) as JSON here")
@@ -53,8 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.source:
                 source = pathlib.Path(args.source)
             else:
-                ring = tuple(int(v) for v in args.ring.split(",")) if args.ring else decode_gather_default_ring()
-                source = build / "decode_gather_{}x{}x{}.cu".format(*ring)
+                ring = args.ring or Ring(*decode_gather_default_ring())
+                source = build / f"decode_gather_{ring}.cu"
                 source.write_text(decode_gather_source(ring))
                 includes = decode_gather_include_dirs() + includes
             reports = scan_many(source, archs, build, jobs=args.jobs, include_dirs=includes, extra_flags=args.flag,
@@ -71,9 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info("wrote %s", out)
     if args.save:
         from suite import results
-        from suite.geometry import Ring
 
-        ring = None if args.source else Ring(*ring)._asdict()
+        ring = None if args.source else ring._asdict()
         logger.info("wrote %s", results.save("sass", ring=ring, reports=[r.record() for r in ordered]))
     if args.check:
         problems = [p for r in ordered for p in decode_gather_violations(r)]

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 from suite.kernels import AA, BASE
 from suite.models.base import Model, field
 from suite.rounds import Rounds
-from suite.stats import Comparison, aa_ratios, median, verdict
+from suite.stats import Comparison, aa_ratios, median
 
 
 @dataclasses.dataclass
@@ -46,12 +46,12 @@ def comparisons(doc: dict[str, Any]) -> dict[str, Any]:
     if all(isinstance(v, Mapping) for v in ratio.values()):
         return ratio
     aa_spread, rounds = doc.get("aa_spread"), doc.get("rounds_us") or {}
-    verdicts, medians = doc.pop("verdict", None) or {}, doc.pop("ratio_paired", None) or {}
+    doc.pop("verdict", None)  # a Comparison decides its own verdict
+    medians = doc.pop("ratio_paired", None) or {}
     out = {}
     for c, x in ratio.items():
         per = [b / t for b, t in zip(rounds.get(doc.get("base", BASE), []), rounds.get(c, [])) if t]
-        out[c] = Comparison(x, medians.get(c, median(per)), min(per, default=None), max(per, default=None), aa_spread,
-                            verdict=verdicts.get(c) or verdict(x, aa_spread))  # fmt: skip
+        out[c] = Comparison(x, medians.get(c, median(per)), min(per, default=None), max(per, default=None), aa_spread)
     return out
 
 
