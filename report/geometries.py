@@ -12,10 +12,16 @@ from suite.models.docs import ring_choice
 from suite.stats import Comparison
 from suite.results import machine_line
 
-def geometry_row(g: SeriesGeometry, r: Any) -> dict[str, Any]:
+def geometry_row(g: SeriesGeometry, r: Any, kernel: str = Kernel.TMA) -> dict[str, Any]:
     return {"model": g.model, "n": r.n, "regime": r.regime, "upstream_us": r.median_us.get(Kernel.UPSTREAM),
-            "gbps": r.gbps.get(Kernel.UPSTREAM), "ratio": r.ratio.get(Kernel.TMA) or Comparison(),
+            "gbps": r.gbps.get(Kernel.UPSTREAM), "ratio": r.ratio.get(kernel) or Comparison(),
             "verified": r.verified}  # fmt: skip
+
+
+def slower_view(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What :func:`geometries_line` says of ``rows``: the slower ones, their n, how many rows."""
+    slower = [r for r in rows if r["ratio"].verdict == "slower"]
+    return {"slower": slower, "slower_ns": sorted({r["n"] for r in slower}), "rows_total": len(rows)}
 
 
 def geometry_view(g: SeriesGeometry) -> dict[str, Any]:
@@ -74,14 +80,16 @@ def geometries_view(doc: SeriesBench) -> dict[str, Any]:
     """The view of a ``--model`` run (``doc.geometries`` set)."""
     geos = [geometry_view(g) for g in doc.geometries or []]
     rows = [r for g in geos for r in g["rows"] if r["regime"] == (doc.decides or r["regime"])]
-    slower = [r for r in rows if r["ratio"].verdict == "slower"]
+    decided = [(g, r) for g in doc.geometries or [] for r in g.rows if r.regime == (doc.decides or r.regime)]
+    extra = sorted({k for _, r in decided for k in r.ratio if k.startswith(f"{Kernel.TMA}_")})
     verified = doc.verified or {}
     return {
         "doc": doc, "args": doc.args, "tma_ring": doc.tma_ring, "geometries": geos,
         "measured": [g for g in geos if g["rows"]], "skipped": [g for g in geos if not g["rows"]],
-        "decides": doc.decides,
-        "counts": verdict_counts(rows), "slower": slower, "slower_ns": sorted({r["n"] for r in slower}),
-        "rows_total": len(rows), "auto": auto_summary(geos),
+        "decides": doc.decides, "counts": verdict_counts(rows), **slower_view(rows),
+        # each further ring the run timed (--rings), against upstream as tma is
+        "by_ring": {k[len(Kernel.TMA) + 1 :]: slower_view([geometry_row(g, r, k) for g, r in decided]) for k in extra},
+        "auto": auto_summary(geos),
         "rings": ring_view(ring_choice(doc.to_doc())), "series": (doc.provenance or {}).get("series_hash"),
         "machine": machine_line({**(doc.machine or {}), **(doc.provenance or {})}),
         "replays": verified.get("replays"), "copies": verified.get("copies"), "wrong": len(doc.failures),

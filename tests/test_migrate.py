@@ -9,6 +9,7 @@ from dataclasses import replace
 from suite import migrate
 from suite.commands import MEASUREMENTS
 from suite.models import E2E
+from suite.models.docs import ring_choice
 from suite.results import REPO_ROOT, dumps
 from suite.stats import Comparison
 
@@ -63,6 +64,17 @@ def test_a_series_bench_run_without_a_ring_choice_gets_the_one_its_rows_give(tmp
     assert migrate.migrate([tmp_path]) == []  # idempotent
     path.write_text(dumps({**doc, "geometries": [{"model": "m", "rows": [{**row, "median_us": {"tma": 9.0}}]}]}))
     assert migrate.migrate([tmp_path]) == []  # no ring timed: nothing to add
+
+
+def test_the_ring_choice_takes_the_fastest_ring_that_wins_a_row_and_loses_none():
+    """At the link ceiling most rows tie: one win beyond the A/A spread and no loss make a ring eligible."""
+    tma = 100.0
+    times = {"a": (99.0, 100.3, 100.3), "b": (99.6, 99.6, 99.6), "c": (98.0, 101.0, 100.0)}  # b: ties only
+    rows = [{"n": 1, "aa_spread": 0.001, "median_us": {"tma": tma, **{f"tma_{k}": v[i] for k, v in times.items()}}}
+            for i in range(3)]  # fmt: skip
+    choice = ring_choice({"tma_ring": "8x3x16384", "geometries": [{"rows": rows}]})
+    assert {k: (s["wins"], s["losses"]) for k, s in choice["scores"].items()} == {"a": (1, 0), "b": (0, 0), "c": (1, 1)}
+    assert choice["scores"]["b"]["geomean"] > choice["scores"]["a"]["geomean"] and choice["best"] == "a"
 
 
 def test_an_e2e_point_of_before_the_comparison_gets_each_kernels_comparison(tmp_path):

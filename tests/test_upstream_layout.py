@@ -35,8 +35,12 @@ def test_nothing_of_the_overlay_is_importable():
 
 
 @pytest.mark.integration  # pytest in a subprocess
-def test_the_series_tests_pass_in_upstreams_layout(tmp_path: Path) -> None:
+@pytest.mark.parametrize("jit_off", [False, True], ids=["jit", "FREETOKEN_DISABLE_JIT=1"])
+def test_the_series_tests_pass_in_upstreams_layout(tmp_path: Path, monkeypatch, jit_off: bool) -> None:
+    """... and again with FREETOKEN_DISABLE_JIT=1, where a test needing an unbuilt kernel must skip, not fail."""
     pytest.importorskip("torch")
+    if jit_off:
+        monkeypatch.setenv("FREETOKEN_DISABLE_JIT", "1")
     repo = work_repo(Workdir.from_env())
     if not (repo / "tests").is_dir():
         pytest.skip(f"the work repository {repo} has no tests/ (nox -s apply makes it)")
