@@ -5,6 +5,8 @@ Imported as ``helpers`` (tests/ is on sys.path, as pytest puts a test directory 
 from __future__ import annotations
 
 import argparse as _ap
+import functools
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench import sweep
+from bench.e2e import synth
 from suite.commands import MEASUREMENTS
 from suite.geometry import NVFP4_EXPERT_BYTES
 from suite.results import write_json as write
@@ -223,3 +226,33 @@ def pytest_junit(cwd: Path, report: Path, *args: str, pythonpath: str | None = N
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
     counts["exit"] = proc.returncode
     return counts, suite, tail
+
+# --------------------------------------------------------------------------- the end-to-end harness's tests
+
+
+def fake_result(tps: float, sha: str = "a" * 64, misses: int = 100, **kw) -> dict:
+    return {
+        "tokens_per_s": tps, "ttft_s": 0.5, "misses_per_token": 9.5, "miss_rate": 0.1, "misses_total": misses,
+        "ids_sha256": sha, "copy_kernel": "k", "load_s": 20.0, "vram_peak_reserved_bytes": 10 << 30,
+        "vram_device_used_bytes": 11 << 30, "machine": {"device_name": "Fake GPU", "device_slug": "fake-gpu"}, **kw,
+    }  # fmt: skip
+
+
+def make_model_dir(tmp_path, with_sidecar=True):
+    spec = synth.SynthSpec.tiny()
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(synth.config_json(spec, eos_token_id=256)))
+    if with_sidecar:
+        table = [[16, 0.6], [32, 0.35], [48, 0.12], [64, 0.0]]
+        (d / synth.SIDECAR).write_text(json.dumps({"schema": synth.SIDECAR_SCHEMA, "spec": spec.to_json(),
+                                                   "miss_table": table}))  # fmt: skip
+    return d
+
+
+def upstream_launcher(bpb: int):  # the launchers the series' switch makes: partials of the kernels' entry points
+    return functools.partial(print, blocks_per_bank=bpb)
+
+
+def ring_launcher(ctas: int, stages: int, chunk_bytes: int):
+    return functools.partial(print, ctas=ctas, stages=stages, chunk_bytes=chunk_bytes)

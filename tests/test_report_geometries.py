@@ -204,3 +204,17 @@ def test_committed_geometry_table_equals_the_json():
             assert (f"| {g['model']} | {g['quant_format']} | {g['expert_bytes'] / 1e6:.2f} | {r['n']} | "
                     f"{r['median_us']['upstream']:,.2f} |") in rep
             assert f"| {ratio:.3f} | ±{aa_spread:.3f} | {word} | {g['auto']['chose']} |" in rep
+
+
+def test_each_further_ring_gets_its_own_verdicts_against_upstream():
+    """A run that timed a ring besides tma (``--rings``) says of it what it says of tma: slower rows, their n."""
+    from report.geometries import geometries_view
+    from suite.models import SeriesBench
+
+    doc = geometries_doc()
+    row = doc["geometries"][1]["rows"][1]
+    row["ratio"]["tma_8x4x8192"], row["verdict"]["tma_8x4x8192"] = 0.98, "slower"
+    view = geometries_view(SeriesBench.from_doc(doc))
+    ring = view["by_ring"]["8x4x8192"]
+    assert (len(ring["slower"]), ring["slower_ns"], ring["rows_total"]) == (1, [1], 4)
+    assert ring["slower"][0]["model"] == "beta-2B" and not view["slower"]  # tma itself is unchanged
