@@ -11,7 +11,7 @@ import types
 import pytest
 
 from bench import auto_stability as stab
-from bench.e2e.harness import RunFailed
+from bench.e2e.worker import RunFailed
 from gpukit.decode_step import auto_pick
 from suite.commands import MEASUREMENTS
 

@@ -29,7 +29,7 @@ from typing import Any
 from bench import entry
 from bench.e2e import synth
 from bench.e2e.summary import KERNELS, ids_mismatches, settings, state_mismatches, summarize_point
-from bench.e2e.worker import PROMPT, WARMUP_TOKENS, checkpoint_num_experts
+from bench.e2e.worker import PROMPT, WARMUP_TOKENS, RunFailed, checkpoint_num_experts
 from suite import results
 from suite.commands import MEASUREMENTS
 from suite.models import E2E
@@ -45,10 +45,6 @@ EXIT_OK, EXIT_IDS_DIFFER, EXIT_FAILED = 0, 1, 2
 PAUSE_S = 1.0
 #: the order of the kernels in each (repeat, point): suite.rounds' alternation over repeat + point
 ORDER = "alternate"
-
-
-class RunFailed(RuntimeError):
-    """A worker process failed; the message carries the tail of its log."""
 
 
 log = logging.getLogger(__name__).info  # the messages; main() sets their format

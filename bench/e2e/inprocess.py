@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.e2e import worker
-from bench.e2e.harness import RunFailed
 from gpukit.machine import machine_info
 from suite.kernels import RING_ENV, SWITCH_ENV, Kernel
 
@@ -109,5 +108,5 @@ class InProcess:
             result = worker.measure(llm, cache, args, torch, self.generate(llm, args, torch)) | {"capture_s": capture_s}
         except (RuntimeError, ValueError) as exc:
             logging.getLogger(__name__).exception("round %d, %s", repeat + 1, kernel)
-            raise RunFailed(f"round {repeat + 1}, {kernel}: {exc}") from exc
+            raise worker.RunFailed(f"round {repeat + 1}, {kernel}: {exc}") from exc
         return result | ({"load_s": t_loaded - t0, "machine": self.facts()} if first else {})

@@ -25,6 +25,11 @@ from typing import Any
 
 from suite.kernels import SWITCH_ENV, TMA_KERNEL, UPSTREAM_KERNEL, Kernel, Launch, launched
 
+
+class RunFailed(RuntimeError):
+    """A run failed: a worker process (the message carries the tail of its log) or a round in this process."""
+
+
 #: The fixed prompt (any tokenizer encodes it; ~90 tokens on a BPE vocabulary, ~480 bytes).
 PROMPT = (
     "The mixture-of-experts layer routes every token to a handful of experts out of hundreds. When the "
