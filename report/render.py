@@ -63,14 +63,9 @@ LABEL = re.compile(r"series `[0-9a-f]{12}`|^\|.*\| `[0-9a-f]{12}` \|")
 @jinja2.pass_context
 def series(ctx: Mapping[str, Any], of: Any, cell: bool = False) -> str:
     """The series a figure ran (a document, a view's hash): ``series `<hash>```, ``other series `<hash>``` where
-    it is neither the page's series (``series_hash``) nor the whole series that stacks on it (``whole_series_hash``:
-    the same kernel and code, with later PRs on top), the hash alone as a table cell; "–" where none is recorded."""
+    it is not the page's series (``series_hash``), the hash alone as a table cell; "–" where none is recorded."""
     h = series_of(of) or "–"
-    if cell:
-        return f"`{h}`"
-    if h == ctx.get("series_hash"):
-        return f"series `{h}`"
-    return f"whole series `{h}`" if h == ctx.get("whole_series_hash") else f"other series `{h}`"
+    return f"`{h}`" if cell else f"series `{h}`" if h == ctx.get("series_hash") else f"other series `{h}`"
 
 
 def _marked(f: Any) -> Any:
@@ -107,7 +102,7 @@ def render(base: Path, patches: Path | None = None) -> dict[str, str]:
     pages = {name: labelled(name, _tidy(env.get_template(t).render(ctx))) for name, t in PAGES.items()}
     for pr in ctx["prs"]:
         template, name = env.select_template([f"PR-{pr['number']}.md.j2", "PR-N.md.j2"]), f"PR-{pr['number']}.md"
-        pages[name] = labelled(name, _tidy(template.render({**ctx, **pr["page"], "whole_series_hash": ctx["series_hash"], "this": pr})))
+        pages[name] = labelled(name, _tidy(template.render({**ctx, **pr["page"], "this": pr})))
     return pages
 
 
