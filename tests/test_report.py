@@ -393,6 +393,22 @@ def test_an_in_process_e2e_renders_the_aa_verdict_against_its_aa_spread(syntheti
     assert "1.020 at 0.10 misses/lookup, a tie (A/A ±0.030)" in pages["PR-1.md"]
 
 
+def test_pr1_shows_the_newest_e2e_run_naming_its_device(synthetic_results):
+    """Of the devices with an end-to-end run, PR-1 gives the one measured last, named, not the first measured device's."""
+    d = synthetic_results / "synthetic-gpu"
+    machine = json.loads((d / "step_pdl.json").read_text())["machine"]
+    older = _in_process_e2e(machine, 100.0)
+    other = synthetic_results / "other-gpu"
+    other.mkdir()
+    newer = _in_process_e2e({**machine, "device_name": "Other GPU"}, 100.0 * 1.03)
+    for doc, when in ((older, "2026-01-01T00:00:00+00:00"), (newer, "2026-02-01T00:00:00+00:00")):
+        doc["generated_at"] = when
+    (d / "e2e.json").write_text(json.dumps(older))
+    (other / "e2e.json").write_text(json.dumps(newer))
+    line = next(x for x in render(synthetic_results)["PR-1.md"].splitlines() if "**End to end**" in x)
+    assert line.startswith("- **End to end** on Other GPU:") and "a tie (A/A ±0.030)" in line
+
+
 def test_pr2_states_the_pick_of_a_committed_ft_bench_bw_profile(synthetic_results: Path) -> None:
     """A device's benchbw.json (the profile ft bench bw wrote): PR-2 gives each decode_gather entry's pick, ratios and
     A/A spread, labelled with the series of the freetoken version that wrote it; without one it says not yet."""
