@@ -94,6 +94,11 @@ def device_view(slug: str, base: Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def newest_first(devices: list[dict[str, Any]], view: str) -> list[dict[str, Any]]:
+    """The devices that have ``view``, its document measured last first (an undated one last)."""
+    return sorted((d for d in devices if d[view]), key=lambda d: d[view]["doc"].generated_at or "", reverse=True)
+
+
 def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
     """Everything the templates read, from the documents under ``base`` (a ``results/`` directory) and the
     series in ``patches`` (default: the checkout's patches/). Each of ``prs`` has its ``page``: its stack's series
@@ -105,5 +110,6 @@ def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
                      "kernel_cache": caches.get(h)}}
            for i, part in enumerate(pull_requests(commits, patches), 1)]  # fmt: skip
     return {"devices": devices, "measured": [d for d in devices if d["gather"]], "series_hash": series_hash(patches),
+            "benched": newest_first(devices, "series_bench"), "e2e_newest": newest_first(devices, "e2e")[:1],
             "sass": sass_view(results.load("sass", base=base)), "prs": prs,
             "sass_test": next((c for c in commits if "tests/kernels/test_bulk_copy_sass.py" in c["added"]), None)}

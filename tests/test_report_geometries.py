@@ -218,3 +218,13 @@ def test_each_further_ring_gets_its_own_verdicts_against_upstream():
     ring = view["by_ring"]["8x4x8192"]
     assert (len(ring["slower"]), ring["slower_ns"], ring["rows_total"]) == (1, [1], 4)
     assert ring["slower"][0]["model"] == "beta-2B" and not view["slower"]  # tma itself is unchanged
+
+
+def test_pr1_tables_the_newest_series_benchmark_and_lists_the_others(synthetic_results):
+    """PR-1's table is the series benchmark measured last, on whichever device; each other device gets an "Also" line."""
+    _write(synthetic_results, geometries_doc())
+    (synthetic_results / "other-gpu").mkdir()
+    (synthetic_results / "other-gpu" / "series_bench.json").write_text(json.dumps({**geometries_doc(), "generated_at": "2026-02-01T00:00:00+00:00"}))
+    lines = render(synthetic_results)["PR-1.md"].splitlines()
+    assert [x[:28] for x in lines if x.startswith(("- **Measured** on ", "- **Also** on "))] == [
+        "- **Measured** on other-gpu ", "- **Also** on Synthetic GPU "]
