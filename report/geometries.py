@@ -79,9 +79,8 @@ def ring_view(choice: dict[str, Any] | None) -> dict[str, Any] | None:
 def geometries_view(doc: SeriesBench) -> dict[str, Any]:
     """The view of a ``--model`` run (``doc.geometries`` set)."""
     geos = [geometry_view(g) for g in doc.geometries or []]
-    decided = [(g, r) for g in doc.geometries or [] for r in sorted(g.rows, key=lambda r: r.n)
-               if r.regime == (doc.decides or r.regime)]  # fmt: skip
-    rows = [geometry_row(g, r) for g, r in decided]
+    rows = [r for g in geos for r in g["rows"] if r["regime"] == (doc.decides or r["regime"])]
+    decided = [(g, r) for g in doc.geometries or [] for r in g.rows if r.regime == (doc.decides or r.regime)]
     extra = sorted({k for _, r in decided for k in r.ratio if k.startswith(f"{Kernel.TMA}_")})
     verified = doc.verified or {}
     return {

@@ -110,6 +110,6 @@ def context(base: Path, patches: Path | None = None) -> dict[str, Any]:
                      "kernel_cache": caches.get(h)}}
            for i, part in enumerate(pull_requests(commits, patches), 1)]  # fmt: skip
     return {"devices": devices, "measured": [d for d in devices if d["gather"]], "series_hash": series_hash(patches),
-            "benched": newest_first(devices, "series_bench"), "e2e_newest": newest_first(devices, "e2e")[:1],
+            "benched": newest_first(devices, "series_bench"), "e2e_device": next(iter(newest_first(devices, "e2e")), None),
             "sass": sass_view(results.load("sass", base=base)), "prs": prs,
             "sass_test": next((c for c in commits if "tests/kernels/test_bulk_copy_sass.py" in c["added"]), None)}
